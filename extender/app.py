@@ -1,0 +1,133 @@
+"""The HTTP service: aiohttp application factory and handlers.
+
+``POST /filter`` answers kube-scheduler; ``/healthz`` and ``/readyz`` answer the
+kubelet. Handlers do I/O only: parsing, lookups and the decision itself live in
+``extender.protocol``, ``extender.filtering`` and ``policies``.
+
+Bad input never reaches the caller as a stack trace: every error response is JSON
+``{"error": "...", ...}`` with a 4xx status, logged as one line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from extender.cluster.objects import ObjectError, describe_validation_error
+from extender.cluster.state import ClusterState
+from extender.filtering import decide
+from extender.protocol import ExtenderArgs
+from extender.settings import DEFAULT_MAX_BODY_BYTES
+from policies.registry import Policy
+
+log = logging.getLogger("extender.http")
+
+STATE = web.AppKey("state", ClusterState)
+POLICY = web.AppKey("policy", Policy)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_error(status: int, message: str, **fields: object) -> web.Response:
+    return web.json_response({"error": message, **fields}, status=status)
+
+
+@web.middleware
+async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+        log.info(
+            "rejected request",
+            extra={"method": request.method, "path": request.path, "status": exc.status, "error": message},
+        )
+        response = json_error(exc.status, message)
+        for header in ("Allow",):
+            if header in exc.headers:
+                response.headers[header] = exc.headers[header]
+        return response
+    except Exception:
+        # A bug of ours, not the caller's: the trace goes to our log only.
+        log.exception("internal error", extra={"method": request.method, "path": request.path})
+        return json_error(500, "internal error")
+
+
+async def filter_handler(request: web.Request) -> web.Response:
+    if request.content_type != "application/json":
+        raise web.HTTPUnsupportedMediaType(
+            text=f"Content-Type must be application/json, got {request.content_type or 'none'!r}"
+        )
+    body = await request.read()  # raises 413 beyond client_max_size
+    try:
+        args = ExtenderArgs.model_validate_json(body)
+    except ValidationError as exc:
+        return _bad_request(request, describe_validation_error(exc, "request"))
+    app = request.app
+    try:
+        decision = decide(args, app[STATE], app[POLICY])
+    except ObjectError as exc:
+        return _bad_request(request, str(exc))
+    result = decision.result
+    if result.Error:
+        log.warning("filter refused", extra={"pod": _pod_name(decision.pod), "error": result.Error})
+    elif log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "filter",
+            extra={
+                "pod": _pod_name(decision.pod),
+                "runtimeClass": decision.pod.runtime_class_name,
+                "passing": len(result.NodeNames if result.NodeNames is not None else (result.Nodes or {}).get("items", [])),
+                "failed": len(result.FailedNodes),
+                "unresolvable": len(result.FailedAndUnresolvableNodes),
+            },
+        )
+        for node, detail in decision.details.items():
+            reason = result.FailedAndUnresolvableNodes.get(node) or result.FailedNodes.get(node)
+            log.debug("node rejected", extra={"pod": _pod_name(decision.pod), "node": node, "reason": reason, "detail": detail})
+    return web.Response(body=result.to_json(), content_type="application/json")
+
+
+def _pod_name(pod: object) -> str:
+    namespace = getattr(pod, "namespace", "")
+    name = getattr(pod, "name", "")
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _bad_request(request: web.Request, problem: str) -> web.Response:
+    log.info(
+        "rejected request", extra={"method": request.method, "path": request.path, "status": 400, "error": problem}
+    )
+    return json_error(400, "malformed ExtenderArgs", detail=problem)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    unsynced = state.unsynced_kinds()
+    if unsynced:
+        return web.json_response({"status": "not ready", "unsynced": unsynced}, status=503)
+    return web.json_response({"status": "ready"})
+
+
+def create_app(
+    *,
+    state: ClusterState,
+    policy: Policy,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> web.Application:
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[errors_as_json])
+    app[STATE] = state
+    app[POLICY] = policy
+    app.router.add_post("/filter", filter_handler)
+    app.router.add_get("/healthz", healthz, allow_head=True)
+    app.router.add_get("/readyz", readyz, allow_head=True)
+    return app

@@ -1,0 +1,149 @@
+"""Console entry point: ``runtimeclass-extender serve | filter``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+from pydantic import ValidationError
+
+from extender import __version__
+from extender.app import create_app
+from extender.cluster.file_source import ClusterFileError, load_cluster_file
+from extender.cluster.objects import ObjectError, describe_validation_error
+from extender.cluster.state import ClusterState
+from extender.filtering import decide
+from extender.logs import setup_logging
+from extender.policy_file import load_policy
+from extender.protocol import ExtenderArgs
+from extender.settings import SERVE_SETTINGS, SettingsError, add_arguments, resolve
+from policies.registry import PolicyError
+
+log = logging.getLogger("extender")
+
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed without a trace, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="runtimeclass-extender",
+        description="A RuntimeClass-aware kube-scheduler extender.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve the extender over HTTP (POST /filter, GET /healthz, GET /readyz)",
+        description="Serve the extender over HTTP. Settings can also come from the environment "
+        "or a --config file; each setting has the same name in all three.",
+    )
+    add_arguments(serve, SERVE_SETTINGS)
+
+    filt = commands.add_parser(
+        "filter",
+        help="answer one captured filter request offline and print the response JSON",
+        description="Decide one ExtenderArgs request (as kube-scheduler sends it) against a cluster file "
+        "and print the ExtenderFilterResult.",
+    )
+    filt.add_argument("request", metavar="REQUEST.json", help="the request body; - reads standard input")
+    filt.add_argument("--cluster-file", required=True, metavar="PATH", help="Nodes and RuntimeClasses")
+    filt.add_argument("--policy-file", metavar="PATH", help="policy file (default: the bundled policy)")
+    return parser
+
+
+def _read_input(path: str) -> bytes:
+    try:
+        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc}") from None
+
+
+def run_filter(args: argparse.Namespace) -> int:
+    policy = load_policy(args.policy_file)
+    state = load_cluster_file(args.cluster_file)
+    body = _read_input(args.request)
+    try:
+        request = ExtenderArgs.model_validate_json(body)
+        decision = decide(request, state, policy)
+    except ValidationError as exc:
+        raise CliError(f"{args.request}: malformed ExtenderArgs: {describe_validation_error(exc, 'request')}") from None
+    except ObjectError as exc:
+        raise CliError(f"{args.request}: malformed ExtenderArgs: {exc}") from None
+    pretty = orjson.dumps(orjson.loads(decision.result.to_json()), option=orjson.OPT_INDENT_2)
+    sys.stdout.buffer.write(pretty + b"\n")
+    return 0
+
+
+async def _serve(settings: dict[str, Any]) -> None:
+    policy = load_policy(settings["policy_file"])
+    state = ClusterState()
+    if settings["cluster_file"]:
+        load_cluster_file(settings["cluster_file"], state)
+        log.info(
+            "loaded cluster file",
+            extra={
+                "path": settings["cluster_file"],
+                "nodes": len(state.nodes),
+                "runtimeClasses": len(state.runtime_classes),
+            },
+        )
+    else:
+        raise CliError(
+            "no cluster to read: pass --cluster-file PATH (a kubectl get nodes,runtimeclasses -o yaml dump), "
+            "e.g. --cluster-file deploy/examples/cluster.yaml"
+        )
+    app = create_app(state=state, policy=policy, max_body_bytes=settings["max_body_bytes"])
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, settings["host"], settings["port"])
+    await site.start()
+    addresses = [f"{addr[0]}:{addr[1]}" for addr in runner.addresses]
+    log.info("serving", extra={"listen": ",".join(addresses), "predicates": ",".join(policy.names)})
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await runner.cleanup()
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    settings = resolve(args, SERVE_SETTINGS)
+    setup_logging(settings["log_level"], settings["log_format"])
+    asyncio.run(_serve(settings))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return run_serve(args)
+        return run_filter(args)
+    except (CliError, SettingsError, PolicyError, ClusterFileError) as exc:
+        print(f"runtimeclass-extender: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Kubernetes API JSON -> the slim views the predicates read.
+
+The pydantic models below declare only the fields a decision needs; everything else in
+a Node (managedFields, images, conditions, ...) is skipped by the validator without
+being copied, so parsing stays cheap for large full-node requests and watch events.
+Types are checked strictly: a label that is not a string is an error, not a coercion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from policies.objects import (
+    EMPTY_LABELS,
+    NodeView,
+    RuntimeClassView,
+    RuntimeHandler,
+    Taint,
+    Toleration,
+)
+
+__all__ = [
+    "ObjectError",
+    "node_from_api",
+    "nodes_from_api",
+    "runtime_class_from_api",
+    "tolerations_from_models",
+    "ValidationError",
+]
+
+_STRICT = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+class ObjectError(ValueError):
+    """An API object is not shaped as Kubernetes defines it."""
+
+
+class TolerationModel(BaseModel):
+    model_config = _STRICT
+    key: str = ""
+    operator: str = ""
+    value: str = ""
+    effect: str = ""
+    tolerationSeconds: int | None = None
+
+
+class TaintModel(BaseModel):
+    model_config = _STRICT
+    key: str
+    value: str = ""
+    effect: str
+
+
+class ObjectMetaModel(BaseModel):
+    model_config = _STRICT
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resourceVersion: str = ""
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class NodeSpecModel(BaseModel):
+    model_config = _STRICT
+    taints: list[TaintModel] | None = None
+
+
+class RuntimeHandlerFeaturesModel(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+    recursiveReadOnlyMounts: bool | None = None
+    userNamespaces: bool | None = None
+
+
+class RuntimeHandlerModel(BaseModel):
+    model_config = _STRICT
+    name: str = ""  # "" is the default handler
+    features: RuntimeHandlerFeaturesModel | None = None
+
+
+class NodeStatusModel(BaseModel):
+    model_config = _STRICT
+    runtimeHandlers: list[RuntimeHandlerModel] | None = None
+
+
+class NodeModel(BaseModel):
+    model_config = _STRICT
+    metadata: ObjectMetaModel
+    spec: NodeSpecModel | None = None
+    status: NodeStatusModel | None = None
+
+
+class SchedulingModel(BaseModel):
+    model_config = _STRICT
+    nodeSelector: dict[str, str] | None = None
+    tolerations: list[TolerationModel] | None = None
+
+
+class RuntimeClassModel(BaseModel):
+    model_config = _STRICT
+    metadata: ObjectMetaModel
+    handler: str
+    scheduling: SchedulingModel | None = None
+
+
+_NODE_LIST = TypeAdapter(list[NodeModel])
+
+
+def _labels(raw: dict[str, str] | None) -> Mapping[str, str]:
+    return MappingProxyType(raw) if raw else EMPTY_LABELS
+
+
+def tolerations_from_models(models: list[TolerationModel] | None) -> tuple[Toleration, ...]:
+    if not models:
+        return ()
+    return tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in models)
+
+
+def _handler_features(model: RuntimeHandlerFeaturesModel | None) -> frozenset[str]:
+    if model is None:
+        return frozenset()
+    values = model.model_dump(exclude_none=True)
+    return frozenset(name for name, on in values.items() if on is True)
+
+
+def _node_view(model: NodeModel) -> NodeView:
+    if not model.metadata.name:
+        raise ObjectError("Node has no metadata.name")
+    taints = tuple(Taint(t.key, t.effect, t.value) for t in (model.spec.taints or ())) if model.spec else ()
+    handlers: tuple[RuntimeHandler, ...] | None = None
+    if model.status is not None and model.status.runtimeHandlers is not None:
+        handlers = tuple(
+            RuntimeHandler(h.name, _handler_features(h.features)) for h in model.status.runtimeHandlers
+        )
+    return NodeView(
+        name=model.metadata.name,
+        labels=_labels(model.metadata.labels),
+        taints=taints,
+        runtime_handlers=handlers,
+        resource_version=model.metadata.resourceVersion,
+    )
+
+
+def node_from_api(obj: Any) -> NodeView:
+    """One Node object (a dict as the API serves it) -> NodeView. Raises ObjectError."""
+    try:
+        return _node_view(NodeModel.model_validate(obj))
+    except ValidationError as exc:
+        raise ObjectError(describe_validation_error(exc, "Node")) from None
+
+
+def nodes_from_api(items: list[Any]) -> list[NodeView]:
+    """Many Node objects at once (one validator call: cheaper than one per node)."""
+    try:
+        models = _NODE_LIST.validate_python(items)
+    except ValidationError as exc:
+        raise ObjectError(describe_validation_error(exc, "items")) from None
+    return [_node_view(m) for m in models]
+
+
+def runtime_class_from_api(obj: Any) -> RuntimeClassView:
+    """One RuntimeClass object -> RuntimeClassView. Raises ObjectError."""
+    try:
+        model = RuntimeClassModel.model_validate(obj)
+    except ValidationError as exc:
+        raise ObjectError(describe_validation_error(exc, "RuntimeClass")) from None
+    if not model.metadata.name:
+        raise ObjectError("RuntimeClass has no metadata.name")
+    scheduling = model.scheduling
+    return RuntimeClassView(
+        name=model.metadata.name,
+        handler=model.handler,
+        node_selector=_labels(scheduling.nodeSelector if scheduling else None),
+        tolerations=tolerations_from_models(scheduling.tolerations if scheduling else None),
+        resource_version=model.metadata.resourceVersion,
+    )
+
+
+def describe_validation_error(exc: ValidationError, root: str, *, limit: int = 5) -> str:
+    """A one-line summary of pydantic errors with JSON-path-like locations."""
+    parts = []
+    for error in exc.errors(include_url=False, include_input=False)[:limit]:
+        loc = root
+        for item in error["loc"]:
+            loc += f"[{item}]" if isinstance(item, int) else f".{item}"
+        parts.append(f"{loc}: {error['msg']}")
+    more = exc.error_count() - limit
+    if more > 0:
+        parts.append(f"... and {more} more")
+    return "; ".join(parts)

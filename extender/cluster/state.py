@@ -1,0 +1,107 @@
+"""The in-memory cluster state: one store per kind, fed by a source (file or watch).
+
+Sources write; the filter handler reads. Everything runs on one asyncio loop, so a
+store is never read half-updated: ``replace`` swaps the whole dict in one assignment,
+which is what a re-LIST after ``410 Gone`` needs (objects deleted while disconnected
+disappear, and readers see either the old or the new state, never a mix).
+
+Listeners hear about every change (kind, old, new) after it is applied; caches of
+derived results and the pending-pod requeuer hang off them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Generic, Protocol, TypeVar
+
+from policies.objects import NodeView, RuntimeClassView
+
+NODES = "nodes"
+RUNTIME_CLASSES = "runtimeclasses"
+KINDS = (NODES, RUNTIME_CLASSES)
+
+
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+V = TypeVar("V", bound=Named)
+
+# listener(kind, old, new): old None = added, new None = deleted.
+Listener = Callable[[str, Named | None, Named | None], None]
+
+
+class Store(Generic[V]):
+    """The objects of one kind, by name."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, V] = {}
+        self.synced = False
+        # Bumped on every change: a cheap way for caches to notice staleness.
+        self.generation = 0
+        self._listeners: list[Listener] = []
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def get(self, name: str) -> V | None:
+        return self._items.get(name)
+
+    def items(self) -> Mapping[str, V]:
+        return self._items
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self, old: V | None, new: V | None) -> None:
+        self.generation += 1
+        for listener in self._listeners:
+            listener(self.kind, old, new)
+
+    def upsert(self, item: V) -> None:
+        old = self._items.get(item.name)
+        self._items[item.name] = item
+        self._notify(old, item)
+
+    def delete(self, name: str) -> None:
+        old = self._items.pop(name, None)
+        if old is not None:
+            self._notify(old, None)
+
+    def replace(self, items: Iterable[V]) -> None:
+        """Swap in a complete new set (a LIST) and mark the kind synced."""
+        new = {item.name: item for item in items}
+        old = self._items
+        self._items = new
+        self.synced = True
+        # Listeners hear the difference, so derived state stays exact.
+        for name, item in old.items():
+            if name not in new:
+                self._notify(item, None)
+        for name, item in new.items():
+            if old.get(name) != item:
+                self._notify(old.get(name), item)
+        self.generation += 1
+
+
+class ClusterState:
+    """Nodes and RuntimeClasses as the extender currently knows them."""
+
+    def __init__(self) -> None:
+        self.nodes: Store[NodeView] = Store(NODES)
+        self.runtime_classes: Store[RuntimeClassView] = Store(RUNTIME_CLASSES)
+
+    def store(self, kind: str) -> Store[NodeView] | Store[RuntimeClassView]:
+        return self.nodes if kind == NODES else self.runtime_classes
+
+    @property
+    def synced(self) -> bool:
+        return self.nodes.synced and self.runtime_classes.synced
+
+    def unsynced_kinds(self) -> list[str]:
+        return [kind for kind in KINDS if not self.store(kind).synced]

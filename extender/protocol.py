@@ -1,0 +1,104 @@
+"""The kube-scheduler extender v1 wire types used by the filter verb.
+
+Mirrors staging/src/k8s.io/kube-scheduler/extender/v1/types.go. The Go structs have
+no json tags, so keys are the Go field names (``Pod``, ``NodeNames``, ...); Go decodes
+them case-insensitively, so lowerCamelCase keys are accepted too. The embedded Pod and
+Node objects are ordinary camelCase API JSON.
+
+Only what a decision reads is modelled: the Pod's RuntimeClass, tolerations and
+identity. Node items stay raw dicts here: in full-nodes mode the passing ones are sent
+back as they came, and ``extender.cluster.objects`` cuts the slim view out of each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
+from extender.cluster.objects import ObjectMetaModel, TolerationModel, tolerations_from_models
+from policies.objects import EMPTY_LABELS, PodView
+
+_STRICT = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+def _go_key(name: str) -> Any:
+    return Field(default=None, validation_alias=AliasChoices(name, name[0].lower() + name[1:]))
+
+
+class PodSpecModel(BaseModel):
+    model_config = _STRICT
+    runtimeClassName: str | None = None
+    tolerations: list[TolerationModel] | None = None
+    schedulerName: str = ""
+
+
+class PodModel(BaseModel):
+    model_config = _STRICT
+    metadata: ObjectMetaModel | None = None
+    spec: PodSpecModel
+
+    def view(self) -> PodView:
+        meta = self.metadata or ObjectMetaModel()
+        return PodView(
+            name=meta.name,
+            namespace=meta.namespace,
+            uid=meta.uid,
+            runtime_class_name=self.spec.runtimeClassName or None,
+            tolerations=tolerations_from_models(self.spec.tolerations),
+            scheduler_name=self.spec.schedulerName,
+            labels=meta.labels or EMPTY_LABELS,
+        )
+
+
+class NodeListModel(BaseModel):
+    model_config = _STRICT
+    items: list[dict[str, Any]] | None = None
+
+
+class ExtenderArgs(BaseModel):
+    """The filter request body."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, populate_by_name=True)
+    Pod: PodModel = Field(validation_alias=AliasChoices("Pod", "pod"))
+    Nodes: NodeListModel | None = _go_key("Nodes")
+    NodeNames: list[str] | None = _go_key("NodeNames")
+
+    @model_validator(mode="after")
+    def _one_node_form(self) -> ExtenderArgs:
+        # kube-scheduler sends exactly one of the two (extender.go: names when the
+        # extender is nodeCacheCapable, full nodes otherwise). Anything else is a
+        # request we could only answer by guessing.
+        if (self.Nodes is None) == (self.NodeNames is None):
+            raise ValueError("exactly one of Nodes and NodeNames must be set (the other null)")
+        return self
+
+    @property
+    def names_mode(self) -> bool:
+        return self.NodeNames is not None
+
+
+class ExtenderFilterResult(BaseModel):
+    """The filter response body. Both node-list keys are always present, the unused
+    one null, as Go's encoding/json writes a nil pointer."""
+
+    model_config = ConfigDict(frozen=True)
+    Nodes: dict[str, Any] | None = None
+    NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] = Field(default_factory=dict)
+    FailedAndUnresolvableNodes: dict[str, str] = Field(default_factory=dict)
+    Error: str = ""
+
+    def to_json(self) -> bytes:
+        # orjson over the fields as they are: no re-validation of node objects that
+        # are echoed back in full-nodes mode.
+        return orjson.dumps(
+            {
+                "Nodes": self.Nodes,
+                "NodeNames": self.NodeNames,
+                "FailedNodes": self.FailedNodes,
+                "FailedAndUnresolvableNodes": self.FailedAndUnresolvableNodes,
+                "Error": self.Error,
+            }
+        )

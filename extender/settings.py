@@ -1,0 +1,184 @@
+"""Every setting of ``serve``, with one name across flag, environment and config file.
+
+A setting named ``max-body-bytes`` is the flag ``--max-body-bytes``, the environment
+variable ``RUNTIMECLASS_EXTENDER_MAX_BODY_BYTES`` and the key ``max-body-bytes`` in the
+YAML file given by ``--config``. Precedence: flag, then environment, then config file,
+then the default. Invalid values fail at start with a message naming the setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "RUNTIMECLASS_EXTENDER_"
+
+
+class SettingsError(ValueError):
+    """A setting has an invalid value; the message names the setting and its source."""
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be between 0 and 65535")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("must be a positive number")
+    return value
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
+def _path(text: str) -> str:
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    metavar: str | None = None
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper().replace("-", "_")
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def is_flag(self) -> bool:
+        return self.parse is _bool
+
+
+# A 5,000-node full-nodes request is tens of MB (real Nodes carry managedFields and up
+# to 50 image entries each, easily 20-50 KB); 256 MiB leaves room for that and more.
+DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
+
+SERVE_SETTINGS: tuple[Setting, ...] = (
+    Setting("host", str, "0.0.0.0", "address to listen on"),
+    Setting("port", _port, 8888, "port to listen on (0 picks a free one)"),
+    Setting(
+        "cluster-file",
+        _path,
+        None,
+        "read Nodes and RuntimeClasses from this file (kubectl get nodes,runtimeclasses -o yaml) "
+        "instead of watching an API server",
+        "PATH",
+    ),
+    Setting("policy-file", _path, None, "policy file (YAML); default: the bundled policy", "PATH"),
+    Setting(
+        "max-body-bytes",
+        _positive_int,
+        DEFAULT_MAX_BODY_BYTES,
+        "largest accepted request body; larger ones get 413",
+        "BYTES",
+    ),
+    Setting("log-level", _choice("debug", "info", "warning", "error"), "info", "log level"),
+    Setting("log-format", _choice("text", "json"), "text", "log line format"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser, settings: Sequence[Setting]) -> None:
+    parser.add_argument(
+        "--config", metavar="PATH", help=f"YAML file of settings by name (env {ENV_PREFIX}CONFIG)"
+    )
+    for setting in settings:
+        help_text = f"{setting.help} (env {setting.env}; default {setting.default!r})"
+        if setting.is_flag:
+            parser.add_argument(
+                f"--{setting.name}", dest=setting.attr, action="store_const", const="true", help=help_text
+            )
+        else:
+            parser.add_argument(
+                f"--{setting.name}", dest=setting.attr, metavar=setting.metavar, help=help_text
+            )
+
+
+def _load_config_file(path: str) -> Mapping[str, Any]:
+    try:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise SettingsError(f"config file {path}: {exc}") from None
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise SettingsError(f"config file {path}: expected a mapping of setting names to values")
+    return document
+
+
+def resolve(
+    namespace: argparse.Namespace,
+    settings: Sequence[Setting],
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Final values by attribute name, or SettingsError naming the bad one."""
+    environ = os.environ if environ is None else environ
+    config_path = getattr(namespace, "config", None) or environ.get(ENV_PREFIX + "CONFIG")
+    config = _load_config_file(config_path) if config_path else {}
+    known = {s.name for s in settings}
+    unknown = [str(key) for key in config if key not in known]
+    if unknown:
+        raise SettingsError(f"config file {config_path}: unknown setting(s) {', '.join(sorted(unknown))}")
+
+    values: dict[str, Any] = {}
+    for setting in settings:
+        raw: Any
+        flag_value = getattr(namespace, setting.attr, None)
+        if flag_value is not None:
+            raw, source = flag_value, f"--{setting.name}"
+        elif setting.env in environ:
+            raw, source = environ[setting.env], setting.env
+        elif setting.name in config:
+            raw, source = config[setting.name], f"{setting.name} in {config_path}"
+        else:
+            values[setting.attr] = setting.default
+            continue
+        if raw is None:
+            values[setting.attr] = setting.default
+            continue
+        try:
+            text = str(raw).lower() if isinstance(raw, bool) else str(raw)
+            values[setting.attr] = setting.parse(text)
+        except ValueError as exc:
+            raise SettingsError(f"{source}: invalid value {raw!r}: {exc}") from None
+    return values

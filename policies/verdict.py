@@ -1,0 +1,52 @@
+"""What a predicate answers for one node, and the reason strings the extender emits.
+
+kube-scheduler counts identical reason strings across nodes ("5 node(s) didn't match
+RuntimeClass"), so a reason must never vary per node: everything node-specific goes
+into ``detail``, which the explain output and debug logs show.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+from policies.objects import NodeView, PodView, RuntimeClassView
+
+# The reason strings. Stable: operators grep FailedScheduling events for them.
+REASON_RUNTIMECLASS_MISMATCH = "node(s) didn't match RuntimeClass"
+# Same wording as the in-tree TaintToleration filter (pkg/scheduler/framework/plugins/
+# tainttoleration), so kube-scheduler folds our count into its own.
+REASON_UNTOLERATED_TAINT = "node(s) had untolerated taint(s)"
+REASON_NODE_UNKNOWN = "node(s) unknown to the RuntimeClass extender"
+
+
+def reason_runtimeclass_not_found(name: str) -> str:
+    return f'RuntimeClass "{name}" not found'
+
+
+def reason_runtime_handler_unsupported(handler: str) -> str:
+    return f'node(s) don\'t support runtime handler "{handler}"'
+
+
+def reason_runtimeclass_selector_invalid(name: str) -> str:
+    return f'RuntimeClass "{name}" has an invalid node selector annotation'
+
+
+class Verdict(NamedTuple):
+    fits: bool
+    reason: str = ""
+    # True when preemption cannot help (labels, taints, a missing class): the node
+    # goes to FailedAndUnresolvableNodes instead of FailedNodes.
+    unresolvable: bool = False
+    detail: str = ""
+
+
+FITS = Verdict(True)
+
+
+class Predicate(Protocol):
+    """A pure check of one node for one pod. No I/O, no mutable state."""
+
+    @property
+    def name(self) -> str: ...
+
+    def check(self, pod: PodView, runtime_class: RuntimeClassView | None, node: NodeView) -> Verdict: ...
