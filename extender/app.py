@@ -18,9 +18,10 @@ from pydantic import ValidationError
 
 from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.cluster.state import ClusterState
-from extender.filtering import decide
+from extender.filtering import Decision, decide
 from extender.protocol import ExtenderArgs
 from extender.settings import DEFAULT_MAX_BODY_BYTES
+from policies.objects import PodView
 from policies.registry import Policy
 
 log = logging.getLogger("extender.http")
@@ -77,31 +78,33 @@ async def filter_handler(request: web.Request) -> web.Response:
     if result.Error:
         log.warning("filter refused", extra={"pod": _pod_name(decision.pod), "error": result.Error})
     elif log.isEnabledFor(logging.DEBUG):
-        log.debug(
-            "filter",
-            extra={
-                "pod": _pod_name(decision.pod),
-                "runtimeClass": decision.pod.runtime_class_name,
-                "passing": len(result.NodeNames if result.NodeNames is not None else (result.Nodes or {}).get("items", [])),
-                "failed": len(result.FailedNodes),
-                "unresolvable": len(result.FailedAndUnresolvableNodes),
-            },
-        )
-        for node, detail in decision.details.items():
-            reason = result.FailedAndUnresolvableNodes.get(node) or result.FailedNodes.get(node)
-            log.debug("node rejected", extra={"pod": _pod_name(decision.pod), "node": node, "reason": reason, "detail": detail})
+        _log_decision(decision)
     return web.Response(body=result.to_json(), content_type="application/json")
 
 
-def _pod_name(pod: object) -> str:
-    namespace = getattr(pod, "namespace", "")
-    name = getattr(pod, "name", "")
-    return f"{namespace}/{name}" if namespace else name
+def _pod_name(pod: PodView) -> str:
+    return f"{pod.namespace}/{pod.name}" if pod.namespace else pod.name
+
+
+def _log_decision(decision: Decision) -> None:
+    """Debug detail of one filter call: a summary line, then one line per rejected node."""
+    result = decision.result
+    pod = _pod_name(decision.pod)
+    rejected = {**result.FailedNodes, **result.FailedAndUnresolvableNodes}
+    log.debug(
+        "filter",
+        extra={"pod": pod, "runtimeClass": decision.pod.runtime_class_name, "rejected": len(rejected)},
+    )
+    for node, detail in decision.details.items():
+        log.debug(
+            "node rejected", extra={"pod": pod, "node": node, "reason": rejected[node], "detail": detail}
+        )
 
 
 def _bad_request(request: web.Request, problem: str) -> web.Response:
     log.info(
-        "rejected request", extra={"method": request.method, "path": request.path, "status": 400, "error": problem}
+        "rejected request",
+        extra={"method": request.method, "path": request.path, "status": 400, "error": problem},
     )
     return json_error(400, "malformed ExtenderArgs", detail=problem)
 

@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         "or a --config file; each setting has the same name in all three.",
     )
     add_arguments(serve, SERVE_SETTINGS)
+    serve.set_defaults(run=run_serve)
 
     filt = commands.add_parser(
         "filter",
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     filt.add_argument("request", metavar="REQUEST.json", help="the request body; - reads standard input")
     filt.add_argument("--cluster-file", required=True, metavar="PATH", help="Nodes and RuntimeClasses")
     filt.add_argument("--policy-file", metavar="PATH", help="policy file (default: the bundled policy)")
+    filt.set_defaults(run=run_filter)
     return parser
 
 
@@ -80,7 +82,9 @@ def run_filter(args: argparse.Namespace) -> int:
         request = ExtenderArgs.model_validate_json(body)
         decision = decide(request, state, policy)
     except ValidationError as exc:
-        raise CliError(f"{args.request}: malformed ExtenderArgs: {describe_validation_error(exc, 'request')}") from None
+        raise CliError(
+            f"{args.request}: malformed ExtenderArgs: {describe_validation_error(exc, 'request')}"
+        ) from None
     except ObjectError as exc:
         raise CliError(f"{args.request}: malformed ExtenderArgs: {exc}") from None
     pretty = orjson.dumps(orjson.loads(decision.result.to_json()), option=orjson.OPT_INDENT_2)
@@ -135,9 +139,8 @@ def run_serve(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "serve":
-            return run_serve(args)
-        return run_filter(args)
+        status: int = args.run(args)
+        return status
     except (CliError, SettingsError, PolicyError, ClusterFileError) as exc:
         print(f"runtimeclass-extender: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

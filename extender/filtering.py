@@ -20,7 +20,7 @@ from extender.cluster.state import ClusterState
 from extender.protocol import ExtenderArgs, ExtenderFilterResult
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.registry import Policy
-from policies.verdict import REASON_NODE_UNKNOWN
+from policies.verdict import REASON_NODE_UNKNOWN, Verdict
 
 ERROR_NOT_SYNCED = "cluster state not synced"
 
@@ -44,9 +44,9 @@ class _Sorter:
         self.unresolvable: dict[str, str] = {}
         self.details: dict[str, str] = {}
 
-    def reject(self, name: str, reason: str, *, unresolvable: bool, detail: str) -> None:
-        (self.unresolvable if unresolvable else self.failed)[name] = reason
-        self.details[name] = detail
+    def reject(self, name: str, verdict: Verdict) -> None:
+        (self.unresolvable if verdict.unresolvable else self.failed)[name] = verdict.reason
+        self.details[name] = verdict.detail
 
 
 def not_synced_result() -> ExtenderFilterResult:
@@ -96,13 +96,13 @@ def decide(
             node = known.get(name) or extra.get(name)
             if node is None:
                 detail = (unknown_reason or {}).get(name, f"node {name!r} is not in the extender's cache")
-                sorter.reject(name, REASON_NODE_UNKNOWN, unresolvable=False, detail=detail)
+                sorter.reject(name, Verdict(False, REASON_NODE_UNKNOWN, unresolvable=False, detail=detail))
                 continue
             verdict = policy.evaluate(pod, runtime_class, node)
             if verdict.fits:
                 passing.append(name)
             else:
-                sorter.reject(name, verdict.reason, unresolvable=verdict.unresolvable, detail=verdict.detail)
+                sorter.reject(name, verdict)
         result = ExtenderFilterResult.model_construct(
             Nodes=None,
             NodeNames=passing,
@@ -124,7 +124,7 @@ def decide(
             if verdict.fits:
                 kept.append(raw)
             else:
-                sorter.reject(node.name, verdict.reason, unresolvable=verdict.unresolvable, detail=verdict.detail)
+                sorter.reject(node.name, verdict)
         result = ExtenderFilterResult.model_construct(
             Nodes={"metadata": {}, "items": kept},
             NodeNames=None,

@@ -89,9 +89,11 @@ def build_policy(
         extra = set(entry) - {"name", "enabled", "options"}
         if extra:
             raise PolicyError(f"{where}: unknown field(s) {', '.join(sorted(map(str, extra)))}")
-        name = entry.get("name")
-        if not isinstance(name, str) or name not in factories:
-            raise PolicyError(f"{where}: unknown predicate {name!r}; known: {', '.join(sorted(factories))}")
+        entry_name = entry.get("name")
+        if not isinstance(entry_name, str) or entry_name not in factories:
+            known = ", ".join(sorted(factories))
+            raise PolicyError(f"{where}: unknown predicate {entry_name!r}; known: {known}")
+        name = entry_name
         if name in seen:
             raise PolicyError(f"{where}: predicate {name} is listed twice")
         seen.add(name)

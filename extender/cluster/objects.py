@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from policies.objects import (
     EMPTY_LABELS,
@@ -25,11 +25,11 @@ from policies.objects import (
 
 __all__ = [
     "ObjectError",
+    "ValidationError",
     "node_from_api",
     "nodes_from_api",
     "runtime_class_from_api",
     "tolerations_from_models",
-    "ValidationError",
 ]
 
 _STRICT = ConfigDict(strict=True, extra="ignore", frozen=True)
