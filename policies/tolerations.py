@@ -17,15 +17,18 @@ from policies.objects import Taint, Toleration
 # Effects the scheduler's filter honours; PreferNoSchedule only affects scoring.
 FILTERED_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
-# strconv.ParseInt(s, 10, 64): optional sign, ASCII digits only (base 10 given
-# explicitly, so no "0x" prefixes and no underscores), and the value must fit int64.
-# Python's int() is looser (whitespace, "_", non-ASCII digits), hence the pattern.
-_GO_INT = re.compile(r"[+-]?[0-9]+")
+# Kubernetes checks a Lt/Gt value with content.IsDecimalInteger (k8s.io/apimachinery/
+# pkg/api/validate/content/decimal_int.go: canonical form, i.e. "0" or an optional "-"
+# then ASCII digits without a leading zero; no "+", no "-0", no "007") and then
+# strconv.ParseInt(s, 10, 64) (the value must fit int64). Python's int() is looser
+# (whitespace, "_", "+", non-ASCII digits), hence the pattern.
+_GO_INT = re.compile(r"0|-?[1-9][0-9]*")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def parse_go_int64(text: str) -> int | None:
-    """The value strconv.ParseInt(text, 10, 64) returns, or None where it errors."""
+    """The int64 Kubernetes reads from a Lt/Gt value (IsDecimalInteger, then
+    strconv.ParseInt(text, 10, 64)), or None where either rejects it."""
     if not _GO_INT.fullmatch(text):
         return None
     value = int(text)
