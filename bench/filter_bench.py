@@ -1,0 +1,448 @@
+"""Filter benchmark: in-process and over HTTP, against the cost of just reading and
+writing the message.
+
+    .venv/bin/python bench/filter_bench.py            # full run (500 / 5,000 / 15,000 nodes)
+    .venv/bin/python bench/filter_bench.py --quick    # CI: small sizes, few iterations (< ~60 s)
+
+For each cluster size it
+
+* generates a realistic cluster (``bench/cluster_gen.py``) and writes it as a cluster
+  file under ``bench/out/``;
+* times in-process filter calls exactly as the HTTP handler makes them (validate the
+  body, decide, serialise the answer) in names mode and in full-nodes mode, and in the
+  same loop the *floor* for the same request: ``orjson.loads`` of the request bytes
+  plus ``orjson.dumps`` of the response. The ratio ours/floor is what to compare
+  across machines: both sides suffer the same noise;
+* starts the real ``runtimeclass-extender serve --cluster-file ...`` as a subprocess
+  and drives it from a separate client process over loopback with keep-alive
+  connections: p50/p99 of sequential calls (kube-scheduler's pattern: one call at a
+  time) and throughput with a few concurrent callers;
+* reads the server's RSS (VmRSS, and the VmHWM peak) from /proc.
+
+Requests rotate through a mix of pods (no RuntimeClass, runc, gVisor, Kata with its
+own toleration, GPU, Windows, a spot-tolerating pod, and a class that does not exist)
+and the node order is shuffled per request, as kube-scheduler's is.
+
+It prints one table and writes it as JSON (``bench/out/results.json`` or ``--json``).
+The numbers are timings on a shared machine: compare ratios, repeat runs, and never
+turn them into pass/fail checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import http.client
+import json
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import cluster_gen  # noqa: E402
+
+OUT = HERE / "out"
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def names_requests(node_objects: list[dict[str, Any]], count: int, seed: int = 1) -> list[bytes]:
+    """Names-mode bodies (nodeCacheCapable: true), one per pod of the mix, shuffled nodes."""
+    rng = random.Random(seed)
+    names = [n["metadata"]["name"] for n in node_objects]
+    bodies = []
+    for i in range(count):
+        pod = cluster_gen.pods()[i % len(cluster_gen.POD_MIX)]
+        order = names[:]
+        rng.shuffle(order)
+        bodies.append(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": order}))
+    return bodies
+
+
+def nodes_requests(node_objects: list[dict[str, Any]], count: int, seed: int = 1) -> list[bytes]:
+    """Full-nodes bodies (nodeCacheCapable: false): Node objects with managedFields."""
+    rng = random.Random(seed)
+    bodies = []
+    for i in range(count):
+        pod = cluster_gen.pods()[i % len(cluster_gen.POD_MIX)]
+        order = node_objects[:]
+        rng.shuffle(order)
+        # kube-scheduler sends the NodeList without kind/apiVersion, items with them stripped too.
+        items = [{k: v for k, v in n.items() if k not in ("kind", "apiVersion")} for n in order]
+        bodies.append(orjson.dumps({"Pod": pod, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}))
+    return bodies
+
+
+# --------------------------------------------------------------------------- in-process
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def handler_path(state: Any, policy: Any) -> Callable[[bytes], bytes]:
+    """What ``extender.app.filter_handler`` does with a body, without the HTTP around it."""
+    from extender.filtering import decide
+    from extender.protocol import ExtenderArgs
+
+    def handle(body: bytes) -> bytes:
+        args = ExtenderArgs.model_validate_json(body)
+        return decide(args, state, policy).result.to_json()
+
+    return handle
+
+
+def measure_inprocess(handle: Callable[[bytes], bytes], bodies: list[bytes], iterations: int) -> dict[str, float]:
+    # Warm-up: one call per distinct body, so the per-pod caches exist (steady state;
+    # the cold cost is reported separately).
+    responses = []
+    cold: list[float] = []
+    for body in bodies:
+        t0 = time.perf_counter()
+        responses.append(handle(body))
+        cold.append(time.perf_counter() - t0)
+    decoded = [orjson.loads(r) for r in responses]
+    ours: list[float] = []
+    floor: list[float] = []
+    ratios: list[float] = []
+    for i in range(iterations):
+        body = bodies[i % len(bodies)]
+        expected = decoded[i % len(bodies)]
+        # Alternate which goes first so neither always pays for the other's garbage.
+        if i % 2:
+            t0 = time.perf_counter()
+            handle(body)
+            t1 = time.perf_counter()
+            orjson.loads(body)
+            orjson.dumps(expected)
+            t2 = time.perf_counter()
+            o, f = t1 - t0, t2 - t1
+        else:
+            t0 = time.perf_counter()
+            orjson.loads(body)
+            orjson.dumps(expected)
+            t1 = time.perf_counter()
+            handle(body)
+            t2 = time.perf_counter()
+            f, o = t1 - t0, t2 - t1
+        ours.append(o)
+        floor.append(f)
+        ratios.append(o / f)
+    return {
+        "ours_p50_ms": percentile(ours, 50) * 1e3,
+        "ours_p99_ms": percentile(ours, 99) * 1e3,
+        "floor_p50_ms": percentile(floor, 50) * 1e3,
+        "floor_p99_ms": percentile(floor, 99) * 1e3,
+        # Median of per-call ratios: each pair ran back to back, under the same load.
+        "ratio": statistics.median(ratios),
+        "cold_max_ms": max(cold) * 1e3,
+        "calls": iterations,
+    }
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+def client_main(argv: Sequence[str]) -> int:
+    """The load generator, run as its own process: keep-alive connections, like Go's client."""
+    parser = argparse.ArgumentParser(prog="filter_bench.py --client")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--calls", type=int, required=True)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("bodies", nargs="+")
+    args = parser.parse_args(argv)
+    bodies = [Path(p).read_bytes() for p in args.bodies]
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+
+    def run(worker: int, calls: int, latencies: list[float]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=60)
+        for i in range(calls):
+            body = bodies[(i + worker) % len(bodies)]
+            t0 = time.perf_counter()
+            conn.request("POST", "/filter", body=body, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+            latencies.append(time.perf_counter() - t0)
+            if response.status != 200 or b'"Error":""' not in data:
+                raise SystemExit(f"bad answer: {response.status} {data[:200]!r}")
+        conn.close()
+
+    # Warm-up on one connection (first-call cache builds are not steady state).
+    run(0, len(bodies), [])
+    per_worker: list[list[float]] = [[] for _ in range(args.concurrency)]
+    threads = [
+        threading.Thread(target=run, args=(w, args.calls // args.concurrency, per_worker[w]))
+        for w in range(args.concurrency)
+    ]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    latencies = [x for worker in per_worker for x in worker]
+    print(
+        json.dumps(
+            {
+                "p50_ms": percentile(latencies, 50) * 1e3,
+                "p99_ms": percentile(latencies, 99) * 1e3,
+                "rps": len(latencies) / wall,
+                "calls": len(latencies),
+            }
+        )
+    )
+    return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _serve_command() -> list[str]:
+    script = Path(sys.executable).parent / "runtimeclass-extender"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "extender"]
+
+
+def rss_mb(pid: int) -> dict[str, float]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields
+
+
+class Server:
+    """``runtimeclass-extender serve`` on a free loopback port."""
+
+    def __init__(self, cluster_file: Path) -> None:
+        self.port = _free_port()
+        self.proc = subprocess.Popen(
+            [*_serve_command(), "serve", "--cluster-file", str(cluster_file), "--host", "127.0.0.1",
+             "--port", str(self.port), "--log-level", "warning"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode() if self.proc.stderr else ''}")
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+                conn.request("GET", "/readyz")
+                if conn.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("server did not become ready")
+
+    def load(self, bodies: list[Path], calls: int, concurrency: int) -> dict[str, float]:
+        out = subprocess.run(
+            [sys.executable, __file__, "--client", "--port", str(self.port), "--calls", str(calls),
+             "--concurrency", str(concurrency), *map(str, bodies)],
+            check=True,
+            capture_output=True,
+        )
+        result: dict[str, float] = json.loads(out.stdout)
+        return result
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import uvloop  # noqa: F401
+
+        loop = "uvloop"
+    except ImportError:
+        loop = "asyncio"
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "loadavg": os.getloadavg()[0],
+        "event_loop": loop,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from extender.cluster.file_source import load_cluster_file
+    from extender.policy_file import load_policy
+
+    OUT.mkdir(exist_ok=True)
+    policy = load_policy(None)
+    rows: list[dict[str, Any]] = []
+    mix = len(cluster_gen.POD_MIX)
+    for size in args.sizes:
+        print(f"# {size} nodes: generating", file=sys.stderr, flush=True)
+        node_objects = cluster_gen.nodes(size, args.seed)
+        cluster_file = OUT / f"cluster-{size}.json"
+        cluster_file.write_bytes(orjson.dumps(cluster_gen.cluster_list(node_objects)))
+        state = load_cluster_file(cluster_file)
+        handle = handler_path(state, policy)
+
+        modes = ["names"] + (["nodes"] if size <= args.max_full_nodes else [])
+        for mode in modes:
+            print(f"# {size} nodes, {mode}: in-process", file=sys.stderr, flush=True)
+            make = names_requests if mode == "names" else nodes_requests
+            bodies = make(node_objects, mix, args.seed)
+            iterations = args.iterations if mode == "names" else max(mix, args.iterations * 500 // (size * 10))
+            row: dict[str, Any] = {"nodes": size, "mode": mode, "request_mb": len(bodies[2]) / 1e6}
+            row.update(measure_inprocess(handle, bodies, iterations))
+            body_files = []
+            for i, body in enumerate(bodies):
+                path = OUT / f"request-{mode}-{size}-{i}.json"
+                path.write_bytes(body)
+                body_files.append(path)
+            row["body_files"] = body_files
+            rows.append(row)
+            del bodies
+            gc.collect()
+        del state, handle, node_objects
+        gc.collect()
+
+        if args.no_http:
+            continue
+        print(f"# {size} nodes: HTTP", file=sys.stderr, flush=True)
+        server = Server(cluster_file)
+        try:
+            for row in rows:
+                if row["nodes"] != size:
+                    continue
+                calls = args.http_calls if row["mode"] == "names" else max(mix, args.http_calls * 50 // size)
+                seq = server.load(row["body_files"], calls, 1)
+                row["http_p50_ms"], row["http_p99_ms"] = seq["p50_ms"], seq["p99_ms"]
+                row["http_seq_rps"] = seq["rps"]
+                conc = server.load(row["body_files"], calls, args.concurrency)
+                row["http_conc_rps"] = conc["rps"]
+                row["http_conc_p99_ms"] = conc["p99_ms"]
+            # After the full-nodes calls too: the RSS a server holding `size` nodes
+            # settles at, and its peak while parsing the largest requests.
+            mem = rss_mb(server.proc.pid)
+            for row in rows:
+                if row["nodes"] == size:
+                    row["rss_mb"], row["rss_peak_mb"] = mem.get("VmRSS"), mem.get("VmHWM")
+        finally:
+            server.stop()
+    for row in rows:
+        row.pop("body_files", None)
+    return {"machine": machine(), "command": " ".join(["bench/filter_bench.py", *args.argv]), "rows": rows}
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def table(results: dict[str, Any]) -> str:
+    header = (
+        "| nodes | mode | request MB | in-proc p50 ms | in-proc p99 ms | floor p50 ms | ratio | "
+        "HTTP seq p50 ms | HTTP seq p99 ms | HTTP seq req/s | HTTP conc req/s | RSS MB (peak) |"
+    )
+    lines = [header, "|" + "---|" * 12]
+    for r in results["rows"]:
+        rss = f"{_fmt(r.get('rss_mb'), 0)} ({_fmt(r.get('rss_peak_mb'), 0)})" if r.get("rss_mb") else "-"
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    str(r["nodes"]),
+                    r["mode"],
+                    _fmt(r["request_mb"]),
+                    _fmt(r["ours_p50_ms"], 3),
+                    _fmt(r["ours_p99_ms"], 3),
+                    _fmt(r["floor_p50_ms"], 3),
+                    _fmt(r["ratio"]),
+                    _fmt(r.get("http_p50_ms"), 3),
+                    _fmt(r.get("http_p99_ms"), 3),
+                    _fmt(r.get("http_seq_rps"), 0),
+                    _fmt(r.get("http_conc_rps"), 0),
+                    rss,
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--client":
+        return client_main(argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, few iterations (CI)")
+    parser.add_argument("--sizes", type=int, nargs="+", help="cluster sizes (default 500 5000 15000)")
+    parser.add_argument("--iterations", type=int, help="in-process names-mode calls per size")
+    parser.add_argument("--http-calls", type=int, help="HTTP names-mode calls per size and load")
+    parser.add_argument("--concurrency", type=int, default=4, help="concurrent HTTP callers")
+    parser.add_argument("--max-full-nodes", type=int, help="largest size measured in full-nodes mode")
+    parser.add_argument("--no-http", action="store_true", help="in-process only")
+    parser.add_argument("--seed", type=int, default=585)
+    parser.add_argument("--json", type=Path, default=OUT / "results.json", help="where to write the results")
+    args = parser.parse_args(argv)
+    args.argv = argv
+    if args.quick:
+        args.sizes = args.sizes or [500, 5000]
+        args.iterations = args.iterations or 100
+        args.http_calls = args.http_calls or 200
+        args.max_full_nodes = args.max_full_nodes or 500
+    else:
+        args.sizes = args.sizes or [500, 5000, 15000]
+        args.iterations = args.iterations or 1000
+        args.http_calls = args.http_calls or 2000
+        args.max_full_nodes = args.max_full_nodes or 5000
+    results = run(args)
+    print(table(results))
+    m = results["machine"]
+    print(f"\n{m['nproc']} CPUs ({m['cpu']}), Python {m['python']}, {m['event_loop']}, load {m['loadavg']:.1f}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"written: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
