@@ -55,6 +55,7 @@ def class_revision(runtime_class: RuntimeClassView | None) -> Hashable:
         tuple(sorted(runtime_class.node_selector.items())),
         runtime_class.tolerations,
         runtime_class.match_expressions,
+        runtime_class.match_fields,
         runtime_class.selector_error,
     )
 

@@ -84,13 +84,20 @@ class RuntimeClassView:
     # The expressive selector from the RuntimeClass annotation (KEP-585 alternative
     # "NodeSelectorTerm"): None when the annotation is absent.
     match_expressions: tuple[SelectorRequirement, ...] | None = None
+    # The same term's matchFields (only metadata.name In/NotIn); () when there are none.
+    match_fields: tuple[SelectorRequirement, ...] = ()
     # Why the annotation could not be used; a class with an error fails closed.
     selector_error: str | None = None
     resource_version: str = ""
 
     @property
     def has_scheduling(self) -> bool:
-        return bool(self.node_selector or self.tolerations or self.match_expressions is not None)
+        return bool(
+            self.node_selector
+            or self.tolerations
+            or self.match_expressions is not None
+            or self.selector_error is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)

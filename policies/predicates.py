@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from policies.node_affinity import term_mismatches
 from policies.node_selector import selector_mismatches
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.tolerations import FILTERED_EFFECTS, tolerated_by_any
@@ -52,7 +53,8 @@ class RuntimeClassExists:
 
 @dataclass(frozen=True)
 class RuntimeClassNodeSelector:
-    """The node carries every label of the class's ``scheduling.nodeSelector``."""
+    """The node carries every label of the class's ``scheduling.nodeSelector`` and, when
+    the class has the node-selector-term annotation, satisfies that term too."""
 
     name: str = "RuntimeClassNodeSelector"
 
@@ -68,6 +70,11 @@ class RuntimeClassNodeSelector:
                 detail=runtime_class.selector_error,
             )
         problems = selector_mismatches(runtime_class.node_selector, node.labels)
+        if runtime_class.match_expressions is not None:
+            # The annotation's NodeSelectorTerm, ANDed with the map (policies/node_affinity.py).
+            problems += term_mismatches(
+                runtime_class.match_expressions, runtime_class.match_fields, node.labels, node.name
+            )
         if problems:
             return Verdict(False, REASON_RUNTIMECLASS_MISMATCH, unresolvable=True, detail="; ".join(problems))
         return FITS

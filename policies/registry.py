@@ -15,6 +15,7 @@ from typing import Any
 
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.predicates import runtime_class_exists, runtime_class_node_selector, taint_toleration
+from policies.runtime_handler import runtime_handler
 from policies.verdict import FITS, Predicate, Verdict
 
 ENTRY_POINT_GROUP = "runtimeclass_extender.predicates"
@@ -27,6 +28,7 @@ BUILTIN_FACTORIES: Mapping[str, PredicateFactory] = {
     "RuntimeClassExists": runtime_class_exists,
     "RuntimeClassNodeSelector": runtime_class_node_selector,
     "TaintToleration": taint_toleration,
+    "RuntimeHandler": runtime_handler,
 }
 
 

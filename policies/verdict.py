@@ -27,6 +27,10 @@ def reason_runtime_handler_unsupported(handler: str) -> str:
     return f'node(s) don\'t support runtime handler "{handler}"'
 
 
+def reason_runtime_handler_features_unsupported(handler: str) -> str:
+    return f'node(s) don\'t support runtime handler "{handler}" with the required features'
+
+
 def reason_runtimeclass_selector_invalid(name: str) -> str:
     return f'RuntimeClass "{name}" has an invalid node selector annotation'
 

@@ -14,6 +14,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from extender.cluster.annotations import (
+    NODE_SELECTOR_TERM_ANNOTATION,
+    SELECTOR_ERRORS,
+    selector_from_annotations,
+)
 from policies.objects import (
     EMPTY_LABELS,
     NodeView,
@@ -171,12 +176,26 @@ def runtime_class_from_api(obj: Any) -> RuntimeClassView:
     if not model.metadata.name:
         raise ObjectError("RuntimeClass has no metadata.name")
     scheduling = model.scheduling
+    metadata = model.metadata
+    # The expressive selector (KEP-585 alternative "NodeSelectorTerm"); a malformed one
+    # fails the class closed in the predicate and is logged once per revision.
+    term = selector_from_annotations(metadata.annotations)
+    if term.error is not None:
+        SELECTOR_ERRORS.report(
+            name=metadata.name,
+            resource_version=metadata.resourceVersion,
+            annotation=(metadata.annotations or {}).get(NODE_SELECTOR_TERM_ANNOTATION, ""),
+            error=term.error,
+        )
     return RuntimeClassView(
-        name=model.metadata.name,
+        name=metadata.name,
         handler=model.handler,
         node_selector=_labels(scheduling.nodeSelector if scheduling else None),
         tolerations=tolerations_from_models(scheduling.tolerations if scheduling else None),
-        resource_version=model.metadata.resourceVersion,
+        match_expressions=term.match_expressions,
+        match_fields=term.match_fields,
+        selector_error=term.error,
+        resource_version=metadata.resourceVersion,
     )
 
 
