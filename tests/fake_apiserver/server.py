@@ -1,0 +1,885 @@
+"""The fake API server itself; see the package docstring for what it serves and the controls.
+
+Faithfulness notes (what a real kube-apiserver does, and where this one is simpler):
+
+- One global resourceVersion counter for every resource (etcd's revision). Objects are
+  never mutated in place: each change stores a new dict, so events and snapshots can
+  share references safely.
+- A watch registers itself and computes its replay in one synchronous step (no await
+  in between), so no event can fall between the replay and the live stream.
+- A field-selector watch sees an object that stops matching as DELETED and one that
+  starts matching as ADDED, as the watch cache does (storage/cacher: watchCacheEvent
+  carries PrevObject for exactly this).
+- LIST pages after the first are read from the snapshot taken at the first page, as
+  etcd serves continue tokens at the list's revision; once compaction passes that
+  revision the token gets 410 Expired.
+- Watch bookmarks carry only kind, apiVersion and metadata.resourceVersion, and are
+  written only when no event is queued for that watcher, so a bookmark never claims a
+  resourceVersion whose events have not been sent yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import orjson
+import yaml
+from aiohttp import web
+
+JsonObj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """A resource the server serves: ``group`` "" is the core API (``/api/v1``)."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        return f"{self.group}/{self.plural}"
+
+    def collection_path(self, namespace: str | None = None) -> str:
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if namespace is not None:
+            return f"{root}/namespaces/{namespace}/{self.plural}"
+        return f"{root}/{self.plural}"
+
+
+NODES = ResourceType("", "v1", "nodes", "Node")
+RUNTIME_CLASSES = ResourceType("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass")
+PODS = ResourceType("", "v1", "pods", "Pod", namespaced=True)
+
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+def status_object(
+    code: int, message: str, *, reason: str | None = None, details: JsonObj | None = None
+) -> JsonObj:
+    """A meta/v1 Status, as the API server sends for every error."""
+    status: JsonObj = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason if reason is not None else _REASONS.get(code, ""),
+        "code": code,
+    }
+    if details:
+        status["details"] = details
+    return status
+
+
+class RecordedRequest(NamedTuple):
+    verb: str  # list, watch, get, patch (or the HTTP method for anything else)
+    path: str
+    query: dict[str, str]
+
+
+@dataclass
+class _Failure:
+    remaining: int
+    status: int
+    retry_after: float | None
+    verbs: frozenset[str] | None
+    resource: str | None
+    message: str
+
+
+class _HistoryEvent(NamedTuple):
+    rv: int
+    resource: str
+    type: str
+    obj: JsonObj
+    prev: JsonObj | None
+
+
+class _Selector(NamedTuple):
+    fields: tuple[tuple[str, str, bool], ...]  # (path, value, equal)
+    labels: tuple[tuple[str, str, bool], ...]
+
+    def matches(self, obj: JsonObj | None) -> bool:
+        if obj is None:
+            return False
+        for path, value, equal in self.fields:
+            if (_field_value(obj, path) == value) != equal:
+                return False
+        labels = obj.get("metadata", {}).get("labels") or {}
+        return all((labels.get(key) == value) == equal for key, value, equal in self.labels)
+
+
+def _field_value(obj: JsonObj, path: str) -> str:
+    current: Any = obj
+    for part in path.split("."):
+        current = current.get(part) if isinstance(current, dict) else None
+    return "" if current is None else str(current)
+
+
+_SUPPORTED_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase")
+
+
+def _parse_terms(text: str, *, fields: bool) -> tuple[tuple[str, str, bool], ...]:
+    terms = []
+    for raw in filter(None, (t.strip() for t in text.split(","))):
+        if "!=" in raw:
+            key, value = raw.split("!=", 1)
+            equal = False
+        elif "==" in raw:
+            key, value = raw.split("==", 1)
+            equal = True
+        elif "=" in raw:
+            key, value = raw.split("=", 1)
+            equal = True
+        else:
+            raise ValueError(f"unsupported selector term {raw!r}")
+        if fields and key not in _SUPPORTED_FIELDS:
+            raise ValueError(f'field label not supported: "{key}"')
+        terms.append((key, value, equal))
+    return tuple(terms)
+
+
+class _Drop:
+    """Queue sentinel: end the stream without a clean chunked terminator."""
+
+
+class _Bookmark(NamedTuple):
+    rv: int
+
+
+_DROP = _Drop()
+
+
+@dataclass(eq=False)
+class _Watcher:
+    resource: ResourceType
+    namespace: str | None
+    selector: _Selector
+    bookmarks: bool
+    queue: asyncio.Queue[bytes | _Bookmark | _Drop] = field(default_factory=asyncio.Queue)
+    flowing: asyncio.Event = field(default_factory=asyncio.Event)
+    transport: asyncio.Transport | None = None
+    dropped: bool = False
+
+    def wants(self, obj: JsonObj | None) -> bool:
+        if obj is None:
+            return False
+        if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
+            return False
+        return self.selector.matches(obj)
+
+    def translate(self, event_type: str, obj: JsonObj, prev: JsonObj | None) -> str | None:
+        """The event this watcher sees for a change, given its filters (None: nothing)."""
+        now, before = self.wants(obj), self.wants(prev)
+        if event_type == "DELETED":
+            return "DELETED" if before or now else None
+        if now and before:
+            return "MODIFIED"
+        if now:
+            return "ADDED"
+        if before:
+            return "DELETED"
+        return None
+
+
+class _Snapshot(NamedTuple):
+    rv: int
+    items: list[JsonObj]
+
+
+def _event_line(event_type: str, obj: JsonObj) -> bytes:
+    return orjson.dumps({"type": event_type, "object": obj}) + b"\n"
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge_patch(result.get(key), value)
+    return result
+
+
+class FakeApiServer:
+    """A Kubernetes API server in this process. See the package docstring."""
+
+    def __init__(
+        self,
+        *,
+        resources: Iterable[ResourceType] = (NODES, RUNTIME_CLASSES, PODS),
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = "fake-token",
+        gone_as: Literal["event", "http"] = "event",
+        bookmark_interval: float | None = None,
+        history_limit: int | None = None,
+        default_watch_timeout: float = 1800.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.token = token
+        self.gone_as = gone_as
+        self.bookmark_interval = bookmark_interval
+        self.history_limit = history_limit
+        self.default_watch_timeout = default_watch_timeout
+        self._resources: dict[tuple[str, str, str], ResourceType] = {}
+        self._objects: dict[str, dict[tuple[str, str], JsonObj]] = {}
+        for resource in resources:
+            self.register(resource)
+        self._rv = 0
+        self._compacted_rv = 0
+        self._history: list[_HistoryEvent] = []
+        self._snapshots: dict[str, _Snapshot] = {}
+        self._watchers: set[_Watcher] = set()
+        self._failures: list[_Failure] = []
+        self._stalled = False
+        self._runner: web.AppRunner | None = None
+        self.requests: list[RecordedRequest] = []
+
+    # ----- setup -------------------------------------------------------------------
+
+    def register(self, resource: ResourceType) -> None:
+        """Serve another resource (any group/version/plural, namespaced or not)."""
+        self._resources[(resource.group, resource.version, resource.plural)] = resource
+        self._objects.setdefault(resource.key, {})
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    @property
+    def resource_version(self) -> int:
+        """The newest resourceVersion handed out."""
+        return self._rv
+
+    async def start(self) -> None:
+        """Listen (on the same port as before after a ``stop``)."""
+        if self._runner is not None:
+            return
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        if self.port == 0:
+            self.port = int(runner.addresses[0][1])
+        self._runner = runner
+
+    async def stop(self) -> None:
+        """Stop listening and cut every connection (watches end mid-stream)."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        self.drop_watches()
+        await runner.cleanup()
+
+    async def restart(self, *, fresh_history: bool = False) -> None:
+        """Stop, then start on the same port; ``fresh_history`` as in ``reset_history``."""
+        await self.stop()
+        if fresh_history:
+            self.reset_history()
+        await self.start()
+
+    def reset_history(self, start_rv: int = 0) -> None:
+        """Forget all history and re-stamp every object from ``start_rv`` upwards.
+
+        Models an API server whose storage was restored or replaced: the same objects
+        (or whatever the test puts there next), at resourceVersions lower than clients
+        have seen.
+        """
+        self._rv = start_rv
+        self._history.clear()
+        self._snapshots.clear()
+        self._compacted_rv = start_rv
+        for objects in self._objects.values():
+            for key in sorted(objects):
+                obj = copy.deepcopy(objects[key])
+                self._stamp(obj)
+                objects[key] = obj
+
+    def write_kubeconfig(self, path: str | Path, *, context: str = "fake") -> Path:
+        """An ordinary kubeconfig file pointing at this server (with its token)."""
+        path = Path(path)
+        user: JsonObj = {"token": self.token} if self.token else {}
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": context, "cluster": {"server": self.url}}],
+            "users": [{"name": context, "user": user}],
+            "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+            "current-context": context,
+        }
+        path.write_text(yaml.safe_dump(config), encoding="utf-8")
+        return path
+
+    # ----- object controls ------------------------------------------------------------
+
+    def _resource(self, resource: ResourceType | str) -> ResourceType:
+        if isinstance(resource, ResourceType):
+            return resource
+        for known in self._resources.values():
+            if resource in (known.plural, known.key):
+                return known
+        raise KeyError(f"resource {resource!r} is not registered")
+
+    def _key(self, resource: ResourceType, name: str, namespace: str | None) -> tuple[str, str]:
+        if resource.namespaced:
+            return (namespace or "default", name)
+        return ("", name)
+
+    def _stamp(self, obj: JsonObj) -> None:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+
+    def get(self, resource: ResourceType | str, name: str, *, namespace: str | None = None) -> JsonObj | None:
+        rtype = self._resource(resource)
+        obj = self._objects[rtype.key].get(self._key(rtype, name, namespace))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def objects(self, resource: ResourceType | str) -> list[JsonObj]:
+        rtype = self._resource(resource)
+        return [copy.deepcopy(o) for _, o in sorted(self._objects[rtype.key].items())]
+
+    def add(self, resource: ResourceType | str, obj: Mapping[str, Any]) -> JsonObj:
+        """Create an object (KeyError if it exists); emits ADDED. Returns it as stored."""
+        rtype = self._resource(resource)
+        new = copy.deepcopy(dict(obj))
+        meta = new.setdefault("metadata", {})
+        if not meta.get("name"):
+            raise ValueError("metadata.name is required")
+        if rtype.namespaced:
+            meta["namespace"] = meta.get("namespace") or "default"
+        else:
+            meta.pop("namespace", None)
+        key = self._key(rtype, meta["name"], meta.get("namespace"))
+        if key in self._objects[rtype.key]:
+            raise KeyError(f"{rtype.plural} {meta['name']!r} already exists")
+        new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+        self._stamp(new)
+        self._objects[rtype.key][key] = new
+        self._emit(rtype, "ADDED", new, None)
+        return copy.deepcopy(new)
+
+    def modify(
+        self,
+        resource: ResourceType | str,
+        name: str,
+        change: Callable[[JsonObj], Any] | Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+    ) -> JsonObj:
+        """Change an object in place (a callable) or by merge patch (a mapping); emits MODIFIED."""
+        rtype = self._resource(resource)
+        key = self._key(rtype, name, namespace)
+        old = self._objects[rtype.key].get(key)
+        if old is None:
+            raise KeyError(f"{rtype.plural} {name!r} not found")
+        if callable(change):
+            new = copy.deepcopy(old)
+            change(new)
+        else:
+            new = _merge_patch(old, dict(change))
+        return self._replace(rtype, key, old, new)
+
+    def _replace(self, rtype: ResourceType, key: tuple[str, str], old: JsonObj, new: JsonObj) -> JsonObj:
+        new = copy.deepcopy(new)
+        meta = new.setdefault("metadata", {})
+        # Identity fields are not the caller's to change.
+        for field_name in ("name", "namespace", "uid", "creationTimestamp"):
+            if field_name in old["metadata"]:
+                meta[field_name] = old["metadata"][field_name]
+        new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
+        self._stamp(new)
+        self._objects[rtype.key][key] = new
+        self._emit(rtype, "MODIFIED", new, old)
+        return copy.deepcopy(new)
+
+    def put(self, resource: ResourceType | str, obj: Mapping[str, Any]) -> JsonObj:
+        """Create or replace an object (ADDED or MODIFIED)."""
+        rtype = self._resource(resource)
+        meta = obj.get("metadata") or {}
+        key = self._key(rtype, meta.get("name", ""), meta.get("namespace"))
+        old = self._objects[rtype.key].get(key)
+        if old is None:
+            return self.add(rtype, obj)
+        return self._replace(rtype, key, old, dict(obj))
+
+    def delete(self, resource: ResourceType | str, name: str, *, namespace: str | None = None) -> JsonObj:
+        """Delete an object (KeyError if absent); emits DELETED with the final state."""
+        rtype = self._resource(resource)
+        key = self._key(rtype, name, namespace)
+        old = self._objects[rtype.key].pop(key, None)
+        if old is None:
+            raise KeyError(f"{rtype.plural} {name!r} not found")
+        final = copy.deepcopy(old)
+        self._stamp(final)  # a deletion is a revision too; the event carries it
+        self._emit(rtype, "DELETED", final, old)
+        return final
+
+    def _emit(self, rtype: ResourceType, event_type: str, obj: JsonObj, prev: JsonObj | None) -> None:
+        self._history.append(_HistoryEvent(self._rv, rtype.key, event_type, obj, prev))
+        if self.history_limit is not None and len(self._history) > self.history_limit:
+            dropped = self._history[: len(self._history) - self.history_limit]
+            del self._history[: len(dropped)]
+            self._compacted_rv = dropped[-1].rv
+        for watcher in self._watchers:
+            if watcher.resource is rtype:
+                seen = watcher.translate(event_type, obj, prev)
+                if seen is not None:
+                    watcher.queue.put_nowait(_event_line(seen, obj))
+
+    # ----- fault controls -------------------------------------------------------------
+
+    def compact(self, rv: int | None = None) -> None:
+        """Forget history up to ``rv`` (default: all of it); older resourceVersions get 410."""
+        self._compacted_rv = self._rv if rv is None else rv
+        self._history = [e for e in self._history if e.rv > self._compacted_rv]
+
+    def drop_watches(self) -> int:
+        """Cut every open watch connection abruptly; returns how many were cut."""
+        watchers = list(self._watchers)
+        for watcher in watchers:
+            watcher.dropped = True
+            if watcher.transport is not None:
+                watcher.transport.abort()
+            watcher.queue.put_nowait(_DROP)
+            watcher.flowing.set()
+        return len(watchers)
+
+    def stall_watches(self) -> None:
+        """Open watches (and new ones) stop sending anything, connections stay open."""
+        self._stalled = True
+        for watcher in self._watchers:
+            watcher.flowing.clear()
+
+    def resume_watches(self) -> None:
+        self._stalled = False
+        for watcher in self._watchers:
+            watcher.flowing.set()
+
+    def send_bookmarks(self) -> None:
+        """Queue a BOOKMARK at the current resourceVersion on every watch that allows them."""
+        for watcher in self._watchers:
+            if watcher.bookmarks:
+                watcher.queue.put_nowait(_Bookmark(self._rv))
+
+    def fail_next(
+        self,
+        count: int = 1,
+        status: int = 500,
+        *,
+        retry_after: float | None = None,
+        verbs: Iterable[str] | None = None,
+        resource: ResourceType | str | None = None,
+        message: str = "injected failure",
+    ) -> None:
+        """The next ``count`` matching requests get ``status`` with a Status body.
+
+        ``verbs`` limits it to some of list/watch/get/patch; ``resource`` to one
+        resource; ``retry_after`` adds a Retry-After header (seconds, as for 429).
+        """
+        self._failures.append(
+            _Failure(
+                count,
+                status,
+                retry_after,
+                frozenset(verbs) if verbs is not None else None,
+                self._resource(resource).key if resource is not None else None,
+                message,
+            )
+        )
+
+    def watcher_count(self, resource: ResourceType | str | None = None) -> int:
+        rtype = self._resource(resource) if resource is not None else None
+        return sum(1 for w in self._watchers if rtype is None or w.resource is rtype)
+
+    async def wait_for_watchers(
+        self, resource: ResourceType | str | None = None, count: int = 1, *, timeout: float = 10.0
+    ) -> None:
+        """Wait (bounded) until at least ``count`` watches of ``resource`` are open."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.watcher_count(resource) < count:
+            if loop.time() > deadline:
+                raise TimeoutError(f"fewer than {count} watch(es) of {resource} connected")
+            await asyncio.sleep(0.005)
+
+    # ----- HTTP ---------------------------------------------------------------------
+
+    def _route(self, path: str) -> tuple[ResourceType, str | None, str | None] | None:
+        parts = [p for p in path.split("/") if p]
+        if len(parts) >= 2 and parts[0] == "api":
+            group, version, rest = "", parts[1], parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return None
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not 1 <= len(rest) <= 2:
+            return None
+        rtype = self._resources.get((group, version, rest[0]))
+        if rtype is None or (namespace is not None and not rtype.namespaced):
+            return None
+        return rtype, namespace, rest[1] if len(rest) == 2 else None
+
+    def _injected_failure(self, verb: str, rtype: ResourceType) -> web.Response | None:
+        for failure in self._failures:
+            if failure.remaining <= 0:
+                continue
+            if failure.verbs is not None and verb not in failure.verbs:
+                continue
+            if failure.resource is not None and failure.resource != rtype.key:
+                continue
+            failure.remaining -= 1
+            headers = {}
+            if failure.retry_after is not None:
+                # Retry-After is whole seconds (RFC 9110 delay-seconds).
+                headers["Retry-After"] = str(max(1, round(failure.retry_after)))
+            details = {"retryAfterSeconds": int(failure.retry_after)} if failure.retry_after else None
+            return _status_response(status_object(failure.status, failure.message, details=details), headers)
+        return None
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        query = dict(request.query)
+        route = self._route(request.path)
+        is_watch = query.get("watch") in ("1", "true")
+        if route is None:
+            self.requests.append(RecordedRequest(request.method, request.path, query))
+            return _status_response(status_object(404, "the server could not find the requested resource"))
+        rtype, namespace, name = route
+        if request.method == "GET":
+            verb = "get" if name else ("watch" if is_watch else "list")
+        elif request.method == "PATCH" and name:
+            verb = "patch"
+        else:
+            verb = request.method.lower()
+        self.requests.append(RecordedRequest(verb, request.path, query))
+        if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
+            return _status_response(status_object(401, "Unauthorized"))
+        failure = self._injected_failure(verb, rtype)
+        if failure is not None:
+            return failure
+        try:
+            if verb == "list":
+                return self._list(rtype, namespace, query)
+            if verb == "watch":
+                return await self._watch(request, rtype, namespace, query)
+            if verb == "get":
+                assert name is not None
+                return self._get(rtype, namespace, name)
+            if verb == "patch":
+                assert name is not None
+                return await self._patch(request, rtype, namespace, name)
+        except _BadRequest as exc:
+            return _status_response(status_object(400, str(exc)))
+        return _status_response(
+            status_object(405, f"the server does not allow this method on the requested resource ({verb})")
+        )
+
+    def _selector(self, query: Mapping[str, str]) -> _Selector:
+        try:
+            return _Selector(
+                _parse_terms(query.get("fieldSelector", ""), fields=True),
+                _parse_terms(query.get("labelSelector", ""), fields=False),
+            )
+        except ValueError as exc:
+            raise _BadRequest(str(exc)) from None
+
+    def _current(self, rtype: ResourceType, namespace: str | None, selector: _Selector) -> list[JsonObj]:
+        return [
+            obj
+            for (ns, _), obj in sorted(self._objects[rtype.key].items())
+            if (namespace is None or ns == namespace) and selector.matches(obj)
+        ]
+
+    def _requested_rv(self, query: Mapping[str, str]) -> int | None:
+        text = query.get("resourceVersion", "")
+        if text in ("", "0"):
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise _BadRequest(f"invalid resource version: {text!r}") from None
+
+    def _too_large(self, rv: int) -> web.Response:
+        # What the watch cache answers when the requested revision never arrives
+        # (storage/cacher: NewTooLargeResourceVersionError).
+        return _status_response(
+            status_object(
+                504,
+                f"Too large resource version: {rv}, current: {self._rv}",
+                reason="Timeout",
+                details={
+                    "causes": [
+                        {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+                    ],
+                    "retryAfterSeconds": 1,
+                },
+            )
+        )
+
+    def _list(self, rtype: ResourceType, namespace: str | None, query: Mapping[str, str]) -> web.Response:
+        token = query.get("continue")
+        if token:
+            try:
+                decoded = orjson.loads(base64.urlsafe_b64decode(token.encode()))
+                snapshot_id, offset = str(decoded["id"]), int(decoded["start"])
+            except (ValueError, KeyError, TypeError):
+                raise _BadRequest("continue key is not valid") from None
+            snapshot = self._snapshots.get(snapshot_id)
+            if snapshot is None or snapshot.rv < self._compacted_rv:
+                return _status_response(
+                    status_object(
+                        410,
+                        "The provided continue parameter is too old to display a consistent list result. "
+                        "You can start a new list without the continue parameter.",
+                    )
+                )
+        else:
+            requested = self._requested_rv(query)
+            if requested is not None and requested > self._rv:
+                return self._too_large(requested)
+            if (
+                requested is not None
+                and query.get("resourceVersionMatch") == "Exact"
+                and requested < self._compacted_rv
+            ):
+                return _status_response(
+                    status_object(410, "The resourceVersion for the provided list is too old.")
+                )
+            items = [_without_type(obj) for obj in self._current(rtype, namespace, self._selector(query))]
+            snapshot_id, offset = uuid.uuid4().hex, 0
+            snapshot = _Snapshot(self._rv, items)
+        try:
+            limit = int(query.get("limit", "0") or 0)
+        except ValueError:
+            raise _BadRequest("limit must be an integer") from None
+        end = offset + limit if limit > 0 else len(snapshot.items)
+        page = snapshot.items[offset:end]
+        metadata: JsonObj = {"resourceVersion": str(snapshot.rv)}
+        if end < len(snapshot.items):
+            self._snapshots[snapshot_id] = snapshot
+            while len(self._snapshots) > 64:
+                del self._snapshots[next(iter(self._snapshots))]
+            metadata["continue"] = base64.urlsafe_b64encode(
+                orjson.dumps({"id": snapshot_id, "start": end, "rv": snapshot.rv})
+            ).decode()
+            metadata["remainingItemCount"] = len(snapshot.items) - end
+        body = {
+            "kind": f"{rtype.kind}List",
+            "apiVersion": rtype.api_version,
+            "metadata": metadata,
+            "items": page,
+        }
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    def _get(self, rtype: ResourceType, namespace: str | None, name: str) -> web.Response:
+        obj = self._objects[rtype.key].get(self._key(rtype, name, namespace))
+        if obj is None:
+            return _not_found(rtype, name)
+        return web.Response(body=orjson.dumps(obj), content_type="application/json")
+
+    async def _patch(
+        self, request: web.Request, rtype: ResourceType, namespace: str | None, name: str
+    ) -> web.Response:
+        if request.content_type != "application/merge-patch+json":
+            return _status_response(
+                status_object(
+                    415,
+                    f"the body of the request was in an unknown format - accepted media types include: application/merge-patch+json (got {request.content_type})",
+                )
+            )
+        try:
+            patch = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            raise _BadRequest(f"error decoding patch: {exc}") from None
+        if not isinstance(patch, dict):
+            raise _BadRequest("a merge patch must be a JSON object")
+        key = self._key(rtype, name, namespace)
+        old = self._objects[rtype.key].get(key)
+        if old is None:
+            return _not_found(rtype, name)
+        wanted_rv = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted_rv is not None and wanted_rv != old["metadata"]["resourceVersion"]:
+            return _status_response(
+                status_object(
+                    409,
+                    f'Operation cannot be fulfilled on {rtype.plural} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again",
+                    details={"name": name, "kind": rtype.plural},
+                )
+            )
+        new = _merge_patch(old, patch)
+        stored = self._replace(rtype, key, old, new)
+        return web.Response(body=orjson.dumps(stored), content_type="application/json")
+
+    async def _watch(
+        self, request: web.Request, rtype: ResourceType, namespace: str | None, query: Mapping[str, str]
+    ) -> web.StreamResponse:
+        selector = self._selector(query)
+        requested = self._requested_rv(query)
+        try:
+            timeout = (
+                float(query["timeoutSeconds"]) if "timeoutSeconds" in query else self.default_watch_timeout
+            )
+        except ValueError:
+            raise _BadRequest("timeoutSeconds must be a number") from None
+        watcher = _Watcher(
+            rtype, namespace, selector, bookmarks=query.get("allowWatchBookmarks") in ("1", "true")
+        )
+        if requested is not None and requested > self._rv:
+            return self._too_large(requested)
+        gone = requested is not None and requested < self._compacted_rv
+        if gone and self.gone_as == "http":
+            return _status_response(
+                status_object(410, f"too old resource version: {requested} ({self._compacted_rv})")
+            )
+        if not gone:
+            # Replay and registration in one synchronous step: nothing falls between.
+            if requested is None:
+                for obj in self._current(rtype, namespace, selector):
+                    watcher.queue.put_nowait(_event_line("ADDED", obj))
+            else:
+                for event in self._history:
+                    if event.rv > requested and event.resource == rtype.key:
+                        seen = watcher.translate(event.type, event.obj, event.prev)
+                        if seen is not None:
+                            watcher.queue.put_nowait(_event_line(seen, event.obj))
+            self._watchers.add(watcher)
+            if not self._stalled:
+                watcher.flowing.set()
+        response = web.StreamResponse(
+            headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
+        )
+        response.enable_chunked_encoding()
+        try:
+            await response.prepare(request)
+            if gone:
+                # The watch cache's answer: 200, then one ERROR event carrying 410 Expired.
+                await response.write(
+                    _event_line(
+                        "ERROR",
+                        status_object(410, f"too old resource version: {requested} ({self._compacted_rv})"),
+                    )
+                )
+                await response.write_eof()
+                return response
+            watcher.transport = request.transport
+            if watcher.dropped and watcher.transport is not None:
+                watcher.transport.abort()
+            await self._stream(response, watcher, timeout)
+        except (ConnectionResetError, ConnectionError):
+            pass
+        finally:
+            self._watchers.discard(watcher)
+        return response
+
+    async def _stream(self, response: web.StreamResponse, watcher: _Watcher, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            await watcher.flowing.wait()
+            if watcher.dropped:
+                return
+            now = loop.time()
+            if now >= deadline:
+                if watcher.bookmarks and watcher.queue.empty():
+                    await response.write(self._bookmark_line(watcher.resource, self._rv))
+                await response.write_eof()
+                return
+            wait = deadline - now
+            if watcher.bookmarks and self.bookmark_interval is not None:
+                wait = min(wait, self.bookmark_interval)
+            try:
+                item = await asyncio.wait_for(watcher.queue.get(), wait)
+            except TimeoutError:
+                if watcher.bookmarks and self.bookmark_interval is not None and loop.time() < deadline:
+                    await watcher.flowing.wait()
+                    if watcher.dropped:
+                        return
+                    if watcher.queue.empty():
+                        await response.write(self._bookmark_line(watcher.resource, self._rv))
+                continue
+            await watcher.flowing.wait()
+            if watcher.dropped or isinstance(item, _Drop):
+                return
+            if isinstance(item, _Bookmark):
+                await response.write(self._bookmark_line(watcher.resource, item.rv))
+            else:
+                await response.write(item)
+
+    @staticmethod
+    def _bookmark_line(rtype: ResourceType, rv: int) -> bytes:
+        return _event_line(
+            "BOOKMARK",
+            {"kind": rtype.kind, "apiVersion": rtype.api_version, "metadata": {"resourceVersion": str(rv)}},
+        )
+
+
+class _BadRequest(ValueError):
+    pass
+
+
+def _without_type(obj: JsonObj) -> JsonObj:
+    # Items of a typed list carry no kind/apiVersion of their own.
+    return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+
+
+def _not_found(rtype: ResourceType, name: str) -> web.Response:
+    return _status_response(
+        status_object(404, f'{rtype.plural} "{name}" not found', details={"name": name, "kind": rtype.plural})
+    )
+
+
+def _status_response(status: JsonObj, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=int(status["code"]),
+        body=orjson.dumps(status),
+        content_type="application/json",
+        headers=headers,
+    )
