@@ -36,7 +36,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from policies.objects import SelectorRequirement
-from policies.tolerations import parse_go_int64
 
 # The RuntimeClass annotation that holds the term (JSON or YAML of one NodeSelectorTerm).
 NODE_SELECTOR_TERM_ANNOTATION = "runtimeclass-extender.dev/node-selector-term"
@@ -63,6 +62,23 @@ _DNS1123_MSG = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
     "'-' or '.', and must start and end with an alphanumeric character"
 )
+
+
+# strconv.ParseInt(s, 10, 64), which labels.Requirement.Matches and NewRequirement use
+# for Gt/Lt: an optional sign and ASCII digits (leading zeros are fine, "0204" is 204;
+# base 10 is explicit, so no "0x" and no "_"), within int64. Python's int() is looser
+# (whitespace, "_", non-ASCII digits), hence the pattern. (Toleration Lt/Gt values are
+# stricter, see policies/tolerations.py; label selectors never were.)
+_PARSE_INT = re.compile(r"[+-]?[0-9]+")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def parse_int64(text: str) -> int | None:
+    """The value strconv.ParseInt(text, 10, 64) returns, or None where it errors."""
+    if not _PARSE_INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if _INT64_MIN <= value <= _INT64_MAX else None
 
 
 class TermError(ValueError):
@@ -194,7 +210,7 @@ def _label_requirement(raw: Any, path: str, errors: list[str]) -> SelectorRequir
             if len(values) != 1:
                 errors.append(f"{values_path}: for 'Gt', 'Lt' operators, exactly one value is required")
             for index, value in enumerate(values):
-                if parse_go_int64(value) is None:
+                if parse_int64(value) is None:
                     errors.append(
                         _invalid(
                             f"{values_path}[{index}]",
@@ -296,7 +312,7 @@ def requirement_mismatch(requirement: SelectorRequirement, labels: Mapping[str, 
         bound = values[0] if len(values) == 1 else ""
         if actual is None:
             return f"label {key} missing ({op} {bound})"
-        have, wanted = parse_go_int64(actual), parse_go_int64(bound)
+        have, wanted = parse_int64(actual), parse_int64(bound)
         if have is None:
             return f"label {key}={actual} is not an integer ({op} {bound})"
         if wanted is None:  # a parsed term never gets here; Kubernetes matches nothing then
