@@ -16,8 +16,10 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from pydantic import ValidationError
 
+from extender.capture import CAPTURE
 from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.cluster.state import ClusterState
+from extender.explain_http import explain_routes
 from extender.filtering import Decision, decide
 from extender.protocol import ExtenderArgs
 from extender.settings import DEFAULT_MAX_BODY_BYTES
@@ -79,7 +81,11 @@ async def filter_handler(request: web.Request) -> web.Response:
         log.warning("filter refused", extra={"pod": _pod_name(decision.pod), "error": result.Error})
     elif log.isEnabledFor(logging.DEBUG):
         _log_decision(decision)
-    return web.Response(body=result.to_json(), content_type="application/json")
+    payload = result.to_json()
+    capture = app.get(CAPTURE)
+    if capture is not None and not result.Error:
+        capture.submit_decision(body, payload, args, decision, app[STATE], app[POLICY])
+    return web.Response(body=payload, content_type="application/json")
 
 
 def _pod_name(pod: PodView) -> str:
@@ -133,4 +139,5 @@ def create_app(
     app.router.add_post("/filter", filter_handler)
     app.router.add_get("/healthz", healthz, allow_head=True)
     app.router.add_get("/readyz", readyz, allow_head=True)
+    app.router.add_routes(explain_routes(STATE, POLICY))
     return app

@@ -18,9 +18,11 @@ from pydantic import ValidationError
 
 from extender import __version__
 from extender.app import create_app
+from extender.capture import capture_writer, install_capture
 from extender.cluster.file_source import ClusterFileError, load_cluster_file
 from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.cluster.state import ClusterState
+from extender.commands_tools import add_tool_commands
 from extender.filtering import decide
 from extender.logs import setup_logging
 from extender.policy_file import load_policy
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     filt.add_argument("--cluster-file", required=True, metavar="PATH", help="Nodes and RuntimeClasses")
     filt.add_argument("--policy-file", metavar="PATH", help="policy file (default: the bundled policy)")
     filt.set_defaults(run=run_filter)
+    add_tool_commands(commands)
     return parser
 
 
@@ -111,6 +114,8 @@ async def _serve(settings: dict[str, Any]) -> None:
             "e.g. --cluster-file deploy/examples/cluster.yaml"
         )
     app = create_app(state=state, policy=policy, max_body_bytes=settings["max_body_bytes"])
+    if settings["capture_dir"]:
+        install_capture(app, capture_writer(settings))
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings["host"], settings["port"])

@@ -115,6 +115,22 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("log-level", _choice("debug", "info", "warning", "error"), "info", "log level"),
     Setting("log-format", _choice("text", "json"), "text", "log line format"),
+    Setting(
+        "capture-dir",
+        _path,
+        None,
+        "write each filter request, its answer and the state it was decided against to this directory "
+        "(for replay); off by default",
+        "DIR",
+    ),
+    Setting("capture-max-files", _positive_int, 1000, "keep at most this many capture files", "N"),
+    Setting(
+        "capture-max-bytes",
+        _positive_int,
+        256 * 1024 * 1024,
+        "keep capture files within this many bytes in total (oldest removed first)",
+        "BYTES",
+    ),
 )
 
 

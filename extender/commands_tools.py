@@ -1,0 +1,376 @@
+"""Operator commands: ``explain``, ``classes`` and ``replay`` (also the kubectl plugin).
+
+``runtimeclass-extender explain|classes|replay`` and ``kubectl runtimeclass
+explain|classes|replay`` (the ``kubectl-runtimeclass`` executable) share these parsers.
+Each command reads its inputs (a cluster file or a one-shot LIST of a live cluster, a
+pod file, capture files), hands them to the pure modules (``extender.explain``,
+``extender.replay``) and prints. Problems the user can fix print one line on stderr
+and exit with status 2, never a trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import yaml
+from pydantic import ValidationError
+
+from extender import __version__
+from extender.capture import state_fingerprint
+from extender.cluster.file_source import ClusterFileError, load_cluster_file
+from extender.cluster.objects import describe_validation_error
+from extender.cluster.state import ClusterState
+from extender.explain import Explanation, explain, explanation_to_json, runtime_class_pod
+from extender.list_once import ClusterUnavailable, list_cluster
+from extender.policy_file import load_policy
+from extender.protocol import PodModel
+from extender.replay import (
+    Capture,
+    CaptureFormatError,
+    capture_files,
+    captured_state,
+    compare,
+    load_capture,
+    redecide,
+)
+from extender.viewcodec import to_json
+from policies.objects import PodView, RuntimeClassView
+from policies.registry import Policy, PolicyError
+
+EXIT_USAGE = 2
+KUBECTL_PROG = "kubectl runtimeclass"
+
+
+class ToolError(Exception):
+    """A problem the user can fix; printed as one line, exit status 2."""
+
+
+Runner = Callable[[argparse.Namespace], int]
+
+
+def _guarded(run: Runner) -> Runner:
+    """Turn the errors a user can fix into one line on stderr and exit status 2."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except (ToolError, ClusterFileError, PolicyError, ClusterUnavailable, CaptureFormatError) as exc:
+            print(f"{getattr(args, 'prog', 'runtimeclass-extender')}: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return guarded
+
+
+# ----- inputs -----------------------------------------------------------------------
+
+
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_argument_group("cluster (a cluster file, or else the live cluster of the kubeconfig)")
+    source.add_argument(
+        "--cluster-file",
+        metavar="PATH",
+        help="Nodes and RuntimeClasses (kubectl get nodes,runtimeclasses -o yaml)",
+    )
+    source.add_argument(
+        "--kubeconfig", metavar="PATH", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config)"
+    )
+    source.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
+    parser.add_argument("--policy-file", metavar="PATH", help="policy file (default: the bundled policy)")
+
+
+def _add_output_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml"),
+        default="table",
+        help="output format (default: table)",
+    )
+
+
+def _load_state(args: argparse.Namespace) -> ClusterState:
+    if args.cluster_file:
+        return load_cluster_file(args.cluster_file)
+    return asyncio.run(list_cluster(kubeconfig=args.kubeconfig, context=args.context))
+
+
+def _read_pod(path: str) -> PodView:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolError(f"cannot read {path}: {exc}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ToolError(f"{path}: not valid YAML or JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise ToolError(f"{path}: expected a Pod object")
+    kind = document.get("kind", "Pod")
+    if kind != "Pod":
+        raise ToolError(f"{path}: expected kind Pod, got {kind!r}")
+    try:
+        return PodModel.model_validate_json(orjson.dumps(document, default=str)).view()
+    except ValidationError as exc:
+        raise ToolError(f"{path}: malformed Pod: {describe_validation_error(exc, 'pod')}") from None
+
+
+def _print_structured(value: Any, output: str) -> None:
+    if output == "json":
+        sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(value, sort_keys=False, allow_unicode=True))
+    sys.stdout.flush()
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """kubectl's plain table: upper-case headers, columns padded, three spaces apart."""
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)]
+        lines.append("   ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+# ----- explain ----------------------------------------------------------------------
+
+
+def explanation_table(explanation: Explanation) -> str:
+    """One row per node (its filter reason), one more row per further failing predicate."""
+    rows: list[list[str]] = []
+    for node in explanation.nodes:
+        if node.fits:
+            rows.append([node.node, "yes", "", ""])
+            continue
+        first, *rest = node.failures
+        rows.append([node.node, "no", first.reason, first.detail])
+        rows.extend(["", "", f.reason, f.detail] for f in rest)
+    return format_table(["NODE", "FITS", "REASON", "DETAIL"], rows) + "\n" + explanation.summary + "\n"
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    if args.pod is None and args.runtimeclass is None:
+        raise ToolError("name a RUNTIMECLASS, or give a pod with --pod FILE")
+    policy = load_policy(args.policy_file)
+    pod = _read_pod(args.pod) if args.pod is not None else None
+    state = _load_state(args)
+    if pod is None:
+        if args.runtimeclass not in state.runtime_classes:
+            known = ", ".join(sorted(state.runtime_classes.items())) or "none"
+            raise ToolError(f'RuntimeClass "{args.runtimeclass}" not found (known: {known})')
+        pod = runtime_class_pod(args.runtimeclass)
+    elif args.runtimeclass is not None:
+        pod = dataclasses.replace(pod, runtime_class_name=args.runtimeclass)
+    explanation = explain(pod, state, policy)
+    if args.output == "table":
+        sys.stdout.write(explanation_table(explanation))
+    else:
+        _print_structured(explanation_to_json(explanation), args.output)
+    return 0
+
+
+# ----- classes ----------------------------------------------------------------------
+
+
+def _selector_text(rc: RuntimeClassView) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(rc.node_selector.items())) or "<none>"
+
+
+def _expressions_text(rc: RuntimeClassView) -> str:
+    if rc.selector_error is not None:
+        return f"<invalid: {rc.selector_error}>"
+    parts = []
+    for field in ("match_expressions", "match_fields"):
+        for req in getattr(rc, field, None) or ():
+            values = ",".join(getattr(req, "values", ()))
+            prefix = "field " if field == "match_fields" else ""
+            operator = getattr(req, "operator", "")
+            parts.append(f"{prefix}{req.key} {operator}" + (f" ({values})" if values else ""))
+    return ", ".join(parts) or "<none>"
+
+
+def class_summaries(state: ClusterState, policy: Policy) -> list[tuple[RuntimeClassView, Explanation]]:
+    return [
+        (rc, explain(runtime_class_pod(name), state, policy))
+        for name, rc in sorted(state.runtime_classes.items().items())
+    ]
+
+
+def run_classes(args: argparse.Namespace) -> int:
+    policy = load_policy(args.policy_file)
+    state = _load_state(args)
+    summaries = class_summaries(state, policy)
+    if args.output == "table":
+        rows = [
+            [
+                rc.name,
+                rc.handler,
+                _selector_text(rc),
+                ",".join(str(t) for t in rc.tolerations) or "<none>",
+                _expressions_text(rc),
+                f"{e.fitting}/{len(e.nodes)}",
+            ]
+            for rc, e in summaries
+        ]
+        sys.stdout.write(
+            format_table(["NAME", "HANDLER", "NODE-SELECTOR", "TOLERATIONS", "EXPRESSIONS", "NODES"], rows)
+        )
+    else:
+        document = {
+            "nodeCount": len(state.nodes),
+            "runtimeClasses": [
+                {**to_json(rc), "fitting": e.fitting, "summary": e.summary} for rc, e in summaries
+            ],
+        }
+        _print_structured(document, args.output)
+    return 0
+
+
+# ----- replay -----------------------------------------------------------------------
+
+
+async def _post_all(url: str, captures: Sequence[Capture]) -> list[dict[str, Any]]:
+    """POST each captured request to a running extender; its answers, in order."""
+    endpoint = url.rstrip("/") + "/filter"
+    answers: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as session:
+        for capture in captures:
+            try:
+                async with session.post(
+                    endpoint, data=capture.request_json, headers={"Content-Type": "application/json"}
+                ) as response:
+                    body = await response.read()
+            except (aiohttp.ClientError, OSError) as exc:
+                raise ToolError(f"cannot reach the extender at {endpoint}: {exc}") from None
+            try:
+                answer = orjson.loads(body) if response.status == 200 else None
+            except orjson.JSONDecodeError:
+                answer = None
+            if not isinstance(answer, dict):
+                text = body.decode("utf-8", "replace")[:200]
+                answer = {"Error": f"HTTP {response.status}: {text}"}
+            answers.append(answer)
+    return answers
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    directory = Path(args.dir)
+    try:
+        paths = capture_files(directory)
+    except OSError as exc:
+        raise ToolError(f"cannot read capture directory {directory}: {exc}") from None
+    if not paths:
+        raise ToolError(f"no capture files (capture-*.json) in {directory}")
+    captures = [load_capture(path) for path in paths]
+    policy = load_policy(args.policy_file)
+
+    if args.url:
+        against = f"the extender at {args.url}"
+        answers = asyncio.run(_post_all(args.url, captures))
+        fingerprint = None
+    elif args.cluster_file:
+        against = f"cluster file {args.cluster_file}"
+        state = load_cluster_file(args.cluster_file)
+        answers = [redecide(c, state, policy) for c in captures]
+        fingerprint = state_fingerprint(state.nodes.items(), state.runtime_classes.items())
+    else:
+        against = "the captured state"
+        answers = [redecide(c, captured_state(c), policy) for c in captures]
+        fingerprint = None
+
+    changed = 0
+    other_state = 0
+    for capture, answer in zip(captures, answers, strict=True):
+        if fingerprint is not None and capture.fingerprint != fingerprint:
+            other_state += 1
+        changes = compare(capture.response, answer)
+        if not changes:
+            continue
+        changed += 1
+        rc = capture.runtime_class_name or "<none>"
+        print(f"CHANGED {capture.path.name}  pod {capture.pod_name or '<unnamed>'}  RuntimeClass {rc}")
+        for line in changes:
+            print(f"  {line}")
+    summary = f"replayed {len(captures)} capture(s) against {against}: {len(captures) - changed} unchanged, {changed} changed"
+    if fingerprint is not None:
+        summary += (
+            f" ({other_state} captured against a different state than the file's, fingerprint {fingerprint})"
+        )
+    print(summary)
+    return 1 if changed else 0
+
+
+# ----- wiring -----------------------------------------------------------------------
+
+
+def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> None:
+    """Register explain, classes and replay on an argparse subparsers object."""
+    exp = commands.add_parser(
+        "explain",
+        help="which nodes can run a RuntimeClass (or a pod), and why not the others",
+        description="Run every predicate on every node for a pod naming RUNTIMECLASS (with no tolerations of "
+        "its own), or for the pod in --pod FILE (its tolerations count; RUNTIMECLASS, if given, replaces its "
+        "runtimeClassName). The summary uses kube-scheduler's FailedScheduling wording.",
+    )
+    exp.add_argument("runtimeclass", metavar="RUNTIMECLASS", nargs="?", help="the RuntimeClass to explain")
+    exp.add_argument("--pod", metavar="FILE", help="a Pod (YAML or JSON; - reads standard input)")
+    _add_cluster_arguments(exp)
+    _add_output_argument(exp)
+    exp.set_defaults(run=_guarded(run_explain), prog=prog)
+
+    cls = commands.add_parser(
+        "classes",
+        help="list RuntimeClasses with their handler, constraints and how many nodes fit each",
+        description="List RuntimeClasses: handler, scheduling.nodeSelector, tolerations, the expressive "
+        "selector annotation, and how many nodes a pod naming the class (with no tolerations of its own) fits.",
+    )
+    _add_cluster_arguments(cls)
+    _add_output_argument(cls)
+    cls.set_defaults(run=_guarded(run_classes), prog=prog)
+
+    rep = commands.add_parser(
+        "replay",
+        help="re-decide captured filter requests and show changed decisions (exit 1 on any)",
+        description="Re-decide every capture file in DIR (written by serve --capture-dir) against the state "
+        "captured with it, a cluster file, or a running extender, and print each changed decision. "
+        "Exit status: 0 all unchanged, 1 some changed, 2 bad input.",
+    )
+    rep.add_argument("dir", metavar="DIR", help="the capture directory")
+    target = rep.add_mutually_exclusive_group()
+    target.add_argument("--cluster-file", metavar="PATH", help="decide against this cluster file instead")
+    target.add_argument("--url", metavar="URL", help="POST to the extender at URL (its urlPrefix) instead")
+    rep.add_argument("--policy-file", metavar="PATH", help="policy file (default: the bundled policy)")
+    rep.set_defaults(run=_guarded(run_replay), prog=prog)
+
+
+def build_kubectl_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=KUBECTL_PROG,
+        description="RuntimeClass scheduling tools (runtimeclass-extender as a kubectl plugin).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_tool_commands(commands, prog=KUBECTL_PROG)
+    return parser
+
+
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """The ``kubectl-runtimeclass`` executable: ``kubectl runtimeclass explain gvisor``."""
+    args = build_kubectl_parser().parse_args(argv)
+    try:
+        status: int = args.run(args)
+    except KeyboardInterrupt:
+        return 130
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(kubectl_main())
