@@ -21,6 +21,7 @@ from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.cluster.state import ClusterState
 from extender.explain_http import explain_routes
 from extender.filtering import Decision, decide
+from extender.metrics import DECISION, Metrics, SourceStatsProvider
 from extender.protocol import ExtenderArgs
 from extender.settings import DEFAULT_MAX_BODY_BYTES
 from policies.objects import PodView
@@ -30,6 +31,7 @@ log = logging.getLogger("extender.http")
 
 STATE = web.AppKey("state", ClusterState)
 POLICY = web.AppKey("policy", Policy)
+METRICS = web.AppKey("metrics", Metrics)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -76,6 +78,7 @@ async def filter_handler(request: web.Request) -> web.Response:
         decision = decide(args, app[STATE], app[POLICY])
     except ObjectError as exc:
         return _bad_request(request, str(exc))
+    request[DECISION] = decision  # for the metrics middleware
     result = decision.result
     if result.Error:
         log.warning("filter refused", extra={"pod": _pod_name(decision.pod), "error": result.Error})
@@ -132,12 +135,17 @@ def create_app(
     state: ClusterState,
     policy: Policy,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    source_stats: SourceStatsProvider | None = None,
 ) -> web.Application:
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[errors_as_json])
+    # Per app, not the global registry: tests build many apps in one process.
+    metrics = Metrics(state, source_stats)
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[metrics.middleware, errors_as_json])
+    app[METRICS] = metrics
     app[STATE] = state
     app[POLICY] = policy
     app.router.add_post("/filter", filter_handler)
     app.router.add_get("/healthz", healthz, allow_head=True)
     app.router.add_get("/readyz", readyz, allow_head=True)
+    app.router.add_get("/metrics", metrics.handler)
     app.router.add_routes(explain_routes(STATE, POLICY))
     return app
