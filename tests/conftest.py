@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 TESTS_DATA = REPO / "tests" / "data"
 EXAMPLES = REPO / "deploy" / "examples"
 EXAMPLE_CLUSTER = EXAMPLES / "cluster.yaml"
+# The six-node cluster the captured kube-scheduler requests came from.
+CAPTURE_CLUSTER = TESTS_DATA / "capture-cluster.yaml"
 # Requests captured from a real kube-scheduler, kept beside the repository.
 KUBE_SCHEDULER_FIXTURES = REPO.parent / "shared" / "fixtures" / "kube-scheduler"
 
@@ -27,12 +29,12 @@ AppFactory = Callable[..., web.Application]
 
 def _make_app(
     *,
-    cluster_file: Path | None = EXAMPLE_CLUSTER,
+    cluster_file: Path | None = CAPTURE_CLUSTER,
     state: ClusterState | None = None,
     policy: Policy | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> web.Application:
-    """The production app over a cluster file (default: the example cluster).
+    """The production app over a cluster file (default: tests/data/capture-cluster.yaml).
 
     Pass ``state`` to serve a state built by hand (e.g. an empty, unsynced one).
     """
