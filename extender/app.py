@@ -21,7 +21,7 @@ from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.cluster.state import ClusterState
 from extender.explain_http import explain_routes
 from extender.filtering import Decision, decide
-from extender.metrics import DECISION, Metrics, SourceStatsProvider
+from extender.metrics import Metrics, SourceStatsProvider
 from extender.protocol import ExtenderArgs
 from extender.settings import DEFAULT_MAX_BODY_BYTES
 from policies.objects import PodView
@@ -78,7 +78,7 @@ async def filter_handler(request: web.Request) -> web.Response:
         decision = decide(args, app[STATE], app[POLICY])
     except ObjectError as exc:
         return _bad_request(request, str(exc))
-    request[DECISION] = decision  # for the metrics middleware
+    app[METRICS].filter.record_decision(decision)
     result = decision.result
     if result.Error:
         log.warning("filter refused", extra={"pod": _pod_name(decision.pod), "error": result.Error})

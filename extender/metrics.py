@@ -150,9 +150,6 @@ def _passing_count(decision: Decision) -> int:
 SourceStatsProvider = Callable[[], Iterable[SourceStats]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# The filter handler leaves its Decision here for the metrics middleware.
-DECISION = web.RequestKey("decision", Decision)
-
 
 class FilterMetrics:
     """Request-path metrics of ``POST /filter``."""
@@ -189,16 +186,21 @@ class FilterMetrics:
         for outcome in OUTCOMES:
             self.requests.labels(outcome)
 
-    def observe(self, seconds: float, status: int, decision: Decision | None) -> None:
+    def observe(self, seconds: float, status: int) -> None:
+        """One finished request; answers other than 200 are counted here by status."""
         self.duration.observe(seconds)
-        if decision is not None and status == 200:
-            self.requests.labels(self._record_decision(decision)).inc()
-        elif status >= 500:
+        if status == 200:
+            return  # counted by record_decision, which knows whether it carried an Error
+        if status >= 500:
             self.requests.labels(OUTCOME_ERROR).inc()
         else:
             self.requests.labels(OUTCOME_BY_STATUS.get(status, OUTCOME_OTHER)).inc()
 
-    def _record_decision(self, decision: Decision) -> str:
+    def record_decision(self, decision: Decision) -> None:
+        """The answer the filter handler is about to send (status 200)."""
+        self.requests.labels(self._outcome_of(decision)).inc()
+
+    def _outcome_of(self, decision: Decision) -> str:
         result = decision.result
         if result.Error:
             return OUTCOME_NOT_SYNCED if result.Error == ERROR_NOT_SYNCED else OUTCOME_ERROR
@@ -261,7 +263,9 @@ class ClusterCollector(Collector):
             per_node_counts[supported] += 1
         buckets: list[tuple[str, float]] = []
         for bound in NODE_RUNTIMECLASS_BUCKETS:
-            buckets.append((str(float(bound)), float(sum(n for k, n in per_node_counts.items() if k <= bound))))
+            buckets.append(
+                (str(float(bound)), float(sum(n for k, n in per_node_counts.items() if k <= bound)))
+            )
         buckets.append(("+Inf", float(len(nodes))))
         total = float(sum(k * n for k, n in per_node_counts.items()))
         self._support = _Support(key, per_class, buckets, total)
@@ -360,12 +364,12 @@ class Metrics:
         try:
             response = await handler(request)
         except web.HTTPException as exc:
-            self.filter.observe(time.perf_counter() - start, exc.status, None)
+            self.filter.observe(time.perf_counter() - start, exc.status)
             raise
         except Exception:
-            self.filter.observe(time.perf_counter() - start, 500, None)
+            self.filter.observe(time.perf_counter() - start, 500)
             raise
-        self.filter.observe(time.perf_counter() - start, response.status, request.get(DECISION))
+        self.filter.observe(time.perf_counter() - start, response.status)
         return response
 
     async def handler(self, request: web.Request) -> web.Response:
