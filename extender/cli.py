@@ -28,6 +28,7 @@ from extender.logs import setup_logging
 from extender.policy_file import load_policy
 from extender.protocol import ExtenderArgs
 from extender.settings import SERVE_SETTINGS, SettingsError, add_arguments, resolve
+from extender.tls import server_context_from_settings
 from policies.registry import PolicyError
 
 log = logging.getLogger("extender")
@@ -96,6 +97,7 @@ def run_filter(args: argparse.Namespace) -> int:
 
 
 async def _serve(settings: dict[str, Any]) -> None:
+    ssl_context = server_context_from_settings(settings)  # fail fast on bad TLS files
     policy = load_policy(settings["policy_file"])
     state = ClusterState()
     if settings["cluster_file"]:
@@ -118,10 +120,18 @@ async def _serve(settings: dict[str, Any]) -> None:
         install_capture(app, capture_writer(settings))
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, settings["host"], settings["port"])
+    site = web.TCPSite(runner, settings["host"], settings["port"], ssl_context=ssl_context)
     await site.start()
     addresses = [f"{addr[0]}:{addr[1]}" for addr in runner.addresses]
-    log.info("serving", extra={"listen": ",".join(addresses), "predicates": ",".join(policy.names)})
+    log.info(
+        "serving",
+        extra={
+            "listen": ",".join(addresses),
+            "scheme": "https" if ssl_context else "http",
+            "clientCertificates": bool(settings["client_ca_file"]),
+            "predicates": ",".join(policy.names),
+        },
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

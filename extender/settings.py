@@ -115,6 +115,15 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("log-level", _choice("debug", "info", "warning", "error"), "info", "log level"),
     Setting("log-format", _choice("text", "json"), "text", "log line format"),
+    Setting("tls-cert-file", _path, None, "serve HTTPS with this certificate (PEM)", "PATH"),
+    Setting("tls-key-file", _path, None, "private key of tls-cert-file (PEM)", "PATH"),
+    Setting(
+        "client-ca-file",
+        _path,
+        None,
+        "require client certificates signed by these CAs (PEM; kube-scheduler's tlsConfig certFile/keyFile)",
+        "PATH",
+    ),
     Setting(
         "capture-dir",
         _path,
