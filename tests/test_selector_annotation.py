@@ -23,6 +23,9 @@ from pytest_aiohttp import AiohttpClient
 from extender.cluster.annotations import SELECTOR_ERRORS, SelectorErrorLog
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.objects import runtime_class_from_api
+from extender.filtering import decide
+from extender.policy_file import load_policy
+from extender.protocol import ExtenderArgs
 from policies.node_affinity import EMPTY_TERM_DETAIL, NODE_SELECTOR_TERM_ANNOTATION
 from policies.objects import PodView
 from policies.objects import SelectorRequirement as Req
@@ -332,3 +335,14 @@ async def test_filter_full_nodes_mode_evaluates_match_fields(
         "win-1": MISMATCH,
         "gpu-1": MISMATCH,
     }
+
+
+def test_readme_example_answer_is_what_the_filter_command_prints() -> None:
+    """The README's gvisor-gpu example: its command's answer, decided offline like the CLI."""
+    readme = (REPO / "README.md").read_text()
+    command = "runtimeclass-extender filter deploy/examples/filter-request-gvisor-gpu.json"
+    after = readme[readme.index(command) :]
+    shown = json.loads(after.split("```json\n", 1)[1].split("```", 1)[0])
+    args = ExtenderArgs.model_validate_json((EXAMPLES / "filter-request-gvisor-gpu.json").read_bytes())
+    decision = decide(args, load_cluster_file(EXAMPLE_CLUSTER), load_policy())
+    assert decision.result.model_dump(mode="json") == shown
