@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from policies.objects import Taint, Toleration
 from policies.tolerations import FILTERED_EFFECTS, parse_go_int64, tolerated_by_any, tolerates
@@ -180,3 +182,36 @@ def test_only_noschedule_and_noexecute_filter() -> None:
 def test_tolerated_by_any(tolerations: tuple[Toleration, ...], expected: bool) -> None:
     # component-helpers/scheduling/corev1 TolerationsTolerateTaint: any one toleration suffices.
     assert tolerated_by_any(Taint("k", "NoSchedule", "v"), tolerations) is expected
+
+
+# --- properties over the whole int64 range ---------------------------------------------
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@given(INT64)
+def test_every_int64_in_canonical_form_parses(value: int) -> None:
+    assert parse_go_int64(str(value)) == value, DEC
+
+
+@given(st.one_of(st.integers(max_value=-(2**63) - 1), st.integers(min_value=2**63)))
+def test_outside_int64_never_parses(value: int) -> None:
+    assert parse_go_int64(str(value)) is None, DEC
+
+
+@given(st.text(alphabet=st.sampled_from("0123456789+-_ x\u0665\uff15"), max_size=22))
+def test_only_canonical_text_parses(text: str) -> None:
+    # IsDecimalInteger accepts exactly the canonical spelling of the number.
+    value = parse_go_int64(text)
+    assert value is None or str(value) == text, DEC
+
+
+@given(INT64, INT64)
+def test_lt_gt_compare_taint_against_toleration(taint_value: int, toleration_value: int) -> None:
+    taint = Taint("k", "NoSchedule", str(taint_value))
+    assert tolerates(Toleration("k", "Lt", str(toleration_value)), taint) is (
+        taint_value < toleration_value
+    ), TT
+    assert tolerates(Toleration("k", "Gt", str(toleration_value)), taint) is (
+        taint_value > toleration_value
+    ), TT
