@@ -1,0 +1,156 @@
+"""Connecting to the API server: which configuration to use, and a clear error if none.
+
+The order is the one controller-runtime documents for ``config.GetConfig``
+(pkg/client/config/config.go), which operators already know from other controllers:
+
+1. ``--kubeconfig PATH`` (the setting ``kubeconfig``),
+2. the ``KUBECONFIG`` environment variable (a ``:``-separated list, merged as kubectl
+   merges it),
+3. the in-cluster service account (``KUBERNETES_SERVICE_HOST``/``_PORT`` and the token
+   under /var/run/secrets/kubernetes.io/serviceaccount), as client-go's
+   rest.InClusterConfig reads it,
+4. ``~/.kube/config``.
+
+``--context`` picks a kubeconfig context and therefore skips the in-cluster step.
+If nothing applies, ``KubeConfigError`` says what to pass, including ``--cluster-file``
+for running without a cluster. kubernetes-asyncio does the parsing and authentication
+(tokens, client certificates, exec plugins); this module only chooses.
+
+The configuration goes into a private ``Configuration`` object, never the library's
+process-wide default, so tests (and a second client) cannot interfere.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.config import ConfigException, load_kube_config
+from kubernetes_asyncio.config.incluster_config import (
+    SERVICE_CERT_FILENAME,
+    SERVICE_HOST_ENV_NAME,
+    SERVICE_PORT_ENV_NAME,
+    SERVICE_TOKEN_FILENAME,
+    InClusterConfigLoader,
+)
+
+NO_CLUSTER_HELP = (
+    "no Kubernetes API server configured: not running in a pod with a service account, "
+    "no --kubeconfig given, KUBECONFIG is not set and ~/.kube/config does not exist. "
+    "Pass --kubeconfig PATH (or set KUBECONFIG) and optionally --context NAME, "
+    "or read the cluster from a file with --cluster-file PATH"
+)
+
+
+class KubeConfigError(ValueError):
+    """No usable API server configuration; the message says what to pass."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A configured API client and a one-line description of where it points."""
+
+    api: Any  # kubernetes_asyncio.client.ApiClient (the library ships no type hints)
+    source: str
+    host: str
+
+
+def _in_cluster_available(environ: Mapping[str, str], token_file: str) -> bool:
+    return (
+        bool(environ.get(SERVICE_HOST_ENV_NAME))
+        and bool(environ.get(SERVICE_PORT_ENV_NAME))
+        and (Path(token_file).is_file())
+    )
+
+
+def choose_source(
+    *,
+    kubeconfig: str | None,
+    context: str | None,
+    environ: Mapping[str, str],
+    home: Path,
+    token_file: str = SERVICE_TOKEN_FILENAME,
+) -> tuple[str, str | None]:
+    """Which configuration applies: ("kubeconfig", paths) or ("in-cluster", None).
+
+    Pure apart from checking that files exist. Raises KubeConfigError.
+    """
+    if kubeconfig:
+        if not Path(kubeconfig).is_file():
+            raise KubeConfigError(f"--kubeconfig {kubeconfig}: no such file")
+        return "kubeconfig", kubeconfig
+    env_paths = environ.get("KUBECONFIG", "")
+    if env_paths:
+        existing = [p for p in env_paths.split(os.pathsep) if p and Path(p).is_file()]
+        if not existing:
+            raise KubeConfigError(f"KUBECONFIG={env_paths}: none of these files exists")
+        return "kubeconfig", os.pathsep.join(existing)
+    if context is None and _in_cluster_available(environ, token_file):
+        return "in-cluster", None
+    default = home / ".kube" / "config"
+    if default.is_file():
+        return "kubeconfig", str(default)
+    if context is not None:
+        raise KubeConfigError(f"--context {context}: no kubeconfig file to take it from. " + NO_CLUSTER_HELP)
+    raise KubeConfigError(NO_CLUSTER_HELP)
+
+
+async def connect(
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    home: Path | None = None,
+) -> Connection:
+    """A configured ``ApiClient``; the caller closes it (see ``api_client_ctx``)."""
+    environ = os.environ if environ is None else environ
+    home = Path.home() if home is None else home
+    kind, paths = choose_source(kubeconfig=kubeconfig, context=context, environ=environ, home=home)
+    configuration = Configuration()
+    try:
+        if kind == "in-cluster":
+            InClusterConfigLoader(
+                token_filename=SERVICE_TOKEN_FILENAME,
+                cert_filename=SERVICE_CERT_FILENAME,
+                environ=dict(environ),
+            ).load_and_set(configuration)
+            source = "in-cluster service account"
+        else:
+            await load_kube_config(
+                config_file=paths, context=context, client_configuration=configuration, persist_config=False
+            )
+            source = f"kubeconfig {paths}" + (f" (context {context})" if context else "")
+    except (ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
+        where = "in-cluster configuration" if kind == "in-cluster" else f"kubeconfig {paths}"
+        raise KubeConfigError(f"{where}: {exc}") from None
+    return Connection(api=ApiClient(configuration=configuration), source=source, host=str(configuration.host))
+
+
+def api_client_ctx(api: Any) -> Callable[[Any], AsyncIterator[None]]:
+    """An aiohttp ``cleanup_ctx`` entry that closes ``api`` when the app shuts down.
+
+    Register it before the entries that use the client: cleanup runs in reverse.
+    """
+
+    async def ctx(_app: Any) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await api.close()
+
+    return ctx
+
+
+__all__ = [
+    "NO_CLUSTER_HELP",
+    "ApiClient",
+    "Connection",
+    "KubeConfigError",
+    "api_client_ctx",
+    "choose_source",
+    "connect",
+]

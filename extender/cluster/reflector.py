@@ -1,0 +1,516 @@
+"""Reflectors: keep one Store per kind equal to the API server's view, by LIST then WATCH.
+
+This is client-go's Reflector (tools/cache/reflector.go, ``ListAndWatch``) in asyncio,
+for the two kinds the predicates read: Nodes (``/api/v1/nodes``) and RuntimeClasses
+(``/apis/node.k8s.io/v1/runtimeclasses``).
+
+The loop, per kind::
+
+    LIST (paginated: limit/continue)  -> Store.replace(all items), remember list RV
+    WATCH from that RV (allowWatchBookmarks, timeoutSeconds)
+        ADDED/MODIFIED -> Store.upsert     DELETED -> Store.delete
+        BOOKMARK       -> remember RV      ERROR   -> 410: LIST again; else reconnect
+    stream ends (server timeout)   -> WATCH again from the last RV
+    410 Gone / RV too large        -> LIST again; the replace drops what vanished
+    connection lost, 5xx, timeout  -> capped exponential backoff with jitter, then
+                                      WATCH from the last RV (LIST if never listed)
+
+Races and how they are closed:
+
+- Nothing is lost between LIST and WATCH: the watch starts *at the list's
+  resourceVersion*, so the server replays every change after the snapshot.
+- Nothing is lost across reconnects: every applied event and bookmark advances the
+  resourceVersion the next watch starts from (bookmarks exist so a quiet watch still
+  advances, and a reconnect after an idle hour is not 410).
+- A replayed or reordered event never rolls an object back: an event whose
+  resourceVersion is older than the stored object's is ignored. resourceVersions are
+  formally opaque (api-conventions.md), so the comparison is made only when both parse
+  as integers, which is what every etcd-backed server hands out.
+- A re-LIST replaces the whole store in one assignment (``Store.replace``), so readers
+  see the old state or the new one, never a mix, and objects deleted while the watch
+  was down disappear.
+- While the API server is unreachable the last good state keeps serving; ``/healthz``
+  reports the failure only after a configurable window (``SourceStats.failing_since``).
+- A server restarted with a *lower* resourceVersion history answers the old RV with
+  "too large resource version" (504, cause ResourceVersionTooLarge); like client-go
+  (``isTooLargeResourceVersionError``) that means LIST again, and the new history wins.
+
+Why not ``kubernetes_asyncio.watch.Watch``: it does not re-LIST on 410 (it raises, or
+silently restarts from a resourceVersion the server has just said is gone), it has had
+bugs in how it tracks resourceVersion across restarts and bookmarks, and it parses every
+event into a full generated model object. Here the loop is ours, on the library's
+``ApiClient`` (configuration, authentication, TLS), reading the chunked response line by
+line with orjson and keeping only the slim views.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from extender.cluster.health import SourceStats
+from extender.cluster.objects import ObjectError, node_from_api, nodes_from_api, runtime_class_from_api
+from extender.cluster.state import NODES, RUNTIME_CLASSES, ClusterState, Named, Store
+
+log = logging.getLogger("extender.watch")
+
+
+@dataclass(frozen=True)
+class WatchedResource:
+    """A kind to reflect: its store name, collection path and API-JSON -> view converters."""
+
+    kind: str
+    path: str
+    convert: Callable[[Any], Named]
+    # Optional batch converter (one validator call for a whole LIST page).
+    convert_many: Callable[[list[Any]], Sequence[Named]] | None = None
+
+
+NODE_RESOURCE = WatchedResource(NODES, "/api/v1/nodes", node_from_api, nodes_from_api)
+RUNTIME_CLASS_RESOURCE = WatchedResource(
+    RUNTIME_CLASSES, "/apis/node.k8s.io/v1/runtimeclasses", runtime_class_from_api
+)
+RESOURCES = (NODE_RESOURCE, RUNTIME_CLASS_RESOURCE)
+
+
+@dataclass(frozen=True)
+class ReflectorOptions:
+    # Items per LIST page (client-go's pager default is 500).
+    page_size: int = 500
+    # Server-side watch timeout; each watch asks for a random value in [t, 2t), as
+    # client-go does with minWatchTimeout (5 min), so many clients do not reconnect in step.
+    watch_timeout: float = 300.0
+    # A watch that sends nothing (not even a bookmark, which the watch cache sends about
+    # every minute: cacher.go defaultBookmarkFrequency) for this long is treated as dead.
+    idle_timeout: float = 150.0
+    # Connect timeout, and the whole-request timeout of one LIST page.
+    request_timeout: float = 30.0
+    # Backoff between failed attempts: client-go's reflector uses
+    # NewExponentialBackoffManager(800ms, 30s, 2min reset, factor 2.0, jitter 1.0).
+    backoff_initial: float = 0.8
+    backoff_max: float = 30.0
+    backoff_reset_after: float = 120.0
+    backoff_jitter: float = 1.0
+
+
+class Backoff:
+    """Capped exponential backoff with jitter, reset after a quiet period.
+
+    Delay n is ``min(initial * 2**n, max)`` stretched by up to ``jitter`` times itself
+    (wait.Jitter), so a fleet of extenders does not retry in lockstep.
+    """
+
+    def __init__(self, options: ReflectorOptions, *, rng: random.Random, clock: Callable[[], float]) -> None:
+        self._options = options
+        self._rng = rng
+        self._clock = clock
+        self._step = 0
+        self._last: float | None = None
+
+    def reset(self) -> None:
+        self._step = 0
+
+    def next(self) -> float:
+        now = self._clock()
+        if self._last is not None and now - self._last > self._options.backoff_reset_after:
+            self._step = 0
+        self._last = now
+        base = min(self._options.backoff_initial * (2.0**self._step), self._options.backoff_max)
+        self._step = min(self._step + 1, 32)
+        return base * (1.0 + self._rng.random() * self._options.backoff_jitter)
+
+
+class _Relist(Exception):
+    """The watch cannot resume from its resourceVersion (410 Gone / too large): LIST."""
+
+
+class ApiError(Exception):
+    """A non-success answer from the API server, with its Status message."""
+
+    def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
+        super().__init__(f"HTTP {status}: {message}" if message else f"HTTP {status}")
+        self.status = status
+        self.retry_after = retry_after
+
+
+def _status_fields(body: Any) -> tuple[int | None, str, str, list[str]]:
+    """code, reason, message and cause reasons of a meta/v1 Status (best effort)."""
+    if not isinstance(body, dict):
+        return None, "", "", []
+    code = body.get("code")
+    details = body.get("details") if isinstance(body.get("details"), dict) else {}
+    causes = details.get("causes") if isinstance(details, dict) else None
+    cause_reasons = [str(c.get("reason", "")) for c in causes or [] if isinstance(c, dict)]
+    return (
+        code if isinstance(code, int) else None,
+        str(body.get("reason", "")),
+        str(body.get("message", "")),
+        cause_reasons,
+    )
+
+
+def _is_relist_status(code: int | None, reason: str, causes: list[str]) -> bool:
+    # 410 Gone/Expired: the RV was compacted (reflector.go isExpiredError).
+    # 504 with cause ResourceVersionTooLarge: the server's history is behind the RV we
+    # hold, e.g. it was restored or replaced (reflector.go isTooLargeResourceVersionError).
+    return code == 410 or reason in ("Expired", "Gone") or "ResourceVersionTooLarge" in causes
+
+
+def parse_rv(rv: str) -> int | None:
+    try:
+        return int(rv)
+    except ValueError:
+        return None
+
+
+def is_older(new_rv: str, stored_rv: str) -> bool:
+    """True if ``new_rv`` is certainly older than ``stored_rv`` (both integers)."""
+    new, stored = parse_rv(new_rv), parse_rv(stored_rv)
+    return new is not None and stored is not None and new < stored
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = headers.get("Retry-After") if headers is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class Reflector:
+    """Keeps ``store`` in step with one resource on the API server. Run with ``run()``."""
+
+    def __init__(
+        self,
+        api: Any,
+        resource: WatchedResource,
+        store: Store[Any],
+        stats: SourceStats,
+        *,
+        options: ReflectorOptions | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._api = api
+        self.resource = resource
+        self._store = store
+        self.stats = stats
+        self._options = options or ReflectorOptions()
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self._backoff = Backoff(self._options, rng=self._rng, clock=clock)
+        # The resourceVersion the next watch starts from; None until a LIST succeeded.
+        self.resource_version: str | None = None
+
+    # ----- the loop -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """LIST and WATCH forever; returns only when cancelled."""
+        relists_in_a_row = 0
+        while True:
+            delay = 0.0
+            try:
+                if self.resource_version is None:
+                    await self._list()
+                await self._watch()
+                # A clean end is the server's timeoutSeconds: watch again at once.
+                relists_in_a_row = 0
+            except _Relist as exc:
+                self.stats.relists += 1
+                self.resource_version = None
+                relists_in_a_row += 1
+                log.info(
+                    "watch expired; listing again", extra={"kind": self.resource.kind, "reason": str(exc)}
+                )
+                # One re-LIST is normal; a run of them means something is off: back off.
+                if relists_in_a_row > 1:
+                    delay = self._backoff.next()
+            except asyncio.CancelledError:
+                raise
+            except (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+                delay = self._backoff.next()
+                retry_after = exc.retry_after if isinstance(exc, ApiError) else None
+                if retry_after is not None:
+                    delay = max(delay, min(retry_after, self._options.backoff_max))
+                self._failed(exc, delay)
+            except Exception as exc:
+                # A bug of ours, not the server's. Keep the loop alive (the last good state
+                # keeps serving) and count it as failing, so /healthz eventually asks for
+                # a restart if it persists.
+                delay = self._backoff.next()
+                log.exception("reflector error; retrying", extra={"kind": self.resource.kind})
+                self._failed(exc, delay)
+            self.stats.reconnects += 1
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+    def _failed(self, exc: BaseException, delay: float) -> None:
+        stats = self.stats
+        if stats.failing_since is None:
+            stats.failing_since = self._clock()
+        text = str(exc) or type(exc).__name__
+        stats.last_error = f"{type(exc).__name__}: {text}" if not isinstance(exc, ApiError) else text
+        log.warning(
+            "cannot reach the API server; retrying",
+            extra={"kind": self.resource.kind, "error": stats.last_error, "retryIn": round(delay, 3)},
+        )
+
+    def _contact(self) -> None:
+        """The API server answered: the source is healthy again."""
+        now = self._clock()
+        self.stats.last_contact = now
+        if self.stats.failing_since is not None:
+            log.info("API server reachable again", extra={"kind": self.resource.kind})
+        self.stats.failing_since = None
+        self.stats.last_error = ""
+
+    # ----- HTTP ---------------------------------------------------------------------
+
+    async def _request(
+        self, query: list[tuple[str, str]], timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.ClientResponse:
+        # _preload_content=False hands back the aiohttp response unread: the watch body
+        # is a stream we consume line by line, and error statuses are ours to judge.
+        response: aiohttp.ClientResponse = await self._api.call_api(
+            self.resource.path,
+            "GET",
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+        return response
+
+    async def _error(self, response: aiohttp.ClientResponse) -> Exception:
+        """The exception a non-200 answer stands for (its Status body decides)."""
+        try:
+            body = orjson.loads(await response.read())
+        except (orjson.JSONDecodeError, aiohttp.ClientError, TimeoutError):
+            body = None
+        code, reason, message, causes = _status_fields(body)
+        code = code or response.status
+        if _is_relist_status(code, reason, causes) or response.status == 410:
+            return _Relist(message or f"HTTP {response.status}")
+        return ApiError(response.status, message or response.reason or "", _retry_after(response.headers))
+
+    async def _list(self) -> None:
+        """A complete paginated LIST, then one atomic Store.replace."""
+        options = self._options
+        timeout = aiohttp.ClientTimeout(total=options.request_timeout, sock_connect=options.request_timeout)
+        items: list[Any] = []
+        continue_token = ""
+        limit: int | None = options.page_size
+        rv = ""
+        while True:
+            # No resourceVersion: a consistent read, which is what a re-LIST after 410
+            # needs (client-go relists with RV="" after expiry for the same reason), and
+            # the form the server paginates.
+            query = [("limit", str(limit))] if limit else []
+            if continue_token:
+                query.append(("continue", continue_token))
+            async with await self._request(query, timeout) as response:
+                if response.status != 200:
+                    error = await self._error(response)
+                    if isinstance(error, _Relist) and continue_token:
+                        # The continue token outlived compaction: list everything in one
+                        # request instead (client-go pager's FullListIfExpired).
+                        self._contact()
+                        items, continue_token, limit = [], "", None
+                        continue
+                    raise error
+                body = orjson.loads(await response.read())
+            self._contact()
+            if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
+                raise ValueError("LIST answer is not a List object")
+            page = body.get("items") or []
+            if not isinstance(page, list):
+                raise ValueError("LIST answer's items is not a list")
+            items.extend(page)
+            metadata = body["metadata"]
+            rv = str(metadata.get("resourceVersion") or "")
+            continue_token = str(metadata.get("continue") or "")
+            if not continue_token:
+                break
+        views = self._convert_all(items)
+        self._store.replace(views)
+        now = self._clock()
+        self.stats.synced = True
+        self.stats.lists += 1
+        self.stats.last_event = now
+        self.resource_version = rv
+        self._backoff.reset()
+        log.info("listed", extra={"kind": self.resource.kind, "items": len(views), "resourceVersion": rv})
+
+    def _convert_all(self, items: list[Any]) -> list[Named]:
+        if self.resource.convert_many is not None:
+            try:
+                return list(self.resource.convert_many(items))
+            except ObjectError:
+                pass  # at least one bad item: convert one by one to skip only those
+        views = []
+        for item in items:
+            try:
+                views.append(self.resource.convert(item))
+            except ObjectError as exc:
+                self._skip(item, exc)
+        return views
+
+    def _skip(self, obj: Any, exc: ObjectError) -> None:
+        # A malformed object is logged and left out; it must not poison the store.
+        log.warning(
+            "skipped malformed object",
+            extra={"kind": self.resource.kind, "object": _name(obj), "error": str(exc)},
+        )
+
+    async def _watch(self) -> None:
+        """One WATCH from ``resource_version`` until the stream ends or fails."""
+        options = self._options
+        assert self.resource_version is not None
+        server_timeout = int(options.watch_timeout * (1.0 + self._rng.random()))
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", self.resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(max(1, server_timeout))),
+        ]
+        # No total timeout: the server ends the stream. sock_read catches a stalled one.
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=options.request_timeout, sock_read=options.idle_timeout
+        )
+        async with await self._request(query, timeout) as response:
+            if response.status != 200:
+                raise await self._error(response)
+            self._contact()
+            self._backoff.reset()
+            buffer = bytearray()
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                start = 0
+                while (end := buffer.find(b"\n", start)) >= 0:
+                    line = bytes(buffer[start:end])
+                    start = end + 1
+                    if line.strip():
+                        self.handle_event(orjson.loads(line))
+                del buffer[:start]
+            if buffer.strip():
+                self.handle_event(orjson.loads(bytes(buffer)))
+
+    # ----- events -------------------------------------------------------------------
+
+    def handle_event(self, event: Any) -> None:
+        """Apply one decoded watch event to the store (bookkeeping only, no I/O).
+
+        Raises ``ValueError`` for a malformed event, and for an ERROR event either the
+        internal relist signal (410 / too large) or ``ApiError``.
+        """
+        if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+            raise ValueError("watch event is not {type, object}")
+        event_type, obj = event.get("type"), event["object"]
+        now = self._clock()
+        self.stats.last_contact = now
+        if event_type == "ERROR":
+            code, reason, message, causes = _status_fields(obj)
+            if _is_relist_status(code, reason, causes):
+                raise _Relist(message or "410 Gone")
+            raise ApiError(code or 500, message or reason)
+        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        rv = str(metadata.get("resourceVersion") or "")
+        if event_type == "BOOKMARK":
+            if rv:
+                self.resource_version = rv
+            return
+        if event_type not in ("ADDED", "MODIFIED", "DELETED"):
+            log.warning(
+                "ignored watch event of unknown type", extra={"kind": self.resource.kind, "type": event_type}
+            )
+            return
+        self._apply(event_type, obj, rv)
+        if rv:
+            self.resource_version = rv
+        self.stats.events += 1
+        self.stats.last_event = now
+
+    def _apply(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
+        store = self._store
+        name = _name(obj)
+        current = store.get(name) if name else None
+        if current is not None and is_older(rv, getattr(current, "resource_version", "")):
+            log.debug(
+                "ignored stale event",
+                extra={
+                    "kind": self.resource.kind,
+                    "object": name,
+                    "resourceVersion": rv,
+                    "stored": current.resource_version,
+                },
+            )
+            return
+        if event_type == "DELETED":
+            if name:
+                store.delete(name)
+            return
+        try:
+            view = self.resource.convert(obj)
+        except ObjectError as exc:
+            self._skip(obj, exc)
+            return
+        store.upsert(view)
+
+
+def _name(obj: Any) -> str:
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+class ClusterWatch:
+    """The reflectors of every kind the extender needs, as one background job."""
+
+    def __init__(
+        self,
+        api: Any,
+        state: ClusterState,
+        *,
+        options: ReflectorOptions | None = None,
+        resources: Sequence[WatchedResource] = RESOURCES,
+    ) -> None:
+        self.stats = [SourceStats(kind=r.kind) for r in resources]
+        self.reflectors = [
+            Reflector(api, resource, state.store(resource.kind), stats, options=options)
+            for resource, stats in zip(resources, self.stats, strict=True)
+        ]
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        if self._tasks:
+            return
+        self._tasks = [
+            asyncio.create_task(r.run(), name=f"reflector-{r.resource.kind}") for r in self.reflectors
+        ]
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        # gather(return_exceptions=True) collects the tasks' CancelledErrors but still
+        # lets a cancellation of stop() itself propagate.
+        for result in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(result, Exception):
+                log.error("reflector ended with an error", extra={"error": repr(result)})
+
+    async def cleanup_ctx(self, _app: Any) -> AsyncIterator[None]:
+        """For ``app.cleanup_ctx``: start with the app, cancel and await on shutdown."""
+        self.start()
+        try:
+            yield
+        finally:
+            await self.stop()
