@@ -7,7 +7,7 @@ into pods: the extender alone enforces it.
 
 Nothing validates an annotation on its way into the API server, so this module does the
 validation Kubernetes does for ``requiredDuringSchedulingIgnoredDuringExecution`` terms,
-taking the stricter of its two layers:
+applying both of its layers (a term must pass each):
 
 - API validation, pkg/apis/core/validation/validation.go ``ValidateNodeSelectorRequirement``
   and ``ValidateNodeFieldSelectorRequirement`` (operators, value counts, label-name keys,
@@ -91,10 +91,6 @@ class NodeSelectorTerm(NamedTuple):
     match_expressions: tuple[SelectorRequirement, ...]
     match_fields: tuple[SelectorRequirement, ...]
 
-    @property
-    def empty(self) -> bool:
-        return not self.match_expressions and not self.match_fields
-
 
 def label_key_errors(key: str) -> list[str]:
     """Why ``key`` is not a label key (validation.IsQualifiedName); empty when it is."""
@@ -166,7 +162,12 @@ def _string_list(raw: Any, path: str, errors: list[str]) -> list[str]:
             # Go's decoder refuses a number where []string is declared; so do we, with a hint,
             # because YAML turns an unquoted 4 into a number. It still counts as a value, so
             # the count rules do not report a second, misleading error.
-            errors.append(f'{path}[{index}]: must be a string (quote it: "{item}")')
+            if isinstance(item, bool):
+                errors.append(f'{path}[{index}]: must be a string (quote it: "{str(item).lower()}")')
+            elif isinstance(item, int | float):
+                errors.append(f'{path}[{index}]: must be a string (quote it: "{item}")')
+            else:
+                errors.append(f"{path}[{index}]: must be a string")
             values.append(str(item))
     return values
 

@@ -152,7 +152,11 @@ SHAPE_ERRORS: list[tuple[Any, str]] = [
         {"matchExpressions": [{"key": "x", "operator": "Gt", "values": [4]}]},
         'values[0]: must be a string (quote it: "4")',
     ),
-    ({"matchExpressions": [{"key": "x", "operator": "In", "values": [True]}]}, "values[0]: must be a string"),
+    (
+        {"matchExpressions": [{"key": "x", "operator": "In", "values": [True]}]},
+        'must be a string (quote it: "true")',
+    ),
+    ({"matchExpressions": [{"key": "x", "operator": "In", "values": [None]}]}, "values[0]: must be a string"),
 ]
 
 
