@@ -1,0 +1,586 @@
+"""deploy/ and the Dockerfile: every kustomization renders, and the pieces agree.
+
+The manifests are rendered with ``kubectl kustomize`` exactly as ``kubectl apply -k``
+would, then checked for the invariants a reader cannot see at a glance: the
+scheduler's extender URL reaches the sidecar's flags and probes, the extender's RBAC
+is read-only on Nodes and RuntimeClasses, the profile name matches the sample
+workload, each mode's plugin set, and the TLS files are mounted where the
+configuration says.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from extender.app import create_app
+from extender.cluster.objects import runtime_class_from_api
+from extender.cluster.state import ClusterState
+from extender.policy_file import load_policy
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY = REPO / "deploy"
+KUSTOMIZATIONS = ["base", "overlays/predicate-mode", "overlays/alongside-admission", "overlays/tls"]
+PROFILE = "runtimeclass-scheduler"
+EXTENDER_SA = "runtimeclass-extender"
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+# (apiVersion, kind) a rendering may contain.
+EXPECTED_KINDS = {
+    ("v1", "Namespace"),
+    ("v1", "ServiceAccount"),
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("apps/v1", "Deployment"),
+}
+
+# JSON field names of KubeSchedulerConfiguration v1 (staging/src/k8s.io/kube-scheduler/
+# config/v1/types.go and component-base's LeaderElectionConfiguration). kube-scheduler
+# decodes its configuration strictly: an unknown or misspelt field stops it at start.
+SCHEDULER_CONFIG_FIELDS = {
+    "apiVersion",
+    "kind",
+    "parallelism",
+    "leaderElection",
+    "clientConnection",
+    "healthzBindAddress",
+    "metricsBindAddress",
+    "enableProfiling",
+    "enableContentionProfiling",
+    "percentageOfNodesToScore",
+    "podInitialBackoffSeconds",
+    "podMaxBackoffSeconds",
+    "profiles",
+    "extenders",
+    "delayCacheUntilActive",
+}
+LEADER_ELECTION_FIELDS = {
+    "leaderElect",
+    "leaseDuration",
+    "renewDeadline",
+    "retryPeriod",
+    "resourceLock",
+    "resourceName",
+    "resourceNamespace",
+}
+PROFILE_FIELDS = {"schedulerName", "percentageOfNodesToScore", "plugins", "pluginConfig"}
+EXTENDER_FIELDS = {
+    "urlPrefix",
+    "filterVerb",
+    "preemptVerb",
+    "prioritizeVerb",
+    "weight",
+    "bindVerb",
+    "enableHTTPS",
+    "tlsConfig",
+    "httpTimeout",
+    "nodeCacheCapable",
+    "managedResources",
+    "ignorable",
+}
+EXTENDER_TLS_FIELDS = {
+    "insecure",
+    "serverName",
+    "certFile",
+    "keyFile",
+    "caFile",
+    "certData",
+    "keyData",
+    "caData",
+}
+
+# The only access the extender may have: (apiGroup, resource) -> allowed verbs.
+EXTENDER_ALLOWED = {("", "nodes"), ("node.k8s.io", "runtimeclasses")}
+READ_VERBS = {"get", "list", "watch"}
+
+Manifest = dict[str, Any]
+
+
+# --- rendering ------------------------------------------------------------------------
+
+
+@cache
+def _render(kustomization: str) -> tuple[Manifest, ...]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: cannot render the kustomizations (kubectl kustomize)")
+    result = subprocess.run(
+        [kubectl, "kustomize", str(DEPLOY / kustomization)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, f"kubectl kustomize deploy/{kustomization} failed:\n{result.stderr}"
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc is not None)
+
+
+def _load_file(path: Path) -> list[Manifest]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+def _one(docs: tuple[Manifest, ...] | list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def _deployment(docs: tuple[Manifest, ...]) -> Manifest:
+    return _one(docs, "Deployment")
+
+
+def _container(docs: tuple[Manifest, ...], name: str) -> Manifest:
+    containers = _deployment(docs)["spec"]["template"]["spec"]["containers"]
+    found = [c for c in containers if c["name"] == name]
+    assert len(found) == 1, f"no container {name}"
+    return found[0]
+
+
+def _flags(container: Manifest) -> dict[str, str]:
+    """--name=value flags of a container (the form deploy/ uses)."""
+    flags: dict[str, str] = {}
+    for arg in [*container.get("command", []), *container.get("args", [])]:
+        if arg.startswith("--") and "=" in arg:
+            name, value = arg[2:].split("=", 1)
+            flags[name] = value
+    return flags
+
+
+def _mounted_path(docs: tuple[Manifest, ...], container: Manifest, path: str) -> Manifest:
+    """The pod volume under which ``path`` lies in ``container``; fails if none."""
+    volumes = {v["name"]: v for v in _deployment(docs)["spec"]["template"]["spec"]["volumes"]}
+    target = PurePosixPath(path)
+    for mount in container.get("volumeMounts", []):
+        if target.is_relative_to(PurePosixPath(mount["mountPath"])):
+            return volumes[mount["name"]]
+    raise AssertionError(f"{path} is not under any volume mount of container {container['name']}")
+
+
+def _scheduler_config(docs: tuple[Manifest, ...]) -> Manifest:
+    """The KubeSchedulerConfiguration the kube-scheduler container actually reads."""
+    scheduler = _container(docs, "kube-scheduler")
+    config_path = PurePosixPath(_flags(scheduler)["config"])
+    volume = _mounted_path(docs, scheduler, str(config_path))
+    assert "configMap" in volume, "the scheduler configuration should come from a ConfigMap"
+    config_map = _one(docs, "ConfigMap", volume["configMap"]["name"])
+    config: Manifest = yaml.safe_load(config_map["data"][config_path.name])
+    return config
+
+
+def _extender_stanza(docs: tuple[Manifest, ...]) -> Manifest:
+    extenders = _scheduler_config(docs)["extenders"]
+    assert len(extenders) == 1
+    stanza: Manifest = extenders[0]
+    return stanza
+
+
+def _profile(docs: tuple[Manifest, ...]) -> Manifest:
+    profiles = _scheduler_config(docs)["profiles"]
+    assert [p["schedulerName"] for p in profiles] == [PROFILE]
+    profile: Manifest = profiles[0]
+    return profile
+
+
+def _rules_for(
+    docs: list[Manifest] | tuple[Manifest, ...], namespace: str, sa: str, *, builtin_roles: bool = False
+) -> Iterator[Manifest]:
+    """Every rule granted to ServiceAccount ``namespace/sa`` by roles defined in ``docs``.
+
+    A binding to a role deploy/ does not define (a bootstrap role such as
+    system:kube-scheduler) fails, unless ``builtin_roles`` allows it; its rules are
+    then not listed.
+    """
+    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in docs}
+    for binding in docs:
+        if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        subjects = binding.get("subjects", [])
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == sa and s["namespace"] == namespace
+            for s in subjects
+        ):
+            continue
+        ref = binding["roleRef"]
+        role_namespace = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        role = roles.get((ref["kind"], role_namespace, ref["name"]))
+        if role is None and builtin_roles:
+            continue
+        assert role is not None, (
+            f"{binding['metadata']['name']} binds {ref['name']}, which deploy/ does not define"
+        )
+        yield from role["rules"]
+
+
+def _assert_read_only_nodes_and_runtimeclasses(rules: list[Manifest]) -> None:
+    assert rules, "the extender is granted nothing"
+    for rule in rules:
+        assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, rule
+        assert set(rule["verbs"]) <= READ_VERBS, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert (group, resource) in EXTENDER_ALLOWED, rule
+    granted = {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    needed = {(g, r, v) for g, r in EXTENDER_ALLOWED for v in READ_VERBS}
+    assert granted == needed
+
+
+# --- every kustomization ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_renders_with_expected_kinds(kustomization: str) -> None:
+    docs = _render(kustomization)
+    kinds = {(d["apiVersion"], d["kind"]) for d in docs}
+    assert kinds <= EXPECTED_KINDS, kinds - EXPECTED_KINDS
+    for doc in docs:
+        assert doc["metadata"]["name"]
+    config = _scheduler_config(docs)
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_scheduler_config_uses_only_v1_fields(kustomization: str) -> None:
+    config = _scheduler_config(_render(kustomization))
+    assert set(config) <= SCHEDULER_CONFIG_FIELDS
+    assert set(config["leaderElection"]) <= LEADER_ELECTION_FIELDS
+    for profile in config["profiles"]:
+        assert set(profile) <= PROFILE_FIELDS
+    for extender in config["extenders"]:
+        assert set(extender) <= EXTENDER_FIELDS
+        assert set(extender.get("tlsConfig", {})) <= EXTENDER_TLS_FIELDS
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_extender_url_matches_sidecar_flags_and_probes(kustomization: str) -> None:
+    docs = _render(kustomization)
+    stanza = _extender_stanza(docs)
+    assert stanza["filterVerb"] == "filter"
+    assert stanza["nodeCacheCapable"] is True
+    assert stanza["ignorable"] is False
+    assert stanza["httpTimeout"]
+
+    extender = _container(docs, "extender")
+    args = extender["args"]
+    assert args[0] == "serve"
+    flags = _flags(extender)
+    port = int(flags["port"])
+    url = urlsplit(stanza["urlPrefix"])
+    https = bool(stanza.get("enableHTTPS"))
+    assert url.scheme == ("https" if https else "http")
+    assert url.hostname == "127.0.0.1"  # the sidecar, on the pod's loopback
+    assert url.port == port
+    # The scheduler posts to urlPrefix + "/" + filterVerb; the app serves that path.
+    filter_path = url.path.rstrip("/") + "/" + stanza["filterVerb"]
+    routes = {
+        (route.method, route.resource.canonical)
+        for route in create_app(state=ClusterState(), policy=load_policy()).router.routes()
+        if route.resource is not None
+    }
+    assert ("POST", filter_path) in routes
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert ("GET", path) in routes
+    # Loopback must reach the listener; probes come to the pod IP, so all addresses.
+    assert flags["host"] == "0.0.0.0"
+    assert ("tls-cert-file" in flags) == https
+    assert ("client-ca-file" in flags) == https
+
+    ports = [p["containerPort"] for p in extender.get("ports", [])]
+    assert ports == [port]
+    liveness, readiness = extender["livenessProbe"], extender["readinessProbe"]
+    if not https:
+        assert liveness["httpGet"] == {"path": "/healthz", "port": port}
+        assert readiness["httpGet"] == {"path": "/readyz", "port": port}
+    else:
+        # Client certificates are required, and the kubelet presents none.
+        assert liveness["tcpSocket"] == {"port": port}
+        script = " ".join(readiness["exec"]["command"])
+        assert f"https://127.0.0.1:{port}/readyz" in script
+        tls = stanza["tlsConfig"]
+        for path in (tls["certFile"], tls["keyFile"], tls["caFile"]):
+            assert path in script
+            _mounted_path(docs, extender, path)
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_extender_rbac_is_read_only_nodes_and_runtimeclasses(kustomization: str) -> None:
+    docs = _render(kustomization)
+    namespace = _deployment(docs)["metadata"]["namespace"]
+    _assert_read_only_nodes_and_runtimeclasses(list(_rules_for(docs, namespace, EXTENDER_SA)))
+    # The sidecar runs as that ServiceAccount: its token is mounted at the in-cluster
+    # path, which keeps the ServiceAccount admission plugin from mounting the pod's
+    # (the scheduler's) token there.
+    extender = _container(docs, "extender")
+    volume = _mounted_path(docs, extender, TOKEN_PATH + "/token")
+    mount = next(m for m in extender["volumeMounts"] if m["mountPath"] == TOKEN_PATH)
+    assert mount.get("readOnly") is True
+    secret = _one(docs, "Secret", volume["secret"]["secretName"])
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["namespace"] == namespace
+    assert secret["metadata"]["annotations"]["kubernetes.io/service-account.name"] == EXTENDER_SA
+    # ... and the scheduler container does not see the extender's token.
+    scheduler = _container(docs, "kube-scheduler")
+    assert all(m["mountPath"] != TOKEN_PATH for m in scheduler.get("volumeMounts", []))
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_scheduler_rbac_and_leader_election(kustomization: str) -> None:
+    docs = _render(kustomization)
+    deployment = _deployment(docs)
+    namespace = deployment["metadata"]["namespace"]
+    sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    assert sa != EXTENDER_SA
+    _one(docs, "ServiceAccount", sa)
+    bound = {
+        (b["kind"], b["metadata"].get("namespace"), b["roleRef"]["kind"], b["roleRef"]["name"])
+        for b in docs
+        if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s["name"] == sa and s.get("namespace") == namespace for s in b["subjects"])
+    }
+    assert ("ClusterRoleBinding", None, "ClusterRole", "system:kube-scheduler") in bound
+    assert ("ClusterRoleBinding", None, "ClusterRole", "system:volume-scheduler") in bound
+    assert ("RoleBinding", "kube-system", "Role", "extension-apiserver-authentication-reader") in bound
+
+    election = _scheduler_config(docs)["leaderElection"]
+    assert election["leaderElect"] is True
+    assert election["resourceLock"] == "leases"
+    # Distinct from the default scheduler's Lease (kube-system/kube-scheduler).
+    assert election["resourceName"] != "kube-scheduler"
+    lease_rules = list(_rules_for(docs, namespace, sa, builtin_roles=True))
+    assert any(
+        "leases" in r["resources"]
+        and {"get", "update"} <= set(r["verbs"])
+        and r.get("resourceNames") == [election["resourceName"]]
+        for r in lease_rules
+    )
+    lease_role = next(
+        d for d in docs if d["kind"] == "Role" and any("leases" in r["resources"] for r in d.get("rules", []))
+    )
+    assert lease_role["metadata"]["namespace"] == election["resourceNamespace"]
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_pod_security(kustomization: str) -> None:
+    docs = _render(kustomization)
+    pod = _deployment(docs)["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    for container in pod["containers"]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False, container["name"]
+        assert context["readOnlyRootFilesystem"] is True, container["name"]
+        assert context["capabilities"]["drop"] == ["ALL"], container["name"]
+        assert container["resources"]["requests"]["cpu"], container["name"]
+        assert container["resources"]["requests"]["memory"], container["name"]
+        assert "livenessProbe" in container and "readinessProbe" in container, container["name"]
+    scheduler = _container(docs, "kube-scheduler")
+    assert scheduler["image"] == "registry.k8s.io/kube-scheduler:v1.36.2"
+    assert scheduler["command"][0] == "kube-scheduler"
+
+
+@pytest.mark.parametrize(
+    ("kustomization", "taint_filter_disabled"),
+    [
+        ("base", False),
+        ("overlays/alongside-admission", False),
+        ("overlays/predicate-mode", True),
+        ("overlays/tls", True),
+    ],
+)
+def test_mode_plugin_sets(kustomization: str, taint_filter_disabled: bool) -> None:
+    profile = _profile(_render(kustomization))
+    if taint_filter_disabled:
+        # Only the TaintToleration *filter*: its scoring stays.
+        assert profile["plugins"] == {"filter": {"disabled": [{"name": "TaintToleration"}]}}
+    else:
+        assert "plugins" not in profile  # in-tree plugins untouched
+
+
+def test_tls_overlay_mounts_every_tls_file() -> None:
+    docs = _render("overlays/tls")
+    stanza = _extender_stanza(docs)
+    assert stanza["enableHTTPS"] is True
+    tls = stanza["tlsConfig"]
+    assert "insecure" not in tls
+    scheduler = _container(docs, "kube-scheduler")
+    extender = _container(docs, "extender")
+    secrets = set()
+    for path in (tls["certFile"], tls["keyFile"], tls["caFile"]):
+        secrets.add(_mounted_path(docs, scheduler, path)["secret"]["secretName"])
+    flags = _flags(extender)
+    for setting in ("tls-cert-file", "tls-key-file", "client-ca-file"):
+        secrets.add(_mounted_path(docs, extender, flags[setting])["secret"]["secretName"])
+    # The extender trusts the CA the scheduler uses to verify it: one Secret, one CA.
+    assert flags["client-ca-file"] == tls["caFile"]
+    assert secrets == {"runtimeclass-extender-tls"}
+
+
+def test_overlays_keep_flags_other_overlays_add() -> None:
+    """The TLS overlay appends to the extender's args rather than replacing them."""
+    base = _container(_render("overlays/predicate-mode"), "extender")["args"]
+    tls = _container(_render("overlays/tls"), "extender")["args"]
+    assert tls[: len(base)] == base
+
+
+# --- plain manifests ----------------------------------------------------------------
+
+
+def test_rbac_manifest_matches_the_base() -> None:
+    plain = _load_file(DEPLOY / "rbac.yaml")
+    kinds = {(d["apiVersion"], d["kind"]) for d in plain}
+    assert kinds <= EXPECTED_KINDS
+    namespace = _one(plain, "ServiceAccount", EXTENDER_SA)["metadata"]["namespace"]
+    _assert_read_only_nodes_and_runtimeclasses(list(_rules_for(plain, namespace, EXTENDER_SA)))
+    base = _render("base")
+    assert _one(plain, "ClusterRole", EXTENDER_SA)["rules"] == _one(base, "ClusterRole", EXTENDER_SA)["rules"]
+    plain_binding = _one(plain, "ClusterRoleBinding", EXTENDER_SA)
+    base_binding = _one(base, "ClusterRoleBinding", EXTENDER_SA)
+    assert plain_binding["roleRef"] == base_binding["roleRef"]
+    assert plain_binding["subjects"] == base_binding["subjects"]
+
+
+def test_example_runtimeclasses_parse() -> None:
+    docs = _load_file(DEPLOY / "examples" / "runtimeclasses.yaml")
+    assert docs
+    for doc in docs:
+        assert (doc["apiVersion"], doc["kind"]) == ("node.k8s.io/v1", "RuntimeClass")
+        view = runtime_class_from_api(doc)
+        assert view.selector_error is None
+
+
+def test_sample_workload_targets_the_profile_and_an_example_class() -> None:
+    classes = {d["metadata"]["name"] for d in _load_file(DEPLOY / "examples" / "runtimeclasses.yaml")}
+    workloads = _load_file(DEPLOY / "examples" / "workload.yaml")
+    assert workloads
+    for kustomization in KUSTOMIZATIONS:
+        assert _profile(_render(kustomization))["schedulerName"] == PROFILE
+    for workload in workloads:
+        assert (workload["apiVersion"], workload["kind"]) == ("apps/v1", "Deployment")
+        pod = workload["spec"]["template"]["spec"]
+        assert pod["schedulerName"] == PROFILE
+        assert pod["runtimeClassName"] in classes
+
+
+# --- Dockerfile ---------------------------------------------------------------------
+
+
+def _dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """Instructions per stage, as (INSTRUCTION, arguments); continuation lines joined."""
+    stages: list[list[tuple[str, str]]] = []
+    logical = ""
+    for raw in (REPO / "Dockerfile").read_text().splitlines():
+        line = raw.strip()
+        if not logical and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            logical += line[:-1] + " "
+            continue
+        logical += line
+        instruction, _, arguments = logical.partition(" ")
+        logical = ""
+        if instruction.upper() == "FROM":
+            stages.append([])
+        assert stages, "Dockerfile must start with FROM"
+        stages[-1].append((instruction.upper(), arguments.strip()))
+    return stages
+
+
+def _last(stage: list[tuple[str, str]], instruction: str) -> str:
+    values = [arguments for name, arguments in stage if name == instruction]
+    assert values, f"final stage has no {instruction}"
+    return values[-1]
+
+
+def _console_scripts() -> dict[str, str]:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    scripts: dict[str, str] = pyproject["project"]["scripts"]
+    return scripts
+
+
+def _installed_script(name: str) -> Path:
+    script = Path(sys.executable).parent / name
+    if not script.exists():
+        pytest.skip(f"console script {name} is not installed beside {sys.executable} (pip install -e .)")
+    return script
+
+
+def test_dockerfile_is_multi_stage_on_slim_python_311() -> None:
+    stages = _dockerfile_stages()
+    assert len(stages) >= 2
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert requires == ">=3.11"
+    for stage in stages:
+        image = stage[0][1].split()[0]
+        assert image.startswith("python:3.11-slim"), image
+    final = stages[-1]
+    # No build tools in the final image: no compilers installed, no wheels built.
+    for instruction, arguments in final:
+        if instruction == "RUN":
+            assert "apt-get install" not in arguments
+            assert "pip wheel" not in arguments and "pip install" not in arguments
+        if instruction == "COPY":
+            assert arguments.startswith("--from="), "the final stage takes only the built environment"
+
+
+def test_dockerfile_user_is_not_root() -> None:
+    user = _last(_dockerfile_stages()[-1], "USER")
+    name = user.split(":")[0]
+    assert name.isdigit(), "numeric, so runAsNonRoot can verify it"
+    assert int(name) != 0
+    deployment = _deployment(_render("base"))
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == int(name)
+
+
+def test_dockerfile_build_context_has_what_it_copies() -> None:
+    ignore = (REPO / ".dockerignore").read_text().splitlines()
+    build = _dockerfile_stages()[0]
+    for instruction, arguments in build:
+        if instruction != "COPY" or arguments.startswith("--from="):
+            continue
+        *sources, _ = shlex.split(arguments)
+        for source in sources:
+            assert (REPO / source).exists(), source
+            # .dockerignore excludes everything, then re-includes what the build needs.
+            assert f"!{source.rstrip('/')}" in ignore or f"!{source.rstrip('/')}/" in ignore, source
+
+
+def test_dockerfile_entrypoint_runs() -> None:
+    final = _dockerfile_stages()[-1]
+    entrypoint = json.loads(_last(final, "ENTRYPOINT"))
+    command = json.loads(_last(final, "CMD"))
+    assert isinstance(entrypoint, list) and isinstance(command, list), (
+        "exec form, so signals reach the process"
+    )
+    assert entrypoint[0] in _console_scripts()
+    script = _installed_script(entrypoint[0])
+    for args in ([*entrypoint[1:], "--help"], [*entrypoint[1:], *command, "--help"]):
+        result = subprocess.run([str(script), *args], capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+        assert "usage: runtimeclass-extender" in result.stdout
+    # The image's default command is what the Deployment's sidecar runs.
+    sidecar = _container(_render("base"), "extender")
+    assert "command" not in sidecar, "the sidecar must keep the image's ENTRYPOINT"
+    assert sidecar["args"][0] == command[0]
+    serve_help = subprocess.run(
+        [str(script), "serve", "--help"], capture_output=True, text=True, check=False
+    ).stdout
+    for flag in _flags(sidecar):
+        assert f"--{flag}" in serve_help, flag
