@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from policies.node_affinity import term_mismatches
 from policies.node_selector import selector_mismatches
@@ -39,6 +39,8 @@ class RuntimeClassExists:
     """A pod naming a RuntimeClass that does not exist fits nowhere (KEP-585)."""
 
     name: str = "RuntimeClassExists"
+    # Reads the pod only through these fields (policies/verdict.py, POD_INPUTS_ATTR).
+    pod_inputs: ClassVar[frozenset[str]] = frozenset({"runtime_class_name"})
 
     def check(self, pod: PodView, runtime_class: RuntimeClassView | None, node: NodeView) -> Verdict:
         if pod.wants_runtime_class and runtime_class is None:
@@ -57,6 +59,7 @@ class RuntimeClassNodeSelector:
     the class has the node-selector-term annotation, satisfies that term too."""
 
     name: str = "RuntimeClassNodeSelector"
+    pod_inputs: ClassVar[frozenset[str]] = frozenset({"runtime_class_name"})
 
     def check(self, pod: PodView, runtime_class: RuntimeClassView | None, node: NodeView) -> Verdict:
         if runtime_class is None:
@@ -71,7 +74,9 @@ class RuntimeClassNodeSelector:
             )
         problems = selector_mismatches(runtime_class.node_selector, node.labels)
         if runtime_class.match_expressions is not None:
-            # The annotation's NodeSelectorTerm, ANDed with the map (policies/node_affinity.py).
+            # The annotation's NodeSelectorTerm (policies/node_affinity.py), ANDed with the map
+            # as RequiredNodeAffinity.Match ANDs a pod's nodeSelector with its required node
+            # affinity (component-helpers/scheduling/corev1/nodeaffinity/nodeaffinity.go).
             problems += term_mismatches(
                 runtime_class.match_expressions, runtime_class.match_fields, node.labels, node.name
             )
@@ -91,6 +96,7 @@ class TaintToleration:
     """
 
     name: str = "TaintToleration"
+    pod_inputs: ClassVar[frozenset[str]] = frozenset({"runtime_class_name", "tolerations"})
 
     def check(self, pod: PodView, runtime_class: RuntimeClassView | None, node: NodeView) -> Verdict:
         class_tolerations = runtime_class.tolerations if runtime_class is not None else ()
