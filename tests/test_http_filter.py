@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -24,7 +26,9 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
 from extender.cluster.state import ClusterState
-from policies.objects import NodeView, RuntimeClassView
+from policies.objects import NodeView, PodView, RuntimeClassView
+from policies.registry import Policy
+from policies.verdict import Verdict
 
 Client = TestClient[web.Request, web.Application]
 AppFactory = Callable[..., web.Application]  # the make_app fixture (conftest.py)
@@ -335,6 +339,12 @@ BAD_BODIES = [
         id="node-label-not-string",
     ),
     pytest.param(
+        _with(NodeNames=None, Nodes={"items": [{"metadata": {"labels": {}}}]}),
+        "metadata.name",
+        id="node-without-name",
+    ),
+    pytest.param(_with(Pod={"spec": None}), "Pod.spec", id="pod-spec-null"),
+    pytest.param(
         _pod_spec(runtimeClassName=5), "Pod.spec.runtimeClassName", id="runtimeclassname-not-string"
     ),
     pytest.param(_pod_spec(tolerations={"key": "k"}), "Pod.spec.tolerations", id="tolerations-not-list"),
@@ -356,7 +366,10 @@ BAD_BODIES = [
 
 
 @pytest.mark.parametrize(("body", "names"), BAD_BODIES)
-async def test_bad_bodies_get_400_naming_the_problem(client: Client, body: bytes, names: str | None) -> None:
+async def test_bad_bodies_get_400_naming_the_problem(
+    client: Client, caplog: pytest.LogCaptureFixture, body: bytes, names: str | None
+) -> None:
+    caplog.set_level(logging.DEBUG)
     response = await client.post("/filter", data=body, headers=JSON)
     text = await response.text()
     assert response.status == 400, text
@@ -367,6 +380,8 @@ async def test_bad_bodies_get_400_naming_the_problem(client: Client, body: bytes
     if names is not None:
         assert names in answer["detail"]
     assert "Traceback" not in text
+    # Bad client input is logged as one line, never with a stack trace.
+    assert not [r for r in caplog.records if r.exc_info]
     await _still_serving(client)
 
 
@@ -447,6 +462,31 @@ async def test_default_limit_takes_a_large_full_nodes_request(client: Client) ->
     response = await client.post("/filter", data=body, headers=JSON)
     assert response.status == 200
     assert len((await response.json())["Nodes"]["items"]) == 2000
+
+
+@dataclass(frozen=True)
+class Exploding:
+    """A buggy plugin predicate."""
+
+    name: str = "Exploding"
+
+    def check(self, pod: PodView, runtime_class: RuntimeClassView | None, node: NodeView) -> Verdict:
+        raise RuntimeError("plugin bug")
+
+
+async def test_internal_error_is_500_json_without_traceback(
+    aiohttp_client: AiohttpClient, make_app: AppFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = await aiohttp_client(make_app(policy=Policy((Exploding(),))))
+    response = await client.post("/filter", json=GOOD)
+    text = await response.text()
+    assert response.status == 500
+    assert json.loads(text) == {"error": "internal error"}
+    assert "plugin bug" not in text and "Traceback" not in text
+    # The trace is ours to read, in the log.
+    assert any(r.exc_info and "plugin bug" in str(r.exc_info[1]) for r in caplog.records)
+    response = await client.get("/healthz")
+    assert response.status == 200
 
 
 # --- sync state and probes -----------------------------------------------------------
