@@ -412,15 +412,19 @@ async def test_wrong_method_gets_405(client: Client, method: str, path: str, all
 
 
 @pytest.mark.parametrize(
-    "headers",
+    ("headers", "got"),
     [
-        pytest.param({"Content-Type": "text/plain"}, id="text-plain"),
-        pytest.param({"Content-Type": "application/x-www-form-urlencoded"}, id="form"),
-        pytest.param({"Content-Type": "application/jsonx"}, id="almost-json"),
-        pytest.param({}, id="missing"),
+        pytest.param({"Content-Type": "text/plain"}, "got 'text/plain'", id="text-plain"),
+        pytest.param(
+            {"Content-Type": "application/x-www-form-urlencoded"},
+            "got 'application/x-www-form-urlencoded'",
+            id="form",
+        ),
+        pytest.param({"Content-Type": "application/jsonx"}, "got 'application/jsonx'", id="almost-json"),
+        pytest.param({}, "got none", id="missing"),
     ],
 )
-async def test_non_json_content_type_gets_415(client: Client, headers: dict[str, str]) -> None:
+async def test_non_json_content_type_gets_415(client: Client, headers: dict[str, str], got: str) -> None:
     # Post raw bytes so the client adds no Content-Type of its own.
     response = await client.post(
         "/filter", data=json.dumps(GOOD).encode(), headers=headers, skip_auto_headers=["Content-Type"]
@@ -428,7 +432,7 @@ async def test_non_json_content_type_gets_415(client: Client, headers: dict[str,
     text = await response.text()
     assert response.status == 415, text
     assert response.content_type == "application/json"
-    assert "Content-Type must be application/json" in json.loads(text)["error"]
+    assert json.loads(text)["error"] == f"Content-Type must be application/json, {got}"
     assert "Traceback" not in text
     await _still_serving(client)
 
