@@ -36,7 +36,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -73,7 +73,7 @@ class Pending(NamedTuple):
     unix_time: float
     request: bytes
     response: bytes
-    names: tuple[str, ...] | None  # names mode: the nodes asked about
+    names: Sequence[str] | None  # names mode: the nodes asked about (the request's own list)
     runtime_class_name: str | None
     runtime_class: RuntimeClassView | None
     nodes: Mapping[str, NodeView]  # snapshot, never mutated after it was taken
@@ -256,7 +256,7 @@ class CaptureWriter:
         *,
         request: bytes,
         response: bytes,
-        names: list[str] | None,
+        names: Sequence[str] | None,
         runtime_class_name: str | None,
         runtime_class: RuntimeClassView | None,
         state: ClusterState,
@@ -272,7 +272,7 @@ class CaptureWriter:
                 unix_time=time.time(),
                 request=request,
                 response=response,
-                names=tuple(names) if names is not None else None,
+                names=names,
                 runtime_class_name=runtime_class_name,
                 runtime_class=runtime_class,
                 nodes=self._snapshot[1],
