@@ -37,11 +37,23 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        # The event's line first, extras on it; a traceback (our own bugs only) after.
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
         extras = _extras(record)
         if extras:
-            line += " " + " ".join(f"{k}={v}" for k, v in extras.items())
+            line += " " + " ".join(f"{k}={_text_value(v)}" for k, v in extras.items())
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
         return line
+
+
+def _text_value(value: Any) -> str:
+    text = str(value)
+    # One event, one line: a value carrying a line break (say, a node name from a
+    # request) is quoted, so it cannot forge a second log line.
+    return repr(text) if "\n" in text or "\r" in text else text
 
 
 def setup_logging(level: str = "info", fmt: str = "text") -> None:
