@@ -11,16 +11,19 @@ Bad input never reaches the caller as a stack trace: every error response is JSO
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from pydantic import ValidationError
 
 from extender.capture import CAPTURE
+from extender.cluster.health import SourceStats, failing_too_long, failure_report
+from extender.cluster.node_lookup import NodeLookup
 from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.cluster.state import ClusterState
 from extender.explain_http import explain_routes
-from extender.filtering import Decision, decide
+from extender.filtering import Decision, decide, missing_node_names
 from extender.metrics import Metrics, SourceStatsProvider
 from extender.protocol import ExtenderArgs
 from extender.settings import DEFAULT_MAX_BODY_BYTES
@@ -32,6 +35,12 @@ log = logging.getLogger("extender.http")
 STATE = web.AppKey("state", ClusterState)
 POLICY = web.AppKey("policy", Policy)
 METRICS = web.AppKey("metrics", Metrics)
+# Set in live cluster mode (extender.cluster.live), absent with a cluster file: the
+# watch sources' health (for /healthz), the liveness window in seconds, and the direct
+# lookup of node names the watch has not delivered yet.
+SOURCES = web.AppKey("sources", list[SourceStats])
+UNHEALTHY_AFTER = web.AppKey("unhealthy_after", float)
+NODE_LOOKUP = web.AppKey("node_lookup", NodeLookup)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -74,8 +83,16 @@ async def filter_handler(request: web.Request) -> web.Response:
     except ValidationError as exc:
         return _bad_request(request, describe_validation_error(exc, "request"))
     app = request.app
+    extra_nodes = unknown_reason = None
+    lookup = app.get(NODE_LOOKUP)
+    if lookup is not None and args.NodeNames is not None and app[STATE].nodes.synced:
+        missing = missing_node_names(args, app[STATE])
+        if missing:
+            extra_nodes, unknown_reason = await lookup.lookup(missing)
     try:
-        decision = decide(args, app[STATE], app[POLICY])
+        decision = decide(
+            args, app[STATE], app[POLICY], extra_nodes=extra_nodes, unknown_reason=unknown_reason
+        )
     except ObjectError as exc:
         return _bad_request(request, str(exc))
     app[METRICS].filter.record_decision(decision)
@@ -119,6 +136,15 @@ def _bad_request(request: web.Request, problem: str) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    sources = request.app.get(SOURCES)
+    window = request.app.get(UNHEALTHY_AFTER)
+    if sources and window is not None:
+        now = time.monotonic()
+        failing = failing_too_long(sources, window=window, now=now)
+        if failing:
+            wall_now = time.time()
+            reports = [failure_report(s, now=now, wall_now=wall_now) for s in failing]
+            return web.json_response({"status": "unhealthy", "failing": reports}, status=503)
     return web.json_response({"status": "ok"})
 
 

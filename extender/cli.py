@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
@@ -30,6 +30,9 @@ from extender.protocol import ExtenderArgs
 from extender.settings import SERVE_SETTINGS, SettingsError, add_arguments, resolve
 from extender.tls import server_context_from_settings
 from policies.registry import PolicyError
+
+if TYPE_CHECKING:
+    from extender.cluster.live import LiveCluster
 
 log = logging.getLogger("extender")
 
@@ -110,12 +113,17 @@ async def _serve(settings: dict[str, Any]) -> None:
                 "runtimeClasses": len(state.runtime_classes),
             },
         )
-    else:
-        raise CliError(
-            "no cluster to read: pass --cluster-file PATH (a kubectl get nodes,runtimeclasses -o yaml dump), "
-            "e.g. --cluster-file deploy/examples/cluster.yaml"
-        )
-    app = create_app(state=state, policy=policy, max_body_bytes=settings["max_body_bytes"])
+    live = None
+    if not settings["cluster_file"]:
+        live = await _connect_live(settings, state)
+    app = create_app(
+        state=state,
+        policy=policy,
+        max_body_bytes=settings["max_body_bytes"],
+        source_stats=live.source_stats if live is not None else None,
+    )
+    if live is not None:
+        live.attach(app)
     if settings["capture_dir"]:
         install_capture(app, capture_writer(settings))
     runner = web.AppRunner(app, handle_signals=False)
@@ -142,6 +150,23 @@ async def _serve(settings: dict[str, Any]) -> None:
     finally:
         log.info("shutting down")
         await runner.cleanup()
+
+
+async def _connect_live(settings: dict[str, Any], state: ClusterState) -> LiveCluster:
+    """Live cluster mode: exits at once (status 2) when no API server is configured."""
+    # Imported here: kubernetes-asyncio takes about a second to import, and only
+    # live mode needs it.
+    from extender.cluster.kube import KubeConfigError, connect
+    from extender.cluster.live import LiveCluster, LiveOptions
+
+    try:
+        connection = await connect(kubeconfig=settings["kubeconfig"], context=settings["context"])
+    except KubeConfigError as exc:
+        raise CliError(str(exc)) from None
+    log.info("watching the API server", extra={"server": connection.host, "config": connection.source})
+    return LiveCluster(
+        connection.api, state, options=LiveOptions(unhealthy_after=settings["unhealthy_after"])
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -107,6 +107,22 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("policy-file", _path, None, "policy file (YAML); default: the bundled policy", "PATH"),
     Setting(
+        "kubeconfig",
+        _path,
+        None,
+        "kubeconfig file for reaching the API server (default: KUBECONFIG, the in-cluster service "
+        "account, then ~/.kube/config); used when no cluster-file is given",
+        "PATH",
+    ),
+    Setting("context", _path, None, "kubeconfig context to use (default: its current-context)", "NAME"),
+    Setting(
+        "unhealthy-after",
+        _positive_float,
+        180.0,
+        "/healthz turns 503 once a watch has failed to reach the API server for this many seconds",
+        "SECONDS",
+    ),
+    Setting(
         "max-body-bytes",
         _positive_int,
         DEFAULT_MAX_BODY_BYTES,

@@ -7,6 +7,8 @@ up to date; readers (HTTP handlers, the metrics collector) only read it. Times a
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -29,3 +31,20 @@ class SourceStats:
     # Start of the current run of failures; None while the source is healthy.
     failing_since: float | None = None
     last_error: str = ""
+
+
+def failing_too_long(sources: Iterable[SourceStats], *, window: float, now: float) -> list[SourceStats]:
+    """Sources that have failed to reach the API server for longer than ``window`` seconds.
+
+    ``now`` is ``time.monotonic()``. Liveness (/healthz) turns 503 on these, so a process
+    stuck behind a broken connection or credentials gets restarted by the kubelet.
+    """
+    return [s for s in sources if s.failing_since is not None and now - s.failing_since > window]
+
+
+def failure_report(stats: SourceStats, *, now: float, wall_now: float) -> dict[str, object]:
+    """A JSON-able description of one failing source: kind, since when, last error."""
+    assert stats.failing_since is not None
+    seconds = now - stats.failing_since
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall_now - seconds))
+    return {"kind": stats.kind, "since": since, "seconds": round(seconds, 1), "error": stats.last_error}
