@@ -104,7 +104,7 @@ async def filter_handler(request: web.Request) -> web.Response:
     payload = result.to_json()
     capture = app.get(CAPTURE)
     if capture is not None and not result.Error:
-        capture.submit_decision(body, payload, args, decision, app[STATE], app[POLICY])
+        capture.submit_decision(body, payload, args, decision, app[STATE], app[POLICY], extra_nodes)
     return web.Response(body=payload, content_type="application/json")
 
 

@@ -77,6 +77,8 @@ class Pending(NamedTuple):
     runtime_class_name: str | None
     runtime_class: RuntimeClassView | None
     nodes: Mapping[str, NodeView]  # snapshot, never mutated after it was taken
+    # Nodes the handler looked up directly because the state did not hold them yet.
+    extra_nodes: Mapping[str, NodeView] | None
     classes: Mapping[str, RuntimeClassView]
     snapshot_key: tuple[int, int, int]
     predicates: tuple[str, ...]
@@ -161,7 +163,7 @@ class RecordBuilder:
     def build(self, pending: Pending) -> bytes:
         nodes: dict[str, Any] = {}
         for name in pending.names or ():
-            view = pending.nodes.get(name)
+            view = pending.nodes.get(name) or (pending.extra_nodes or {}).get(name)
             nodes[name] = orjson.Fragment(self.cache.get("node", view)[0]) if view is not None else None
         rc = pending.runtime_class
         record = {
@@ -261,6 +263,7 @@ class CaptureWriter:
         runtime_class: RuntimeClassView | None,
         state: ClusterState,
         policy: Policy,
+        extra_nodes: Mapping[str, NodeView] | None = None,
     ) -> None:
         try:
             key = (id(state), state.nodes.generation, state.runtime_classes.generation)
@@ -276,6 +279,7 @@ class CaptureWriter:
                 runtime_class_name=runtime_class_name,
                 runtime_class=runtime_class,
                 nodes=self._snapshot[1],
+                extra_nodes=extra_nodes,
                 classes=self._snapshot[2],
                 snapshot_key=key,
                 predicates=policy.names,
@@ -296,8 +300,12 @@ class CaptureWriter:
         decision: Decision,
         state: ClusterState,
         policy: Policy,
+        extra_nodes: Mapping[str, NodeView] | None = None,
     ) -> None:
-        """Queue the capture of one answered filter call (the hook in the filter handler)."""
+        """Queue the capture of one answered filter call (the hook in the filter handler).
+
+        ``extra_nodes`` are the nodes the handler fetched directly for this call; they
+        are captured like the others, so replay decides against what was decided on."""
         self.submit(
             request=request,
             response=response,
@@ -306,6 +314,7 @@ class CaptureWriter:
             runtime_class=decision.runtime_class,
             state=state,
             policy=policy,
+            extra_nodes=extra_nodes,
         )
 
     # -- the background side -----------------------------------------------------------

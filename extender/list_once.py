@@ -13,7 +13,6 @@ from typing import Any
 
 import orjson
 
-from extender.cluster.kube import KubeConfigError, connect
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
 from extender.cluster.state import ClusterState
 
@@ -59,6 +58,10 @@ async def _list_all(api: Any, path: str) -> list[dict[str, Any]]:
 
 async def list_cluster(*, kubeconfig: str | None = None, context: str | None = None) -> ClusterState:
     """Nodes and RuntimeClasses as the API server lists them now. Raises ClusterUnavailable."""
+    # Imported here: kubernetes-asyncio takes about a second to import, and only the
+    # live mode of the tools needs it (not --cluster-file, not serve).
+    from extender.cluster.kube import KubeConfigError, connect
+
     try:
         connection = await connect(kubeconfig=kubeconfig, context=context)
     except KubeConfigError as exc:

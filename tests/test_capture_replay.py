@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -24,8 +25,11 @@ from extender.capture import (
 from extender.cli import main
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.state import ClusterState
+from extender.filtering import decide
 from extender.policy_file import load_policy
+from extender.protocol import ExtenderArgs
 from extender.replay import compare
+from policies.objects import NodeView
 from tests.conftest import EXAMPLE_CLUSTER, EXAMPLES, AppFactory
 
 FILTER_REQUEST = json.loads((EXAMPLES / "filter-request.json").read_text())
@@ -461,3 +465,26 @@ def test_replay_bad_input_exits_2(
     assert err.startswith("runtimeclass-extender: error: ")
     assert message in err
     assert "Traceback" not in err
+
+
+async def test_nodes_looked_up_directly_are_captured_and_replayed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Live mode: a node the watch has not delivered yet is fetched for the call itself.
+    state, policy = load_cluster_file(EXAMPLE_CLUSTER), load_policy()
+    fresh = NodeView("fresh-1", labels=MappingProxyType({"kubernetes.io/os": "linux"}))
+    body = orjson.dumps(names_request("runc", ["runc-1", "fresh-1"]))
+    args = ExtenderArgs.model_validate_json(body)
+    decision = decide(args, state, policy, extra_nodes={"fresh-1": fresh})
+    assert decision.result.NodeNames == ["runc-1", "fresh-1"]
+    writer = CaptureWriter(tmp_path)
+    task = asyncio.create_task(writer.run())
+    writer.submit_decision(body, decision.result.to_json(), args, decision, state, policy, {"fresh-1": fresh})
+    await writer.close()
+    await task
+    (path,) = files(tmp_path)
+    assert json.loads(path.read_text())["state"]["nodes"]["fresh-1"]["labels"] == {
+        "kubernetes.io/os": "linux"
+    }
+    status, out, _ = replay(capsys, str(tmp_path))
+    assert status == 0, out
