@@ -26,7 +26,7 @@ from extender.explain_http import explain_routes
 from extender.filtering import Decision, decide, missing_node_names
 from extender.metrics import Metrics, SourceStatsProvider
 from extender.protocol import ExtenderArgs
-from extender.settings import DEFAULT_MAX_BODY_BYTES
+from extender.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_NODES_PER_REQUEST
 from policies.objects import PodView
 from policies.registry import Policy
 
@@ -35,6 +35,11 @@ log = logging.getLogger("extender.http")
 STATE = web.AppKey("state", ClusterState)
 POLICY = web.AppKey("policy", Policy)
 METRICS = web.AppKey("metrics", Metrics)
+MAX_NODES = web.AppKey("max_nodes", int)
+# JSON nesting is bounded by pydantic-core's parser, not by a setting: it refuses
+# anything nested deeper than this many levels (recursion limit, checked while parsing
+# at no extra cost). Real requests nest about 12 levels (managedFields).
+JSON_DEPTH_LIMIT = 201
 # Set in live cluster mode (extender.cluster.live), absent with a cluster file: the
 # watch sources' health (for /healthz), the liveness window in seconds, and the direct
 # lookup of node names the watch has not delivered yet.
@@ -81,8 +86,14 @@ async def filter_handler(request: web.Request) -> web.Response:
     try:
         args = ExtenderArgs.model_validate_json(body)
     except ValidationError as exc:
+        if any("recursion limit exceeded" in e["msg"] for e in exc.errors(include_url=False)):
+            return _bad_request(request, f"request: JSON nested deeper than {JSON_DEPTH_LIMIT} levels")
         return _bad_request(request, describe_validation_error(exc, "request"))
     app = request.app
+    # Cheap: one len() of the list the parser already built.
+    count = len(args.NodeNames if args.NodeNames is not None else (args.Nodes and args.Nodes.items) or ())
+    if count > (limit := app[MAX_NODES]):
+        return _bad_request(request, f"request: {count} nodes, more than max-nodes-per-request ({limit})")
     extra_nodes = unknown_reason = None
     lookup = app.get(NODE_LOOKUP)
     if lookup is not None and args.NodeNames is not None and app[STATE].nodes.synced:
@@ -161,12 +172,14 @@ def create_app(
     state: ClusterState,
     policy: Policy,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_nodes_per_request: int = DEFAULT_MAX_NODES_PER_REQUEST,
     source_stats: SourceStatsProvider | None = None,
 ) -> web.Application:
     # Per app, not the global registry: tests build many apps in one process.
     metrics = Metrics(state, source_stats)
     app = web.Application(client_max_size=max_body_bytes, middlewares=[metrics.middleware, errors_as_json])
     app[METRICS] = metrics
+    app[MAX_NODES] = max_nodes_per_request
     app[STATE] = state
     app[POLICY] = policy
     app.router.add_post("/filter", filter_handler)

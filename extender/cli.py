@@ -120,6 +120,7 @@ async def _serve(settings: dict[str, Any]) -> None:
         state=state,
         policy=policy,
         max_body_bytes=settings["max_body_bytes"],
+        max_nodes_per_request=settings["max_nodes_per_request"],
         source_stats=live.source_stats if live is not None else None,
     )
     if live is not None:

@@ -1,0 +1,194 @@
+"""Request limits of ``POST /filter``: body size, nodes per request, JSON nesting depth.
+
+Each limit is tested at the limit (accepted, answered correctly) and just beyond it
+(refused with a JSON error naming the limit), and the process keeps serving after.
+
+- ``max-body-bytes``: 413 beyond (aiohttp's ``client_max_size``, checked while reading).
+- ``max-nodes-per-request``: 400 beyond, counted with one ``len()`` after parsing.
+- JSON nesting: the parser's fixed limit (``extender.app.JSON_DEPTH_LIMIT``), 400 beyond.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from pytest_aiohttp import AiohttpClient
+
+from extender.app import JSON_DEPTH_LIMIT, POLICY, STATE, create_app
+from extender.cli import build_parser
+from extender.settings import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_NODES_PER_REQUEST,
+    SERVE_SETTINGS,
+    SettingsError,
+    resolve,
+)
+from tests.conftest import REPO
+
+Client = TestClient[web.Request, web.Application]
+AppFactory = Callable[..., web.Application]
+JSON = {"Content-Type": "application/json"}
+# tests/data/capture-cluster.yaml: plain-1 is unlabelled and untainted, so a pod without
+# a RuntimeClass passes it.
+POD: dict[str, Any] = {"metadata": {"name": "p", "namespace": "default"}, "spec": {}}
+UNKNOWN = "node(s) unknown to the RuntimeClass extender"
+
+
+def names_body(names: list[str], **extra: Any) -> bytes:
+    return json.dumps({"Pod": POD, "NodeNames": names, "Nodes": None, **extra}).encode()
+
+
+def node_item(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}}
+
+
+def nodes_body(count: int) -> bytes:
+    items = [node_item(f"n{i}") for i in range(count)]
+    return json.dumps({"Pod": POD, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}).encode()
+
+
+async def post(client: Client, body: bytes) -> tuple[int, Any]:
+    response = await client.post("/filter", data=body, headers=JSON)
+    assert response.content_type == "application/json"
+    return response.status, await response.json()
+
+
+async def still_serving(client: Client) -> None:
+    status, answer = await post(client, names_body(["plain-1"]))
+    assert status == 200 and answer["NodeNames"] == ["plain-1"]
+
+
+# ----------------------------------------------------------------------------- body size
+
+
+async def test_body_size_at_and_beyond_the_limit(aiohttp_client: AiohttpClient, make_app: AppFactory) -> None:
+    at_limit = names_body(["plain-1"])
+    client = await aiohttp_client(make_app(max_body_bytes=len(at_limit)))
+    status, answer = await post(client, at_limit)
+    assert status == 200 and answer["NodeNames"] == ["plain-1"]
+    status, answer = await post(client, at_limit + b" ")  # one byte over
+    assert status == 413 and answer["error"]
+    await still_serving(client)
+
+
+def test_default_body_limit_fits_a_real_5000_node_full_nodes_request() -> None:
+    # bench/cluster_gen.py writes 5,000 realistic Node objects (managedFields, images).
+    sample = REPO / "bench" / "out" / "request-nodes-5000-0.json"
+    if not sample.is_file():
+        pytest.skip("run bench/filter_bench.py to generate the 5,000-node request")
+    assert sample.stat().st_size * 4 < DEFAULT_MAX_BODY_BYTES
+
+
+# ----------------------------------------------------------------------------- node count
+
+
+@pytest.mark.parametrize("mode", ["names", "nodes"])
+async def test_node_count_at_and_beyond_the_limit(
+    aiohttp_client: AiohttpClient, make_app: AppFactory, mode: str
+) -> None:
+    limit = 50
+    base = make_app()
+    # create_app's keyword, as serve passes the setting.
+    client = await aiohttp_client(
+        create_app(state=base[STATE], policy=base[POLICY], max_nodes_per_request=limit)
+    )
+    at = names_body([f"n{i}" for i in range(limit)]) if mode == "names" else nodes_body(limit)
+    status, answer = await post(client, at)
+    assert status == 200 and answer["Error"] == ""
+    if mode == "names":
+        assert answer["FailedNodes"] == {f"n{i}": UNKNOWN for i in range(limit)}
+    else:
+        assert len(answer["Nodes"]["items"]) == limit
+
+    beyond = names_body([f"n{i}" for i in range(limit + 1)]) if mode == "names" else nodes_body(limit + 1)
+    status, answer = await post(client, beyond)
+    assert status == 400
+    assert answer["error"] == "malformed ExtenderArgs"
+    assert answer["detail"] == f"request: {limit + 1} nodes, more than max-nodes-per-request ({limit})"
+    await still_serving(client)
+
+
+async def test_node_count_is_counted_before_duplicates_are_folded(
+    aiohttp_client: AiohttpClient, make_app: AppFactory
+) -> None:
+    base = make_app()
+    client = await aiohttp_client(create_app(state=base[STATE], policy=base[POLICY], max_nodes_per_request=2))
+    status, _ = await post(client, names_body(["plain-1", "plain-1"]))  # counted before dedup
+    assert status == 200
+    status, answer = await post(client, names_body(["plain-1", "plain-1", "plain-1"]))
+    assert status == 400 and "max-nodes-per-request (2)" in answer["detail"]
+
+
+async def test_default_node_count_takes_a_15000_node_names_request(
+    aiohttp_client: AiohttpClient, make_app: AppFactory
+) -> None:
+    assert DEFAULT_MAX_NODES_PER_REQUEST >= 15_000
+    client = await aiohttp_client(make_app())
+    status, answer = await post(client, names_body([f"n{i}" for i in range(15_000)]))
+    assert status == 200 and len(answer["FailedNodes"]) == 15_000
+
+
+def test_node_count_setting_resolves_and_validates() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["serve", "--max-nodes-per-request", "7"])
+    assert resolve(args, SERVE_SETTINGS, environ={})["max_nodes_per_request"] == 7
+    args = parser.parse_args(["serve"])
+    values = resolve(args, SERVE_SETTINGS, environ={"RUNTIMECLASS_EXTENDER_MAX_NODES_PER_REQUEST": "9"})
+    assert values["max_nodes_per_request"] == 9
+    assert resolve(args, SERVE_SETTINGS, environ={})["max_nodes_per_request"] == DEFAULT_MAX_NODES_PER_REQUEST
+    with pytest.raises(SettingsError, match="max-nodes-per-request"):
+        resolve(parser.parse_args(["serve", "--max-nodes-per-request", "0"]), SERVE_SETTINGS, environ={})
+
+
+# ----------------------------------------------------------------------------- nesting depth
+
+
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def depth_in_ignored_field(total: int) -> bytes:
+    # {"Pod":..., "x": [[...]]}: the top-level object is level 1, the arrays the rest.
+    return b'{"Pod":{"spec":{}},"NodeNames":["plain-1"],"x":' + nested(total - 1) + b"}"
+
+
+def depth_in_node_item(total: int) -> bytes:
+    # {"Nodes": {"items": [ {node, "x": [[...]]} ]}}: four levels before the arrays.
+    return (
+        b'{"Pod":{"spec":{}},"NodeNames":null,"Nodes":{"items":[{"metadata":{"name":"n"},"x":'
+        + nested(total - 4)
+        + b"}]}}"
+    )
+
+
+@pytest.mark.parametrize("build", [depth_in_ignored_field, depth_in_node_item])
+async def test_nesting_at_and_beyond_the_parser_limit(
+    client_for_capture: Client, build: Callable[[int], bytes]
+) -> None:
+    status, answer = await post(client_for_capture, build(JSON_DEPTH_LIMIT))
+    assert status == 200 and answer["Error"] == ""
+    for depth in (JSON_DEPTH_LIMIT + 1, 100_000):
+        status, answer = await post(client_for_capture, build(depth))
+        assert status == 400
+        assert answer["detail"] == f"request: JSON nested deeper than {JSON_DEPTH_LIMIT} levels"
+    await still_serving(client_for_capture)
+
+
+async def test_deep_nesting_within_a_small_body_limit_still_400(
+    aiohttp_client: AiohttpClient, make_app: AppFactory
+) -> None:
+    body = b"[" * 1_000_000
+    client = await aiohttp_client(make_app(max_body_bytes=2 * len(body)))
+    status, answer = await post(client, body)
+    assert status == 400 and str(JSON_DEPTH_LIMIT) in answer["detail"]
+    await still_serving(client)
+
+
+@pytest.fixture
+async def client_for_capture(aiohttp_client: AiohttpClient, make_app: AppFactory) -> Client:
+    return await aiohttp_client(make_app())
