@@ -72,6 +72,13 @@ class WatchedResource:
     convert: Callable[[Any], Named]
     # Optional batch converter (one validator call for a whole LIST page).
     convert_many: Callable[[list[Any]], Sequence[Named]] | None = None
+    # Optional server-side filter for LIST and WATCH, e.g. "spec.nodeName=" (the pod
+    # requeuer watches unscheduled pods only). A watch reports an object that stops
+    # matching as DELETED and one that starts matching as ADDED.
+    field_selector: str = ""
+    # The store key of a raw object (default: metadata.name). Must equal the converted
+    # view's ``name``; namespaced kinds use "namespace/name".
+    key: Callable[[Any], str] | None = None
 
 
 NODE_RESOURCE = WatchedResource(NODES, "/api/v1/nodes", node_from_api, nodes_from_api)
@@ -315,6 +322,8 @@ class Reflector:
             # needs (client-go relists with RV="" after expiry for the same reason), and
             # the form the server paginates.
             query = [("limit", str(limit))] if limit else []
+            if self.resource.field_selector:
+                query.append(("fieldSelector", self.resource.field_selector))
             if continue_token:
                 query.append(("continue", continue_token))
             async with await self._request(query, timeout) as response:
@@ -382,6 +391,8 @@ class Reflector:
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(max(1, server_timeout))),
         ]
+        if self.resource.field_selector:
+            query.append(("fieldSelector", self.resource.field_selector))
         # No total timeout: the server ends the stream. sock_read catches a stalled one.
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=options.request_timeout, sock_read=options.idle_timeout
@@ -441,7 +452,7 @@ class Reflector:
 
     def _apply(self, event_type: str, obj: dict[str, Any], rv: str) -> None:
         store = self._store
-        name = _name(obj)
+        name = (self.resource.key or _name)(obj)
         current = store.get(name) if name else None
         if current is not None and is_older(rv, getattr(current, "resource_version", "")):
             log.debug(

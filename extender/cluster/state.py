@@ -78,7 +78,6 @@ class Store(Generic[V]):
         new = {item.name: item for item in items}
         old = self._items
         self._items = new
-        self.synced = True
         # Listeners hear the difference, so derived state stays exact.
         for name, item in old.items():
             if name not in new:
@@ -87,6 +86,9 @@ class Store(Generic[V]):
             if old.get(name) != item:
                 self._notify(old.get(name), item)
         self.generation += 1
+        # Set after the notifications: a listener that sees ``synced`` still False is
+        # hearing the first LIST (a baseline), not changes (the requeuer relies on it).
+        self.synced = True
 
 
 class ClusterState:
