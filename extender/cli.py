@@ -28,7 +28,7 @@ from extender.logs import setup_logging
 from extender.policy_file import load_policy
 from extender.protocol import ExtenderArgs
 from extender.settings import SERVE_SETTINGS, SettingsError, add_arguments, resolve
-from extender.tls import server_context_from_settings
+from extender.tls import install_certificate_reloader, server_context, tls_files
 from policies.registry import PolicyError
 
 if TYPE_CHECKING:
@@ -100,7 +100,8 @@ def run_filter(args: argparse.Namespace) -> int:
 
 
 async def _serve(settings: dict[str, Any]) -> None:
-    ssl_context = server_context_from_settings(settings)  # fail fast on bad TLS files
+    tls = tls_files(settings)
+    ssl_context = server_context(tls) if tls is not None else None  # fail fast on bad TLS files
     policy = load_policy(settings["policy_file"])
     state = ClusterState()
     if settings["cluster_file"]:
@@ -127,6 +128,8 @@ async def _serve(settings: dict[str, Any]) -> None:
         live.attach(app)
     if settings["capture_dir"]:
         install_capture(app, capture_writer(settings))
+    if tls is not None and ssl_context is not None:
+        install_certificate_reloader(app, ssl_context, tls)
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings["host"], settings["port"], ssl_context=ssl_context)

@@ -7,19 +7,35 @@ certificate) and ``client-ca-file`` (the CA whose client certificates we accept;
 it a client certificate is required, ``ssl.CERT_REQUIRED``, so a caller without one
 is refused during the handshake, before any request is read).
 
-Files are read once at start; a bad combination or an unreadable file stops the
-process with a message naming the setting. To rotate certificates, replace the files
-and restart the process.
+Files are read at start; a bad combination or an unreadable file stops the process
+with a message naming the setting. Afterwards ``CertificateReloader`` watches the
+files and loads a changed certificate and key into the live context, so new
+connections use them (a Kubernetes Secret volume is updated in place by the kubelet:
+rotation needs no restart). A changed file that does not load is logged and the old
+certificate stays in use. Client CAs can only be added this way, never removed: drop
+a CA by restarting.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp import web
+
 from extender.settings import SettingsError
+
+log = logging.getLogger("extender.tls")
+
+# How often the files are checked. The kubelet itself refreshes Secret volumes only
+# every minute or so, so checking more often buys nothing.
+RELOAD_INTERVAL_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -74,12 +90,80 @@ def server_context(files: TLSFiles) -> ssl.SSLContext:
     return context
 
 
-def server_context_from_settings(settings: Mapping[str, Any]) -> ssl.SSLContext | None:
-    files = tls_files(settings)
-    return server_context(files) if files is not None else None
-
-
 def _describe(exc: OSError | ssl.SSLError) -> str:
     if isinstance(exc, ssl.SSLError):
         return exc.reason or str(exc)
     return exc.strerror or str(exc)
+
+
+def _file_signature(path: str) -> tuple[int, int, int] | None:
+    # os.stat follows symlinks: a Secret volume swaps its ..data symlink on update,
+    # which changes the inode even when size and mtime happen to match.
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class CertificateReloader:
+    """Reloads the serving certificate (and added client CAs) when their files change."""
+
+    def __init__(self, context: ssl.SSLContext, files: TLSFiles) -> None:
+        self.context = context
+        self.files = files
+        self._paths = [p for p in (files.cert_file, files.key_file, files.client_ca_file) if p is not None]
+        self._seen = self._signatures()
+
+    def _signatures(self) -> list[tuple[int, int, int] | None]:
+        return [_file_signature(path) for path in self._paths]
+
+    def check(self) -> bool:
+        """Reload if any file changed since the last check; True if a new certificate is in use."""
+        current = self._signatures()
+        if current == self._seen:
+            return False
+        try:
+            # Load into a scratch context first: a half-written pair (new certificate,
+            # old key) must not replace a working one.
+            server_context(self.files)
+        except SettingsError as exc:
+            log.warning(
+                "TLS files changed but do not load; keeping the current certificate",
+                extra={"error": str(exc)},
+            )
+            return False  # not marked seen: retried at the next check
+        self.context.load_cert_chain(certfile=self.files.cert_file, keyfile=self.files.key_file)
+        if self.files.client_ca_file is not None:
+            self.context.load_verify_locations(cafile=self.files.client_ca_file)
+        self._seen = current
+        log.info("reloaded TLS certificate", extra={"certFile": self.files.cert_file})
+        return True
+
+    async def run(self, interval: float = RELOAD_INTERVAL_SECONDS) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.check()
+            except (OSError, ssl.SSLError) as exc:
+                # The files changed again between the trial load and the real one.
+                log.warning("TLS reload failed; retrying", extra={"error": str(exc)})
+
+
+def install_certificate_reloader(
+    app: web.Application,
+    context: ssl.SSLContext,
+    files: TLSFiles,
+    *,
+    interval: float = RELOAD_INTERVAL_SECONDS,
+) -> None:
+    """Run a ``CertificateReloader`` for as long as ``app`` runs."""
+
+    async def reload_in_background(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(CertificateReloader(context, files).run(interval))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    app.cleanup_ctx.append(reload_in_background)

@@ -23,7 +23,13 @@ from extender.app import create_app
 from extender.cluster.file_source import load_cluster_file
 from extender.policy_file import load_policy
 from extender.settings import SettingsError
-from extender.tls import TLSFiles, server_context, tls_files
+from extender.tls import (
+    CertificateReloader,
+    TLSFiles,
+    install_certificate_reloader,
+    server_context,
+    tls_files,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_CLUSTER = REPO / "deploy" / "examples" / "cluster.yaml"
@@ -248,3 +254,61 @@ def test_serve_command_speaks_mutual_tls(pki: Pki) -> None:
         finally:
             process.terminate()
             process.wait(timeout=30)
+
+
+def _write_leaf(cert: trustme.LeafCert, cert_path: Path, key_path: Path) -> None:
+    # Write-then-rename, as the kubelet's atomic Secret update does.
+    for target, pems in ((cert_path, cert.cert_chain_pems), (key_path, [cert.private_key_pem])):
+        scratch = target.with_suffix(".new")
+        scratch.write_bytes(b"".join(pem.bytes() for pem in pems))
+        scratch.replace(target)
+
+
+async def test_rotated_certificate_is_served_without_restart(
+    aiohttp_server: Any, pki: Pki, tmp_path: Path
+) -> None:
+    files = TLSFiles(str(pki.server_cert), str(pki.server_key))
+    context = server_context(files)
+    app = create_app(state=load_cluster_file(EXAMPLE_CLUSTER), policy=load_policy())
+    # The background reloader starts and stops with the app (its interval is long:
+    # this test drives the checks itself).
+    install_certificate_reloader(app, context, files, interval=3600)
+    server = await aiohttp_server(app, ssl=context)
+    reloader = CertificateReloader(context, files)
+    old_ca = _client_context(pki, None)
+    assert (await _post_filter(server.port, old_ca))[0] == 200
+    assert reloader.check() is False  # nothing changed
+
+    new_ca = trustme.CA()
+    new_ca_file = tmp_path / "new-ca.crt"
+    new_ca.cert_pem.write_to_path(str(new_ca_file))
+    _write_leaf(new_ca.issue_cert("127.0.0.1"), pki.server_cert, pki.server_key)
+    assert reloader.check() is True
+
+    assert (await _post_filter(server.port, ssl.create_default_context(cafile=str(new_ca_file))))[0] == 200
+    with pytest.raises(REFUSED):
+        await _post_filter(server.port, old_ca)
+
+
+async def test_unloadable_new_files_keep_the_old_certificate(
+    aiohttp_server: Any, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = TLSFiles(str(pki.server_cert), str(pki.server_key))
+    context = server_context(files)
+    server = await _serve_context(aiohttp_server, context)
+    reloader = CertificateReloader(context, files)
+    # A new certificate whose key has not arrived yet: a pair that does not match.
+    new_leaf = trustme.CA().issue_cert("127.0.0.1")
+    pki.server_cert.write_bytes(b"".join(pem.bytes() for pem in new_leaf.cert_chain_pems))
+    with caplog.at_level(logging.WARNING, logger="extender.tls"):
+        assert reloader.check() is False
+    assert "keeping the current certificate" in caplog.text
+    assert (await _post_filter(server.port, _client_context(pki, None)))[0] == 200
+    # Once the key arrives the pair loads.
+    new_leaf.private_key_pem.write_to_path(str(pki.server_key))
+    assert reloader.check() is True
+
+
+async def _serve_context(aiohttp_server: Any, context: ssl.SSLContext) -> Any:
+    app = create_app(state=load_cluster_file(EXAMPLE_CLUSTER), policy=load_policy())
+    return await aiohttp_server(app, ssl=context)
