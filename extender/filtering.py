@@ -6,17 +6,20 @@ list even when empty, put every rejected node in exactly one failure map, and ne
 name a node that was not asked about. Duplicated names are answered once.
 
 Which node fails and why is the policy's business (``policies``); this module only
-looks nodes up and sorts verdicts into the two maps.
+looks nodes up and sorts verdicts into the two maps. In names mode the verdicts come
+from ``extender.decision_cache`` when the policy allows it (that is what keeps a
+15,000-node call cheap); ``decide_reference`` is the same answer by plain evaluation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from extender.cluster.objects import nodes_from_api
 from extender.cluster.state import ClusterState
+from extender.decision_cache import Entry, cache_for
 from extender.protocol import ExtenderArgs, ExtenderFilterResult
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.registry import Policy
@@ -32,8 +35,9 @@ class Decision:
     result: ExtenderFilterResult
     pod: PodView
     runtime_class: RuntimeClassView | None = None
-    # Per rejected node: the predicate's detail (which label, which taint).
-    details: dict[str, str] = field(default_factory=dict)
+    # Per rejected node: the predicate's detail (which label, which taint). May be
+    # computed lazily on first read (the fast path's answers).
+    details: Mapping[str, str] = field(default_factory=dict)
 
 
 class _Sorter:
@@ -77,59 +81,163 @@ def decide(
     yet; ``unknown_reason`` can override the reason (and detail) for names that could
     not be found at all. Raises ``ObjectError`` for malformed node objects in a
     full-nodes request.
+
+    Names mode answers from the decision cache (``extender.decision_cache``) when the
+    policy allows it; the answer is the same as ``decide_reference`` gives.
     """
     pod = args.Pod.view()
     if not state.runtime_classes.synced or (args.names_mode and not state.nodes.synced):
         return Decision(not_synced_result(), pod)
     runtime_class = state.runtime_classes.get(pod.runtime_class_name) if pod.runtime_class_name else None
-    sorter = _Sorter()
+    if args.NodeNames is None:
+        return _decide_full_nodes(args, pod, runtime_class, policy)
 
-    if args.NodeNames is not None:
-        passing: list[str] = []
-        seen: set[str] = set()
-        known = state.nodes.items()
-        extra = extra_nodes or {}
-        for name in args.NodeNames:
-            if name in seen:
-                continue
-            seen.add(name)
-            node = known.get(name) or extra.get(name)
-            if node is None:
-                detail = (unknown_reason or {}).get(name, f"node {name!r} is not in the extender's cache")
-                sorter.reject(name, Verdict(False, REASON_NODE_UNKNOWN, unresolvable=False, detail=detail))
-                continue
-            verdict = policy.evaluate(pod, runtime_class, node)
-            if verdict.fits:
-                passing.append(name)
-            else:
-                sorter.reject(name, verdict)
-        result = ExtenderFilterResult.model_construct(
-            Nodes=None,
-            NodeNames=passing,
-            FailedNodes=sorter.failed,
-            FailedAndUnresolvableNodes=sorter.unresolvable,
-            Error="",
+    entry = cache_for(state).entry(policy, pod, runtime_class)
+    if entry is None:
+        return _decide_names(args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason)
+    fast = entry.sort(args.NodeNames)
+    if fast is None:
+        # Unknown names or resolvable failures: per name, still from cached verdicts.
+        return _decide_names(
+            args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason, cached=entry
         )
-    else:
-        assert args.Nodes is not None
-        items = args.Nodes.items or []
-        views = nodes_from_api(items)
-        kept: list[dict[str, Any]] = []
-        seen = set()
-        for raw, node in zip(items, views, strict=True):
-            if node.name in seen:
-                continue
-            seen.add(node.name)
+    passing, unresolvable = fast
+    result = ExtenderFilterResult.model_construct(
+        Nodes=None, NodeNames=passing, FailedNodes={}, FailedAndUnresolvableNodes=unresolvable, Error=""
+    )
+    details = _LazyDetails(unresolvable, pod, runtime_class, state.nodes.items(), policy)
+    return Decision(result, pod, runtime_class, details)
+
+
+def decide_reference(
+    args: ExtenderArgs,
+    state: ClusterState,
+    policy: Policy,
+    *,
+    extra_nodes: Mapping[str, NodeView] | None = None,
+    unknown_reason: Mapping[str, str] | None = None,
+) -> Decision:
+    """``decide`` by the plain rule: ``Policy.evaluate`` for every node, no caches.
+
+    The definition the fast path is tested against (tests/test_fast_path.py).
+    """
+    pod = args.Pod.view()
+    if not state.runtime_classes.synced or (args.names_mode and not state.nodes.synced):
+        return Decision(not_synced_result(), pod)
+    runtime_class = state.runtime_classes.get(pod.runtime_class_name) if pod.runtime_class_name else None
+    if args.NodeNames is None:
+        return _decide_full_nodes(args, pod, runtime_class, policy)
+    return _decide_names(args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason)
+
+
+def _decide_names(
+    names: list[str],
+    pod: PodView,
+    runtime_class: RuntimeClassView | None,
+    state: ClusterState,
+    policy: Policy,
+    extra_nodes: Mapping[str, NodeView] | None,
+    unknown_reason: Mapping[str, str] | None,
+    *,
+    cached: Entry | None = None,
+) -> Decision:
+    """Names mode, one name at a time (verdicts from ``cached`` where it has them)."""
+    sorter = _Sorter()
+    passing: list[str] = []
+    seen: set[str] = set()
+    known = state.nodes.items()
+    extra = extra_nodes or {}
+    for name in names:
+        if name in seen:
+            continue
+        seen.add(name)
+        node = known.get(name) or extra.get(name)
+        if node is None:
+            detail = (unknown_reason or {}).get(name, f"node {name!r} is not in the extender's cache")
+            sorter.reject(name, Verdict(False, REASON_NODE_UNKNOWN, unresolvable=False, detail=detail))
+            continue
+        verdict = cached.verdict(name) if cached is not None and name in known else None
+        if verdict is None or not verdict.fits:
+            # Uncached, or failing: the plain evaluation also gives the detail.
             verdict = policy.evaluate(pod, runtime_class, node)
-            if verdict.fits:
-                kept.append(raw)
-            else:
-                sorter.reject(node.name, verdict)
-        result = ExtenderFilterResult.model_construct(
-            Nodes={"metadata": {}, "items": kept},
-            NodeNames=None,
-            FailedNodes=sorter.failed,
-            FailedAndUnresolvableNodes=sorter.unresolvable,
-            Error="",
-        )
+        if verdict.fits:
+            passing.append(name)
+        else:
+            sorter.reject(name, verdict)
+    result = ExtenderFilterResult.model_construct(
+        Nodes=None,
+        NodeNames=passing,
+        FailedNodes=sorter.failed,
+        FailedAndUnresolvableNodes=sorter.unresolvable,
+        Error="",
+    )
     return Decision(result, pod, runtime_class, sorter.details)
+
+
+def _decide_full_nodes(
+    args: ExtenderArgs, pod: PodView, runtime_class: RuntimeClassView | None, policy: Policy
+) -> Decision:
+    """Full-nodes mode: the nodes come with the request, so nothing cached applies."""
+    assert args.Nodes is not None
+    sorter = _Sorter()
+    items = args.Nodes.items or []
+    views = nodes_from_api(items)
+    kept: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for raw, node in zip(items, views, strict=True):
+        if node.name in seen:
+            continue
+        seen.add(node.name)
+        verdict = policy.evaluate(pod, runtime_class, node)
+        if verdict.fits:
+            kept.append(raw)
+        else:
+            sorter.reject(node.name, verdict)
+    result = ExtenderFilterResult.model_construct(
+        Nodes={"metadata": {}, "items": kept},
+        NodeNames=None,
+        FailedNodes=sorter.failed,
+        FailedAndUnresolvableNodes=sorter.unresolvable,
+        Error="",
+    )
+    return Decision(result, pod, runtime_class, sorter.details)
+
+
+class _LazyDetails(Mapping[str, str]):
+    """Per rejected node, the predicate's detail, computed on first access.
+
+    The fast path keeps only reasons; details (which label, which taint) are wanted by
+    debug logging alone, so they are worked out from the same pure policy only when
+    read. Read them before the state changes (the handler does, synchronously).
+    """
+
+    def __init__(
+        self,
+        rejected: Mapping[str, str],
+        pod: PodView,
+        runtime_class: RuntimeClassView | None,
+        nodes: Mapping[str, NodeView],
+        policy: Policy,
+    ) -> None:
+        self._rejected = rejected
+        self._args = (pod, runtime_class, nodes, policy)
+        self._details: dict[str, str] | None = None
+
+    def _load(self) -> dict[str, str]:
+        if self._details is None:
+            pod, runtime_class, nodes, policy = self._args
+            self._details = {}
+            for name in self._rejected:
+                node = nodes.get(name)
+                if node is not None:
+                    self._details[name] = policy.evaluate(pod, runtime_class, node).detail
+        return self._details
+
+    def __getitem__(self, name: str) -> str:
+        return self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())

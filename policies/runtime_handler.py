@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.predicates import OptionsError
@@ -52,6 +52,8 @@ class RuntimeHandler:
     fail_without_report: bool = False
     required_features: tuple[str, ...] = ()
     name: str = NAME
+    # Reads the pod only through its RuntimeClass (policies/verdict.py, POD_INPUTS_ATTR).
+    pod_inputs: ClassVar[frozenset[str]] = frozenset({"runtime_class_name"})
 
     def check(self, pod: PodView, runtime_class: RuntimeClassView | None, node: NodeView) -> Verdict:
         if runtime_class is None:

@@ -47,6 +47,14 @@ class Verdict(NamedTuple):
 FITS = Verdict(True)
 
 
+# Optional attribute of a predicate: ``pod_inputs: frozenset[str]``, the PodView fields
+# its verdict depends on (it always depends on the RuntimeClass and the node). The
+# filter reuses verdicts across pods that agree on ``runtime_class_name`` and
+# ``tolerations`` only when every predicate of the policy declares a subset of those
+# (extender/decision_cache.py); a predicate without it is evaluated per pod and node.
+POD_INPUTS_ATTR = "pod_inputs"
+
+
 class Predicate(Protocol):
     """A pure check of one node for one pod. No I/O, no mutable state."""
 

@@ -1,0 +1,249 @@
+"""Verdicts reused across filter calls: the filter's fast path.
+
+kube-scheduler asks about thousands of nodes per pod, and most pods ask the same
+question: "which nodes can run RuntimeClass X with tolerations T?". The answer per
+node only changes when that node, or class X, changes. So, per
+(policy, RuntimeClass name, pod tolerations) this module keeps every cached node's
+outcome (``""`` when it fits, else the reason) and answers a names-mode request with a
+few C-level passes over the names instead of running every predicate on every node.
+
+When this is valid
+    A predicate's verdict may depend on the pod only through the fields in
+    ``CACHE_KEY_FIELDS``. Predicates say so with a ``pod_inputs`` attribute (see
+    ``policies.verdict``); a policy with any predicate that does not declare it, or
+    declares more (a third-party predicate reading pod labels, say), is not cached:
+    ``decide`` then runs the plain per-node evaluation. Predicates are pure, so the
+    node and the RuntimeClass are the only other inputs, and both are tracked:
+
+Invalidation
+    The cache listens to both stores. A node change (upsert, delete, or a difference
+    found by ``replace``) marks that node dirty in every entry; the next lookup of an
+    entry re-evaluates just its dirty nodes (an entry with too many dirty nodes is
+    dropped and rebuilt instead). A RuntimeClass change drops the entries keyed by that
+    class name, including entries built while the class did not exist. As a second
+    guard, a lookup also checks that the entry was built with the very RuntimeClass
+    object the store holds now.
+
+Everything runs on the service's one event loop: listeners and lookups never
+interleave, so an entry is never read half-updated.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Final
+from weakref import WeakKeyDictionary
+
+from extender.cluster.state import NODES, ClusterState, Named, Store
+from policies.objects import NodeView, PodView, RuntimeClassView, Toleration
+from policies.registry import Policy
+from policies.verdict import POD_INPUTS_ATTR, Verdict
+
+# The pod fields an entry is keyed by: predicates reading only these can be cached.
+CACHE_KEY_FIELDS: Final = frozenset({"runtime_class_name", "tolerations"})
+
+# Distinct (policy, class, tolerations) combinations kept. Each entry is one dict over
+# all nodes (about 0.6 MB at 15,000 nodes); real clusters have a handful of classes
+# and toleration sets, so this bounds memory without evicting the hot ones.
+MAX_ENTRIES: Final = 32
+
+# An entry with more dirty nodes than this share of its nodes is rebuilt from scratch
+# (a re-LIST changed most of the cluster): cheaper than patching node by node.
+_REBUILD_SHARE: Final = 0.25
+
+EntryKey = tuple[int, str | None, tuple[Toleration, ...]]
+
+
+def policy_is_cacheable(policy: Policy) -> bool:
+    """Every predicate declares that it reads the pod only through CACHE_KEY_FIELDS."""
+    for predicate in policy.predicates:
+        inputs = getattr(predicate, POD_INPUTS_ATTR, None)
+        if not isinstance(inputs, frozenset) or not inputs <= CACHE_KEY_FIELDS:
+            return False
+    return True
+
+
+class Entry:
+    """The outcome of every cached node for one (policy, class, tolerations)."""
+
+    __slots__ = ("dirty", "groups", "outcome", "pod", "policy", "resolvable", "runtime_class")
+
+    def __init__(self, policy: Policy, pod: PodView, runtime_class: RuntimeClassView | None) -> None:
+        # The policy is held so that id(policy) in the key cannot be reused while the
+        # entry lives; the pod is any pod with this key (its other fields are unread).
+        self.policy = policy
+        self.pod = pod
+        self.runtime_class = runtime_class
+        # node name -> "" when the node fits, else the failing verdict's reason.
+        self.outcome: dict[str, str] = {}
+        # The same, inverted: outcome -> names. Few groups, as a reason never varies
+        # per node: a request is answered by one set intersection per group.
+        self.groups: dict[str, set[str]] = {}
+        # Names whose failure preemption might fix (FailedNodes); rare, built-ins have none.
+        self.resolvable: set[str] = set()
+        self.dirty: set[str] = set()
+
+    def evaluate(self, node: NodeView) -> None:
+        self.forget(node.name)
+        verdict = self.policy.evaluate(self.pod, self.runtime_class, node)
+        reason = "" if verdict.fits else verdict.reason
+        # A private copy of the name: the store's strings lie scattered over the heap,
+        # and the per-request lookups compare against them. Copies made together stay
+        # together in memory, which keeps those comparisons in cache (measured: ~30%
+        # of the lookup time at 5,000 nodes).
+        name = node.name.encode().decode()
+        self.outcome[name] = reason
+        self.groups.setdefault(reason, set()).add(name)
+        if not verdict.fits and not verdict.unresolvable:
+            self.resolvable.add(name)
+
+    def forget(self, name: str) -> None:
+        reason = self.outcome.pop(name, None)
+        if reason is not None:
+            group = self.groups[reason]
+            group.discard(name)
+            if not group:
+                del self.groups[reason]
+            self.resolvable.discard(name)
+
+    def build(self, nodes: Iterable[NodeView]) -> None:
+        for node in nodes:
+            self.evaluate(node)
+
+    def refresh(self, nodes: Store[NodeView]) -> None:
+        """Re-evaluate the nodes that changed since the last lookup."""
+        dirty, self.dirty = self.dirty, set()
+        for name in dirty:
+            node = nodes.get(name)
+            if node is None:
+                self.forget(name)
+            else:
+                self.evaluate(node)
+
+    def verdict(self, name: str) -> Verdict | None:
+        """The cached verdict for a node (without detail), or None if not cached."""
+        reason = self.outcome.get(name)
+        if reason is None:
+            return None
+        if not reason:
+            return Verdict(True)
+        return Verdict(False, reason, unresolvable=name not in self.resolvable)
+
+    def sort(self, names: list[str]) -> tuple[list[str], dict[str, str]] | None:
+        """Passing names (in request order) and the unresolvable failures, or None when
+        this request needs the per-name path (a name not cached, a resolvable failure).
+
+        Set algebra in C instead of a Python loop per node: intersect the request with
+        each outcome group (each intersection walks the smaller side, so all of them
+        together touch each name about once), build the failure map from those sets,
+        and keep the request's order for the passing names. Measured at 5,000 nodes,
+        this is about 2x ``orjson.loads`` of the same request; a lookup per name in a
+        Python loop was 4x, and per-name ``Policy.evaluate`` 60x.
+        """
+        if self.resolvable:
+            return None
+        requested = set(names)
+        answered = 0
+        unresolvable: dict[str, str] = {}
+        fitting: set[str] = set()
+        for reason, group in self.groups.items():
+            hits = group & requested
+            answered += len(hits)
+            if not reason:
+                fitting = hits
+            elif unresolvable:
+                unresolvable.update(dict.fromkeys(hits, reason))
+            else:
+                unresolvable = dict.fromkeys(hits, reason)
+        if answered != len(requested):
+            return None  # some names are not cached: the per-name path knows what to say
+        if len(fitting) == len(names):
+            passing = names[:]
+        elif fitting:
+            passing = [name for name in names if name in fitting]
+            if len(passing) != len(fitting):
+                passing = list(dict.fromkeys(passing))  # a name was listed twice
+        else:
+            passing = []
+        return passing, unresolvable
+
+
+class DecisionCache:
+    """The entries for one ClusterState, kept exact by the stores' listeners."""
+
+    def __init__(self, state: ClusterState, *, max_entries: int = MAX_ENTRIES) -> None:
+        self._max_entries = max_entries
+        self._entries: OrderedDict[EntryKey, Entry] = OrderedDict()
+        self._cacheable: dict[int, tuple[Policy, bool]] = {}
+        self._nodes = state.nodes
+        self._classes = state.runtime_classes
+        self._nodes.add_listener(self._changed)
+        self._classes.add_listener(self._changed)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def _changed(self, kind: str, old: Named | None, new: Named | None) -> None:
+        changed = new if new is not None else old
+        if changed is None:
+            return
+        name = changed.name
+        if kind == NODES:
+            stale = []
+            for key, entry in self._entries.items():
+                entry.dirty.add(name)
+                if len(entry.dirty) > max(64, _REBUILD_SHARE * len(entry.outcome)):
+                    stale.append(key)
+            for key in stale:
+                del self._entries[key]
+        else:
+            for key in [key for key in self._entries if key[1] == name]:
+                del self._entries[key]
+
+    def is_cacheable(self, policy: Policy) -> bool:
+        known = self._cacheable.get(id(policy))
+        if known is None or known[0] is not policy:
+            known = (policy, policy_is_cacheable(policy))
+            self._cacheable[id(policy)] = known
+        return known[1]
+
+    def entry(self, policy: Policy, pod: PodView, runtime_class: RuntimeClassView | None) -> Entry | None:
+        """The up-to-date entry for this pod's key (built on first use), or None when
+        the policy cannot be cached."""
+        if not self.is_cacheable(policy):
+            return None
+        key: EntryKey = (id(policy), pod.runtime_class_name, pod.tolerations)
+        entry = self._entries.get(key)
+        if entry is not None and (entry.policy is not policy or entry.runtime_class is not runtime_class):
+            entry = None  # built for another policy object or an older class revision
+        if entry is None:
+            entry = Entry(policy, pod, runtime_class)
+            entry.build(self._nodes.items().values())
+            self._entries[key] = entry
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+            if entry.dirty:
+                entry.refresh(self._nodes)
+        return entry
+
+
+_CACHES: WeakKeyDictionary[ClusterState, DecisionCache] = WeakKeyDictionary()
+
+
+def cache_for(state: ClusterState) -> DecisionCache:
+    """The decision cache of ``state``, created (and subscribed) on first use.
+
+    Held beside the state rather than in it, so the state stays a plain container; the
+    cache goes away with its state.
+    """
+    cache = _CACHES.get(state)
+    if cache is None or cache._nodes is not state.nodes or cache._classes is not state.runtime_classes:
+        cache = DecisionCache(state)
+        _CACHES[state] = cache
+    return cache
