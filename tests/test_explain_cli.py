@@ -14,6 +14,7 @@ import yaml
 
 from extender.cli import main
 from extender.commands_tools import kubectl_main
+from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from tests.conftest import EXAMPLE_CLUSTER
 from tests.fake_apiserver.objects import make_node, make_runtime_class
 from tests.fake_apiserver.server import NODES, RUNTIME_CLASSES, FakeApiServer
@@ -244,3 +245,35 @@ async def test_live_cluster_unreachable_exits_2(
     assert status == 2
     assert "cannot list from http://127.0.0.1:" in err
     assert os.path.exists(kubeconfig)
+
+
+def test_malformed_selector_annotation_is_shown(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": [
+                    make_node("n1", labels={"gpu": "yes"}),
+                    {
+                        **make_runtime_class("bad", handler="runsc"),
+                        "metadata": {
+                            "name": "bad",
+                            "annotations": {
+                                NODE_SELECTOR_TERM_ANNOTATION: '{"matchExpressions": [{"key": "gpu"}]}'
+                            },
+                        },
+                    },
+                ],
+            }
+        )
+    )
+    status, out, _ = run(capsys, "classes", "--cluster-file", str(cluster))
+    assert status == 0
+    (row,) = table_rows(out)[1:]
+    assert row[4].startswith("<invalid: ") and row[5] == "0/1"
+    status, out, _ = run(capsys, "explain", "bad", "--cluster-file", str(cluster), "-o", "json")
+    (node,) = json.loads(out)["nodes"]
+    assert node["reason"] == 'RuntimeClass "bad" has an invalid node selector annotation'
+    assert NODE_SELECTOR_TERM_ANNOTATION in node["failures"][0]["detail"]
