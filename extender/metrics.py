@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
@@ -42,6 +42,11 @@ from policies.predicates import RuntimeClassNodeSelector
 from policies.verdict import REASON_NODE_UNKNOWN, REASON_RUNTIMECLASS_MISMATCH, REASON_UNTOLERATED_TAINT
 
 PREFIX = "runtimeclass_extender_"
+
+# No *_created series: in the classic text format each would be one more series per
+# counter and histogram, and nobody reads process start times off them. (A process-wide
+# switch of prometheus_client; this process exports only these metrics.)
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 # 100 µs (an in-process decision for a small cluster) to 10 s (past kube-scheduler's
 # default 5 s httpTimeout: anything there is an outage, not latency).

@@ -304,3 +304,19 @@ async def test_apps_have_separate_registries(aiohttp_client: Any) -> None:
 def test_reason_labels_are_a_fixed_set(reason: str, label: str) -> None:
     assert reason_label(reason) == label
     assert label in REASON_LABELS
+
+
+async def test_every_metric_is_documented_in_the_readme(aiohttp_client: Any) -> None:
+    stats = [
+        SourceStats("nodes", synced=True, lists=1, last_event=time.monotonic(), last_contact=time.monotonic())
+    ]
+    client = await aiohttp_client(_app(source_stats=lambda: stats))
+    await client.post("/filter", json=_request("made-up"))
+    text, _ = await _scrape(client)
+    readme = (REPO / "README.md").read_text()
+    names = set()
+    for family in text_string_to_metric_families(text):
+        # The README names counters with their _total suffix, as Prometheus shows them.
+        names.add(family.name + "_total" if family.type == "counter" else family.name)
+    missing = sorted(name for name in names if f"`{name}`" not in readme)
+    assert not missing, f"metrics missing from README's Metrics table: {missing}"

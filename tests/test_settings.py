@@ -170,3 +170,9 @@ def test_help_shows_every_setting_with_its_env_name(
     for setting in SERVE_SETTINGS:
         assert f"--{setting.name}" in out, setting.name
         assert setting.env in out, setting.env
+
+
+def test_every_setting_is_in_the_readme_table() -> None:
+    readme = (REPO / "README.md").read_text()
+    missing = [s.name for s in SERVE_SETTINGS if f"| `{s.name}` |" not in readme]
+    assert not missing, f"settings missing from README's settings table: {missing}"
