@@ -310,3 +310,68 @@ def test_bad_context_is_a_usage_error(
     assert main(["serve", "--port", "0", "--kubeconfig", str(fake_kubeconfig), "--context", "nope"]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and "Traceback" not in err
+
+
+async def test_exec_plugin_tokens_are_refreshed_for_long_watches(tmp_path: Path) -> None:
+    """A kubeconfig whose user is an exec plugin (EKS/GKE style) with expiring tokens."""
+    token_file = tmp_path / "token"
+    token_file.write_text("first")
+    plugin = tmp_path / "credential-plugin"
+    plugin.write_text(
+        "#!/bin/sh\n"
+        'printf \'{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential",'
+        f'"status":{{"token":"%s","expirationTimestamp":"2000-01-01T00:00:00Z"}}}}\' "$(cat {token_file})"\n'
+    )
+    plugin.chmod(0o755)
+    server = FakeApiServer(token="first")
+    await server.start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        orjson.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server.url}}],
+                "users": [
+                    {
+                        "name": "u",
+                        "user": {
+                            "exec": {
+                                "apiVersion": "client.authentication.k8s.io/v1beta1",
+                                "command": str(plugin),
+                            }
+                        },
+                    }
+                ],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        ).decode()
+    )
+    connection = await connect(kubeconfig=str(kubeconfig))
+    state = ClusterState()
+    live = LiveCluster(connection.api, state, options=LiveOptions(reflector=FAST_REFLECTOR))
+    live.watch.start()
+    try:
+        server.add(NODES, make_node("a"))
+        server.add(RUNTIME_CLASSES, make_runtime_class("runc"))
+
+        async def synced() -> bool:
+            return state.synced
+
+        await eventually(synced, what="sync with the first token")
+        await server.wait_for_watchers(NODES, 1)
+        # The credential rotates; the next connection must present the new token.
+        server.token = "second"
+        token_file.write_text("second")
+        server.drop_watches()
+        server.add(NODES, make_node("b"))
+
+        async def has_b() -> bool:
+            return "b" in state.nodes
+
+        await eventually(has_b, what="watch resumed with the rotated token")
+    finally:
+        await live.watch.stop()
+        await connection.api.close()
+        await server.stop()

@@ -346,3 +346,19 @@ async def test_stalled_watch_is_abandoned_after_idle_timeout(
     await eventually(lambda: running.nodes_stats.reconnects >= 1, what="reconnect after the stall")
     fake_apiserver.resume_watches()
     await eventually(lambda: "b" in running.state.nodes)
+
+
+async def test_watch_closed_at_once_is_backed_off_not_hammered(
+    fake_apiserver: FakeApiServer, connect_watch: Callable[..., Any]
+) -> None:
+    fake_apiserver.add(NODES, make_node("a"))
+    running = await connect_watch(fake_apiserver)
+    await eventually(lambda: running.state.nodes.synced)
+    await fake_apiserver.wait_for_watchers(NODES, 1)
+    # Something between us and the server closes the fresh watch cleanly, empty.
+    fake_apiserver.end_watches()
+    await eventually(lambda: "less than a second" in running.nodes_stats.last_error, what="short watch seen")
+    assert running.nodes_stats.relists == 0
+    # It is retried (after a backoff) and works again.
+    fake_apiserver.add(NODES, make_node("b"))
+    await eventually(lambda: "b" in running.state.nodes)

@@ -120,14 +120,33 @@ async def connect(
             ).load_and_set(configuration)
             source = "in-cluster service account"
         else:
-            await load_kube_config(
+            loader = await load_kube_config(
                 config_file=paths, context=context, client_configuration=configuration, persist_config=False
             )
+            _refresh_expiring_exec_tokens(loader, configuration)
             source = f"kubeconfig {paths}" + (f" (context {context})" if context else "")
     except (ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
         where = "in-cluster configuration" if kind == "in-cluster" else f"kubeconfig {paths}"
         raise KubeConfigError(f"{where}: {exc}") from None
     return Connection(api=ApiClient(configuration=configuration), source=source, host=str(configuration.host))
+
+
+def _refresh_expiring_exec_tokens(loader: Any, configuration: Any) -> None:
+    """Keep exec-plugin tokens (EKS, GKE, OIDC helpers) fresh for a long-running watch.
+
+    kubernetes-asyncio runs the plugin once at load time; a token with an
+    ``expirationTimestamp`` would then expire under the reflectors. The client calls
+    ``refresh_api_key_hook`` before every request; the loader re-runs the plugin only
+    once the token has expired, so the hook is cheap otherwise.
+    """
+    if getattr(loader, "exec_plugin_expiry", None) is None:
+        return
+
+    async def refresh(config: Any) -> None:
+        await loader.load_from_exec_plugin()
+        config.api_key["BearerToken"] = loader.token
+
+    configuration.refresh_api_key_hook = refresh
 
 
 def api_client_ctx(api: Any) -> Callable[[Any], AsyncIterator[None]]:

@@ -139,6 +139,10 @@ class _Relist(Exception):
     """The watch cannot resume from its resourceVersion (410 Gone / too large): LIST."""
 
 
+class ShortWatch(Exception):
+    """The watch ended cleanly at once without any event: treated as a failure."""
+
+
 class ApiError(Exception):
     """A non-success answer from the API server, with its Status message."""
 
@@ -242,7 +246,7 @@ class Reflector:
                     delay = self._backoff.next()
             except asyncio.CancelledError:
                 raise
-            except (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            except (ApiError, ShortWatch, aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
                 delay = self._backoff.next()
                 retry_after = exc.retry_after if isinstance(exc, ApiError) else None
                 if retry_after is not None:
@@ -402,6 +406,8 @@ class Reflector:
                 raise await self._error(response)
             self._contact()
             self._backoff.reset()
+            started = self._clock()
+            received = 0
             buffer = bytearray()
             async for chunk in response.content.iter_any():
                 buffer += chunk
@@ -410,10 +416,17 @@ class Reflector:
                     line = bytes(buffer[start:end])
                     start = end + 1
                     if line.strip():
+                        received += 1
                         self.handle_event(orjson.loads(line))
                 del buffer[:start]
             if buffer.strip():
+                received += 1
                 self.handle_event(orjson.loads(bytes(buffer)))
+        if received == 0 and self._clock() - started < 1.0:
+            # A stream that ends at once with nothing in it is not the server's timeout
+            # (e.g. a proxy closing it): back off instead of reconnecting in a tight loop.
+            # reflector.go's watchHandler treats it the same ("very short watch").
+            raise ShortWatch("watch closed after less than a second without any event")
 
     # ----- events -------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ Test controls (plain methods; the data survives ``stop``/``start``)::
     server.delete(NODES, "n1")
     server.compact()                            # older resourceVersions now 410
     server.drop_watches()                       # cut every open watch mid-stream
+    server.end_watches()                        # end every open watch cleanly
     server.stall_watches(); server.resume_watches()
     server.send_bookmarks()                     # a BOOKMARK on every bookmark-enabled watch
     server.fail_next(3, status=500)             # the next 3 matching requests fail

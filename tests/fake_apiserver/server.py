@@ -171,11 +171,16 @@ class _Drop:
     """Queue sentinel: end the stream without a clean chunked terminator."""
 
 
+class _End:
+    """Queue sentinel: end the stream cleanly (as a server-side timeout does)."""
+
+
 class _Bookmark(NamedTuple):
     rv: int
 
 
 _DROP = _Drop()
+_END = _End()
 
 
 @dataclass(eq=False)
@@ -184,7 +189,7 @@ class _Watcher:
     namespace: str | None
     selector: _Selector
     bookmarks: bool
-    queue: asyncio.Queue[bytes | _Bookmark | _Drop] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[bytes | _Bookmark | _Drop | _End] = field(default_factory=asyncio.Queue)
     flowing: asyncio.Event = field(default_factory=asyncio.Event)
     transport: asyncio.Transport | None = None
     dropped: bool = False
@@ -488,6 +493,12 @@ class FakeApiServer:
             watcher.queue.put_nowait(_DROP)
             watcher.flowing.set()
         return len(watchers)
+
+    def end_watches(self) -> int:
+        """End every open watch cleanly, without a bookmark (after queued events)."""
+        for watcher in self._watchers:
+            watcher.queue.put_nowait(_END)
+        return len(self._watchers)
 
     def stall_watches(self) -> None:
         """Open watches (and new ones) stop sending anything, connections stay open."""
@@ -847,6 +858,9 @@ class FakeApiServer:
                 continue
             await watcher.flowing.wait()
             if watcher.dropped or isinstance(item, _Drop):
+                return
+            if isinstance(item, _End):
+                await response.write_eof()
                 return
             if isinstance(item, _Bookmark):
                 await response.write(self._bookmark_line(watcher.resource, item.rv))
