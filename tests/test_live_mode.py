@@ -7,10 +7,14 @@ patched. Waits are bounded polls, never fixed sleeps.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from aiohttp import web
@@ -375,3 +379,55 @@ async def test_exec_plugin_tokens_are_refreshed_for_long_watches(tmp_path: Path)
         await live.watch.stop()
         await connection.api.close()
         await server.stop()
+
+
+async def test_serve_command_in_live_mode(fake_apiserver: FakeApiServer, fake_kubeconfig: Path) -> None:
+    """The real ``serve`` process: connects, becomes ready, answers, stops on SIGTERM."""
+    gvisor_cluster(fake_apiserver)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNTIMECLASS_EXTENDER_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "extender",
+        "serve",
+        "--kubeconfig",
+        str(fake_kubeconfig),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--log-format",
+        "json",
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stderr is not None
+    try:
+        listen = ""
+        while not listen:
+            line = await asyncio.wait_for(proc.stderr.readline(), 30)
+            assert line, "serve exited before listening"
+            record = orjson.loads(line)
+            if record.get("msg") == "serving":
+                listen = record["listen"]
+        async with aiohttp.ClientSession() as http:
+            base = f"http://{listen}"
+
+            async def is_ready() -> bool:
+                async with http.get(base + "/readyz") as resp:
+                    return resp.status == 200
+
+            await eventually(is_ready, what="/readyz 200 from the serve process")
+            async with http.post(
+                base + "/filter",
+                data=filter_body(["sandbox-1", "plain-1"]),
+                headers={"Content-Type": "application/json"},
+            ) as resp:
+                answer = await resp.json()
+            assert answer["NodeNames"] == ["sandbox-1"]
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
