@@ -190,8 +190,9 @@ def tolerations(draw: st.DrawFn) -> dict[str, Any]:
 @st.composite
 def node_objects(draw: st.DrawFn, name: str) -> dict[str, Any]:
     node: dict[str, Any] = {"metadata": {"name": name}, "spec": {}, "status": {}}
-    labels = draw(label_maps)
-    if labels or draw(st.booleans()):
+    labels: dict[str, str] = draw(label_maps)
+    keep_empty = draw(st.booleans())
+    if labels or keep_empty:
         node["metadata"]["labels"] = labels
     node_taints = draw(st.lists(taints(), max_size=3))
     if node_taints:
