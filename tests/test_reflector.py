@@ -362,3 +362,27 @@ async def test_watch_closed_at_once_is_backed_off_not_hammered(
     # It is retried (after a backoff) and works again.
     fake_apiserver.add(NODES, make_node("b"))
     await eventually(lambda: "b" in running.state.nodes)
+
+
+async def test_expired_continue_token_falls_back_to_a_full_list(
+    fake_apiserver: FakeApiServer, connect_watch: Callable[..., Any]
+) -> None:
+    for i in range(5):
+        fake_apiserver.add(NODES, make_node(f"n{i}"))
+    fake_apiserver.fail_next(
+        1,
+        status=410,
+        verbs={"list"},
+        resource=NODES,
+        only_if=lambda r: "continue" in r.query,
+        message="The provided continue parameter is too old to display a consistent list result.",
+    )
+    running = await connect_watch(fake_apiserver)
+    await eventually(lambda: running.state.nodes.synced)
+    assert node_names(running.state) == {f"n{i}" for i in range(5)}
+    lists = [r.query for r in fake_apiserver.requests if r.verb == "list" and r.path == "/api/v1/nodes"]
+    # First page, the expired continuation, then one unpaginated LIST (client-go's
+    # pager does the same: FullListIfExpired).
+    assert len(lists) == 3 and "continue" in lists[1] and "limit" not in lists[2]
+    stats = running.nodes_stats
+    assert stats.lists == 1 and stats.failing_since is None

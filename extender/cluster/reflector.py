@@ -314,10 +314,15 @@ class Reflector:
         return ApiError(response.status, message or response.reason or "", _retry_after(response.headers))
 
     async def _list(self) -> None:
-        """A complete paginated LIST, then one atomic Store.replace."""
+        """A complete paginated LIST, then one atomic Store.replace.
+
+        Each page is cut down to slim views as it arrives: raw Nodes are tens of KB each
+        (images, managedFields), so holding a whole 15,000-node LIST raw would cost
+        hundreds of MB at once.
+        """
         options = self._options
         timeout = aiohttp.ClientTimeout(total=options.request_timeout, sock_connect=options.request_timeout)
-        items: list[Any] = []
+        views: list[Named] = []
         continue_token = ""
         limit: int | None = options.page_size
         rv = ""
@@ -337,7 +342,7 @@ class Reflector:
                         # The continue token outlived compaction: list everything in one
                         # request instead (client-go pager's FullListIfExpired).
                         self._contact()
-                        items, continue_token, limit = [], "", None
+                        views, continue_token, limit = [], "", None
                         continue
                     raise error
                 body = orjson.loads(await response.read())
@@ -347,13 +352,12 @@ class Reflector:
             page = body.get("items") or []
             if not isinstance(page, list):
                 raise ValueError("LIST answer's items is not a list")
-            items.extend(page)
+            views.extend(self._convert_all(page))
             metadata = body["metadata"]
             rv = str(metadata.get("resourceVersion") or "")
             continue_token = str(metadata.get("continue") or "")
             if not continue_token:
                 break
-        views = self._convert_all(items)
         self._store.replace(views)
         now = self._clock()
         self.stats.synced = True

@@ -19,8 +19,8 @@ What it serves (any registered resource, cluster-scoped or namespaced):
   stream cleanly).
 - ``GET <collection>/<name>``: one object, or a 404 ``Status``.
 - ``PATCH <collection>/<name>`` with ``application/merge-patch+json`` (RFC 7386):
-  bumps the resourceVersion and emits ``MODIFIED``. A ``metadata.resourceVersion`` in
-  the patch is a precondition (409 on mismatch), as on a real server.
+  bumps the resourceVersion and emits ``MODIFIED``. A ``metadata.resourceVersion`` or
+  ``metadata.uid`` in the patch is a precondition (409 on mismatch), as on a real server.
 - Errors are ``Status`` objects (``kind: Status``, ``code``, ``reason``, ``message``).
 
 resourceVersions come from one global counter shared by every resource, like etcd's
@@ -44,6 +44,7 @@ Test controls (plain methods; the data survives ``stop``/``start``)::
     server.drop_watches()                       # cut every open watch mid-stream
     server.end_watches()                        # end every open watch cleanly
     server.stall_watches(); server.resume_watches()
+    server.stall_watches(PODS)                  # only the watches of one resource
     server.send_bookmarks()                     # a BOOKMARK on every bookmark-enabled watch
     server.fail_next(3, status=500)             # the next 3 matching requests fail
     server.fail_next(1, status=429, retry_after=1, verbs={"list"})

@@ -113,6 +113,7 @@ class _Failure:
     verbs: frozenset[str] | None
     resource: str | None
     message: str
+    only_if: Callable[[RecordedRequest], bool] | None = None
 
 
 class _HistoryEvent(NamedTuple):
@@ -270,6 +271,7 @@ class FakeApiServer:
         self._watchers: set[_Watcher] = set()
         self._failures: list[_Failure] = []
         self._stalled = False
+        self._stalled_resources: set[str] = set()
         self._runner: web.AppRunner | None = None
         self.requests: list[RecordedRequest] = []
 
@@ -500,16 +502,27 @@ class FakeApiServer:
             watcher.queue.put_nowait(_END)
         return len(self._watchers)
 
-    def stall_watches(self) -> None:
-        """Open watches (and new ones) stop sending anything, connections stay open."""
-        self._stalled = True
+    def stall_watches(self, resource: ResourceType | str | None = None) -> None:
+        """Open watches (and new ones) stop sending anything, connections stay open.
+
+        With ``resource``, only the watches of that resource stall.
+        """
+        if resource is None:
+            self._stalled = True
+        else:
+            self._stalled_resources.add(self._resource(resource).key)
         for watcher in self._watchers:
-            watcher.flowing.clear()
+            if self._is_stalled(watcher.resource):
+                watcher.flowing.clear()
 
     def resume_watches(self) -> None:
         self._stalled = False
+        self._stalled_resources.clear()
         for watcher in self._watchers:
             watcher.flowing.set()
+
+    def _is_stalled(self, rtype: ResourceType) -> bool:
+        return self._stalled or rtype.key in self._stalled_resources
 
     def send_bookmarks(self) -> None:
         """Queue a BOOKMARK at the current resourceVersion on every watch that allows them."""
@@ -526,11 +539,13 @@ class FakeApiServer:
         verbs: Iterable[str] | None = None,
         resource: ResourceType | str | None = None,
         message: str = "injected failure",
+        only_if: Callable[[RecordedRequest], bool] | None = None,
     ) -> None:
         """The next ``count`` matching requests get ``status`` with a Status body.
 
         ``verbs`` limits it to some of list/watch/get/patch; ``resource`` to one
-        resource; ``retry_after`` adds a Retry-After header (seconds, as for 429).
+        resource; ``only_if`` to requests it accepts (e.g. ``lambda r: "continue" in
+        r.query``); ``retry_after`` adds a Retry-After header (seconds, as for 429).
         """
         self._failures.append(
             _Failure(
@@ -540,6 +555,7 @@ class FakeApiServer:
                 frozenset(verbs) if verbs is not None else None,
                 self._resource(resource).key if resource is not None else None,
                 message,
+                only_if,
             )
         )
 
@@ -578,13 +594,16 @@ class FakeApiServer:
             return None
         return rtype, namespace, rest[1] if len(rest) == 2 else None
 
-    def _injected_failure(self, verb: str, rtype: ResourceType) -> web.Response | None:
+    def _injected_failure(self, request: RecordedRequest, rtype: ResourceType) -> web.Response | None:
+        verb = request.verb
         for failure in self._failures:
             if failure.remaining <= 0:
                 continue
             if failure.verbs is not None and verb not in failure.verbs:
                 continue
             if failure.resource is not None and failure.resource != rtype.key:
+                continue
+            if failure.only_if is not None and not failure.only_if(request):
                 continue
             failure.remaining -= 1
             headers = {}
@@ -612,7 +631,7 @@ class FakeApiServer:
         self.requests.append(RecordedRequest(verb, request.path, query))
         if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
             return _status_response(status_object(401, "Unauthorized"))
-        failure = self._injected_failure(verb, rtype)
+        failure = self._injected_failure(self.requests[-1], rtype)
         if failure is not None:
             return failure
         try:
@@ -755,6 +774,18 @@ class FakeApiServer:
         old = self._objects[rtype.key].get(key)
         if old is None:
             return _not_found(rtype, name)
+        wanted_uid = (patch.get("metadata") or {}).get("uid")
+        if wanted_uid is not None and wanted_uid != old["metadata"].get("uid"):
+            # A uid in the patch is a precondition (the kubelet's status patches rely on
+            # it): the object was deleted and recreated under the same name.
+            return _status_response(
+                status_object(
+                    409,
+                    f'Operation cannot be fulfilled on {rtype.plural} "{name}": Precondition failed: '
+                    f"UID in precondition: {wanted_uid}, UID in object meta: {old['metadata'].get('uid')}",
+                    details={"name": name, "kind": rtype.plural},
+                )
+            )
         wanted_rv = (patch.get("metadata") or {}).get("resourceVersion")
         if wanted_rv is not None and wanted_rv != old["metadata"]["resourceVersion"]:
             return _status_response(
@@ -802,7 +833,7 @@ class FakeApiServer:
                         if seen is not None:
                             watcher.queue.put_nowait(_event_line(seen, event.obj))
             self._watchers.add(watcher)
-            if not self._stalled:
+            if not self._is_stalled(rtype):
                 watcher.flowing.set()
         response = web.StreamResponse(
             headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
