@@ -24,7 +24,7 @@ from extender.app import create_app
 from extender.cli import main
 from extender.cluster.kube import connect
 from extender.cluster.live import LiveCluster, LiveOptions
-from extender.cluster.node_lookup import LookupOptions
+from extender.cluster.node_lookup import LookupOptions, NodeLookup
 from extender.cluster.reflector import ReflectorOptions
 from extender.cluster.state import ClusterState
 from extender.filtering import ERROR_NOT_SYNCED
@@ -431,3 +431,53 @@ async def test_serve_command_in_live_mode(fake_apiserver: FakeApiServer, fake_ku
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_lookup_caches_briefly_and_shares_concurrent_gets(
+    fake_apiserver: FakeApiServer, fake_kubeconfig: Path
+) -> None:
+    clock = FakeClock()
+    connection = await connect(kubeconfig=str(fake_kubeconfig))
+    lookup = NodeLookup(connection.api, options=LookupOptions(ttl=10, negative_ttl=2), timer=clock)
+    try:
+        fake_apiserver.add(NODES, make_node("real", labels={"zone": "a"}))
+
+        def gets(name: str) -> int:
+            return sum(1 for r in fake_apiserver.requests if r.verb == "get" and r.path.endswith("/" + name))
+
+        # Concurrent filter calls asking for the same names share one GET each.
+        first, second = await asyncio.gather(
+            lookup.lookup(["real", "ghost"]), lookup.lookup(["ghost", "real"])
+        )
+        for result in (first, second):
+            assert dict(result.nodes["real"].labels)["zone"] == "a"
+            assert set(result.unknown) == {"ghost"} and "API server" in result.unknown["ghost"]
+        assert gets("real") == 1 and gets("ghost") == 1
+
+        # "Not found" is remembered only briefly: the node may join any moment.
+        fake_apiserver.add(NODES, make_node("ghost"))
+        assert "ghost" in (await lookup.lookup(["ghost"])).unknown
+        clock.now += 2.5
+        assert "ghost" in (await lookup.lookup(["ghost"])).nodes
+        assert gets("ghost") == 2
+        # Found nodes for longer.
+        assert "real" in (await lookup.lookup(["real"])).nodes
+        assert gets("real") == 1
+        clock.now += 10
+        await lookup.lookup(["real"])
+        assert gets("real") == 2
+        # A name that is no valid node name is simply unknown (it is quoted into the
+        # path by the client, so it cannot address another resource).
+        result = await lookup.lookup(["../namespaces/x"])
+        assert set(result.unknown) == {"../namespaces/x"} and not result.nodes
+    finally:
+        await lookup.close()
+        await connection.api.close()
