@@ -490,6 +490,11 @@ class Reflector:
             view = self.resource.convert(obj)
         except ObjectError as exc:
             self._skip(obj, exc)
+            # The object's current state is unreadable: drop the previous version too, as
+            # a re-LIST would, rather than keep deciding on rules that no longer hold (a
+            # node's new taint, a class's new selector). It comes back with a good version.
+            if name:
+                store.delete(name)
             return
         store.upsert(view)
 
