@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from extender.cluster import kube
 from extender.cluster.health import SourceStats
 from extender.cluster.reflector import (
     NODE_RESOURCE,
+    Backoff,
     ClusterWatch,
     Reflector,
     ReflectorOptions,
@@ -388,3 +390,25 @@ async def test_expired_continue_token_falls_back_to_a_full_list(
     assert len(lists) == 3 and "continue" in lists[1] and "limit" not in lists[2]
     stats = running.nodes_stats
     assert stats.lists == 1 and stats.failing_since is None
+
+
+def test_backoff_grows_caps_jitters_and_resets() -> None:
+    now = [0.0]
+    options = ReflectorOptions(
+        backoff_initial=0.8, backoff_max=30.0, backoff_reset_after=120.0, backoff_jitter=1.0
+    )
+    backoff = Backoff(options, rng=random.Random(7), clock=lambda: now[0])
+    delays = []
+    for _ in range(10):
+        delays.append(backoff.next())
+        now[0] += 1
+    bases = [min(0.8 * 2**i, 30.0) for i in range(10)]
+    # Each delay is its base stretched by up to 100% (wait.Jitter with factor 1.0).
+    assert all(base <= d < 2 * base for d, base in zip(delays, bases, strict=True))
+    assert max(delays) < 60.0
+    # Two quiet minutes and the next failure starts small again.
+    now[0] += 121
+    assert backoff.next() < 1.6
+    backoff.next()
+    backoff.reset()
+    assert backoff.next() < 1.6
