@@ -172,7 +172,7 @@ class NodeLookup:
             self.stats.requests += 1
             try:
                 outcome = await self._get(name)
-            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            except Exception as exc:  # any failure is a reasoned "unknown", never a 500
                 error = str(exc) or type(exc).__name__
                 self.stats.failed += 1
                 self.stats.last_error = error
