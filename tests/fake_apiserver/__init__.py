@@ -48,6 +48,8 @@ Test controls (plain methods; the data survives ``stop``/``start``)::
     server.send_bookmarks()                     # a BOOKMARK on every bookmark-enabled watch
     server.fail_next(3, status=500)             # the next 3 matching requests fail
     server.fail_next(1, status=429, retry_after=1, verbs={"list"})
+    server.fail_next(1, status=410, only_if=lambda r: "continue" in r.query)
+    server.token = "rotated"                    # requests must now carry this bearer token
     await server.stop(); await server.start()   # same port
     await server.restart(fresh_history=True)    # same objects, lower resourceVersions
     server.requests                             # (verb, path, query) of every request
