@@ -92,7 +92,12 @@ RUNTIME_CLASSES: tuple[dict[str, Any], ...] = (
         "scheduling": {
             "nodeSelector": {"sandbox.gke.io/runtime": "gvisor"},
             "tolerations": [
-                {"key": "sandbox.gke.io/runtime", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"}
+                {
+                    "key": "sandbox.gke.io/runtime",
+                    "operator": "Equal",
+                    "value": "gvisor",
+                    "effect": "NoSchedule",
+                }
             ],
         },
     },
@@ -130,8 +135,18 @@ RUNTIME_CLASSES: tuple[dict[str, Any], ...] = (
 
 # What kube-scheduler's pods carry after admission (DefaultTolerationSeconds).
 _DEFAULT_TOLERATIONS = [
-    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
 ]
 
 # (pod name, runtimeClassName, extra tolerations): the mix of pods the benchmark rotates.
@@ -142,7 +157,11 @@ POD_MIX: tuple[tuple[str, str | None, tuple[dict[str, Any], ...]], ...] = (
     ("kata-batch", "kata-containers", ({"key": "dedicated", "operator": "Equal", "value": "team-data"},)),
     ("trainer", "nvidia", ()),
     ("iis", "windows-hyperv", ()),
-    ("spot-worker", None, ({"key": "spot", "operator": "Exists"}, {"operator": "Exists", "effect": "NoSchedule"})),
+    (
+        "spot-worker",
+        None,
+        ({"key": "spot", "operator": "Exists"}, {"operator": "Exists", "effect": "NoSchedule"}),
+    ),
     ("wasm", "wasmtime", ()),  # names a RuntimeClass that does not exist
 )
 
@@ -224,7 +243,9 @@ def node_object(index: int, rng: random.Random, *, managed_fields: bool = True) 
     elif roll < 0.05:
         taints.append({"key": "example.com/draining", "value": "true", "effect": "PreferNoSchedule"})
     elif roll < 0.06:
-        taints.append({"key": "example.com/maintenance", "value": str(rng.randrange(1, 9)), "effect": "NoExecute"})
+        taints.append(
+            {"key": "example.com/maintenance", "value": str(rng.randrange(1, 9)), "effect": "NoExecute"}
+        )
     for taint in taints:
         if taint["effect"] == "NoExecute":
             taint["timeAdded"] = TS
@@ -273,9 +294,13 @@ def node_object(index: int, rng: random.Random, *, managed_fields: bool = True) 
     ]
     handlers = [{"name": "runc", "features": {"recursiveReadOnlyMounts": True, "userNamespaces": True}}]
     if pool.name == "gvisor":
-        handlers.append({"name": "runsc", "features": {"recursiveReadOnlyMounts": True, "userNamespaces": False}})
+        handlers.append(
+            {"name": "runsc", "features": {"recursiveReadOnlyMounts": True, "userNamespaces": False}}
+        )
     if pool.name == "kata":
-        handlers.append({"name": "kata", "features": {"recursiveReadOnlyMounts": True, "userNamespaces": False}})
+        handlers.append(
+            {"name": "kata", "features": {"recursiveReadOnlyMounts": True, "userNamespaces": False}}
+        )
     metadata: dict[str, Any] = {
         "name": name,
         "uid": _uid(rng),
@@ -299,8 +324,11 @@ def node_object(index: int, rng: random.Random, *, managed_fields: bool = True) 
                 "fieldsType": "FieldsV1",
                 "fieldsV1": {
                     "f:metadata": {
-                        "f:annotations": {".": {}, "f:alpha.kubernetes.io/provided-node-ip": {},
-                                          "f:volumes.kubernetes.io/controller-managed-attach-detach": {}},
+                        "f:annotations": {
+                            ".": {},
+                            "f:alpha.kubernetes.io/provided-node-ip": {},
+                            "f:volumes.kubernetes.io/controller-managed-attach-detach": {},
+                        },
                         "f:labels": {".": {}, **{f"f:{key}": {} for key in labels}},
                     },
                     "f:spec": {"f:providerID": {}},
@@ -396,10 +424,17 @@ def cluster_list(node_objects: list[dict[str, Any]]) -> dict[str, Any]:
     for node in node_objects:
         meta = {k: v for k, v in node["metadata"].items() if k != "managedFields"}
         items.append({**node, "metadata": meta})
-    return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items + list(RUNTIME_CLASSES)}
+    return {
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": {"resourceVersion": ""},
+        "items": items + list(RUNTIME_CLASSES),
+    }
 
 
-def pod_object(name: str, runtime_class: str | None, tolerations: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+def pod_object(
+    name: str, runtime_class: str | None, tolerations: tuple[dict[str, Any], ...]
+) -> dict[str, Any]:
     """A pending Pod as kube-scheduler embeds it in ExtenderArgs (no kind/apiVersion)."""
     spec: dict[str, Any] = {
         "containers": [

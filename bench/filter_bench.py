@@ -85,7 +85,9 @@ def nodes_requests(node_objects: list[dict[str, Any]], count: int, seed: int = 1
         rng.shuffle(order)
         # kube-scheduler sends the NodeList without kind/apiVersion, items with them stripped too.
         items = [{k: v for k, v in n.items() if k not in ("kind", "apiVersion")} for n in order]
-        bodies.append(orjson.dumps({"Pod": pod, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}))
+        bodies.append(
+            orjson.dumps({"Pod": pod, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None})
+        )
     return bodies
 
 
@@ -112,7 +114,9 @@ def handler_path(state: Any, policy: Any) -> Callable[[bytes], bytes]:
     return handle
 
 
-def measure_inprocess(handle: Callable[[bytes], bytes], bodies: list[bytes], iterations: int) -> dict[str, float]:
+def measure_inprocess(
+    handle: Callable[[bytes], bytes], bodies: list[bytes], iterations: int
+) -> dict[str, float]:
     # Warm-up: one call per distinct body, so the per-pod caches exist (steady state;
     # the cold cost is reported separately).
     responses = []
@@ -169,26 +173,60 @@ def client_main(argv: Sequence[str]) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--calls", type=int, required=True)
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--floor-port", type=int, help="also time the HTTP floor server, call for call")
     parser.add_argument("bodies", nargs="+")
     args = parser.parse_args(argv)
     bodies = [Path(p).read_bytes() for p in args.bodies]
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
 
-    def run(worker: int, calls: int, latencies: list[float]) -> None:
+    def call(conn: http.client.HTTPConnection, body: bytes) -> float:
+        t0 = time.perf_counter()
+        conn.request("POST", "/filter", body=body, headers=headers)
+        response = conn.getresponse()
+        data = response.read()
+        elapsed = time.perf_counter() - t0
+        if response.status != 200 or b'"Error":""' not in data:
+            raise SystemExit(f"bad answer: {response.status} {data[:200]!r}")
+        return elapsed
+
+    def run(worker: int, calls: int, latencies: list[float], floor: list[float] | None = None) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=60)
+        floor_conn = (
+            http.client.HTTPConnection("127.0.0.1", args.floor_port, timeout=60)
+            if floor is not None
+            else None
+        )
         for i in range(calls):
             body = bodies[(i + worker) % len(bodies)]
-            t0 = time.perf_counter()
-            conn.request("POST", "/filter", body=body, headers=headers)
-            response = conn.getresponse()
-            data = response.read()
-            latencies.append(time.perf_counter() - t0)
-            if response.status != 200 or b'"Error":""' not in data:
-                raise SystemExit(f"bad answer: {response.status} {data[:200]!r}")
+            latencies.append(call(conn, body))
+            if floor_conn is not None and floor is not None:
+                floor.append(call(floor_conn, body))
         conn.close()
+        if floor_conn is not None:
+            floor_conn.close()
 
     # Warm-up on one connection (first-call cache builds are not steady state).
     run(0, len(bodies), [])
+    if args.floor_port and args.concurrency == 1:
+        # Sequential, alternating with the floor server so both see the same load.
+        latencies: list[float] = []
+        floor: list[float] = []
+        t0 = time.perf_counter()
+        run(0, args.calls, latencies, floor)
+        wall = time.perf_counter() - t0
+        print(
+            json.dumps(
+                {
+                    "p50_ms": percentile(latencies, 50) * 1e3,
+                    "p99_ms": percentile(latencies, 99) * 1e3,
+                    "floor_p50_ms": percentile(floor, 50) * 1e3,
+                    "floor_p99_ms": percentile(floor, 99) * 1e3,
+                    "rps": len(latencies) / (wall - sum(floor)),
+                    "calls": len(latencies),
+                }
+            )
+        )
+        return 0
     per_worker: list[list[float]] = [[] for _ in range(args.concurrency)]
     threads = [
         threading.Thread(target=run, args=(w, args.calls // args.concurrency, per_worker[w]))
@@ -211,6 +249,44 @@ def client_main(argv: Sequence[str]) -> int:
             }
         )
     )
+    return 0
+
+
+def floor_server_main(argv: Sequence[str]) -> int:
+    """The HTTP floor: the same aiohttp server and event loop, and a handler that only
+    does the floor's work (orjson.loads of the request, orjson.dumps of an answer of
+    the same shape). What it costs is transport and noise, not filtering."""
+    import asyncio
+
+    from aiohttp import web
+
+    port = int(argv[0])
+
+    async def handle(request: web.Request) -> web.Response:
+        args = orjson.loads(await request.read())
+        names = args.get("NodeNames") or []
+        answer = {
+            "Nodes": None,
+            "NodeNames": names,
+            "FailedNodes": {},
+            "FailedAndUnresolvableNodes": {},
+            "Error": "",
+        }
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+    async def ready(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ready"})
+
+    app = web.Application(client_max_size=1 << 30)
+    app.router.add_post("/filter", handle)
+    app.router.add_get("/readyz", ready)
+    try:
+        import uvloop
+    except ImportError:
+        runner = asyncio.run
+    else:
+        runner = uvloop.run
+    runner(web._run_app(app, host="127.0.0.1", port=port, access_log=None, print=None))
     return 0
 
 
@@ -238,18 +314,35 @@ def rss_mb(pid: int) -> dict[str, float]:
 class Server:
     """``runtimeclass-extender serve`` on a free loopback port."""
 
-    def __init__(self, cluster_file: Path) -> None:
+    def __init__(self, cluster_file: Path | None) -> None:
+        """The extender serving ``cluster_file``; None starts the HTTP floor server."""
         self.port = _free_port()
+        if cluster_file is None:
+            command = [sys.executable, __file__, "--floor-server", str(self.port)]
+        else:
+            command = [
+                *_serve_command(),
+                "serve",
+                "--cluster-file",
+                str(cluster_file),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ]
         self.proc = subprocess.Popen(
-            [*_serve_command(), "serve", "--cluster-file", str(cluster_file), "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning"],
+            command,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode() if self.proc.stderr else ''}")
+                raise RuntimeError(
+                    f"server exited: {self.proc.stderr.read().decode() if self.proc.stderr else ''}"
+                )
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
                 conn.request("GET", "/readyz")
@@ -260,10 +353,24 @@ class Server:
             time.sleep(0.1)
         raise RuntimeError("server did not become ready")
 
-    def load(self, bodies: list[Path], calls: int, concurrency: int) -> dict[str, float]:
+    def load(
+        self, bodies: list[Path], calls: int, concurrency: int, floor: Server | None = None
+    ) -> dict[str, float]:
+        floor_args = ["--floor-port", str(floor.port)] if floor is not None else []
         out = subprocess.run(
-            [sys.executable, __file__, "--client", "--port", str(self.port), "--calls", str(calls),
-             "--concurrency", str(concurrency), *map(str, bodies)],
+            [
+                sys.executable,
+                __file__,
+                "--client",
+                "--port",
+                str(self.port),
+                *floor_args,
+                "--calls",
+                str(calls),
+                "--concurrency",
+                str(concurrency),
+                *map(str, bodies),
+            ],
             check=True,
             capture_output=True,
         )
@@ -326,7 +433,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"# {size} nodes, {mode}: in-process", file=sys.stderr, flush=True)
             make = names_requests if mode == "names" else nodes_requests
             bodies = make(node_objects, mix, args.seed)
-            iterations = args.iterations if mode == "names" else max(mix, args.iterations * 500 // (size * 10))
+            iterations = (
+                args.iterations if mode == "names" else max(mix, args.iterations * 500 // (size * 10))
+            )
             row: dict[str, Any] = {"nodes": size, "mode": mode, "request_mb": len(bodies[2]) / 1e6}
             row.update(measure_inprocess(handle, bodies, iterations))
             body_files = []
@@ -345,13 +454,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             continue
         print(f"# {size} nodes: HTTP", file=sys.stderr, flush=True)
         server = Server(cluster_file)
+        floor_server = Server(None)
         try:
             for row in rows:
                 if row["nodes"] != size:
                     continue
                 calls = args.http_calls if row["mode"] == "names" else max(mix, args.http_calls * 50 // size)
-                seq = server.load(row["body_files"], calls, 1)
+                seq = server.load(row["body_files"], calls, 1, floor_server)
                 row["http_p50_ms"], row["http_p99_ms"] = seq["p50_ms"], seq["p99_ms"]
+                row["http_floor_p50_ms"], row["http_floor_p99_ms"] = seq["floor_p50_ms"], seq["floor_p99_ms"]
                 row["http_seq_rps"] = seq["rps"]
                 conc = server.load(row["body_files"], calls, args.concurrency)
                 row["http_conc_rps"] = conc["rps"]
@@ -364,6 +475,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     row["rss_mb"], row["rss_peak_mb"] = mem.get("VmRSS"), mem.get("VmHWM")
         finally:
             server.stop()
+            floor_server.stop()
     for row in rows:
         row.pop("body_files", None)
     return {"machine": machine(), "command": " ".join(["bench/filter_bench.py", *args.argv]), "rows": rows}
@@ -378,33 +490,34 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 
 def table(results: dict[str, Any]) -> str:
-    header = (
-        "| nodes | mode | request MB | in-proc p50 ms | in-proc p99 ms | floor p50 ms | ratio | "
-        "HTTP seq p50 ms | HTTP seq p99 ms | HTTP seq req/s | HTTP conc req/s | RSS MB (peak) |"
-    )
-    lines = [header, "|" + "---|" * 12]
-    for r in results["rows"]:
-        rss = f"{_fmt(r.get('rss_mb'), 0)} ({_fmt(r.get('rss_peak_mb'), 0)})" if r.get("rss_mb") else "-"
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    str(r["nodes"]),
-                    r["mode"],
-                    _fmt(r["request_mb"]),
-                    _fmt(r["ours_p50_ms"], 3),
-                    _fmt(r["ours_p99_ms"], 3),
-                    _fmt(r["floor_p50_ms"], 3),
-                    _fmt(r["ratio"]),
-                    _fmt(r.get("http_p50_ms"), 3),
-                    _fmt(r.get("http_p99_ms"), 3),
-                    _fmt(r.get("http_seq_rps"), 0),
-                    _fmt(r.get("http_conc_rps"), 0),
-                    rss,
-                ]
-            )
-            + " |"
-        )
+    columns = [
+        ("nodes", lambda r: str(r["nodes"])),
+        ("mode", lambda r: r["mode"]),
+        ("request MB", lambda r: _fmt(r["request_mb"])),
+        ("in-proc p50 ms", lambda r: _fmt(r["ours_p50_ms"], 3)),
+        ("in-proc p99 ms", lambda r: _fmt(r["ours_p99_ms"], 3)),
+        ("floor p50 ms", lambda r: _fmt(r["floor_p50_ms"], 3)),
+        ("ratio", lambda r: _fmt(r["ratio"])),
+        ("HTTP seq p50 ms", lambda r: _fmt(r.get("http_p50_ms"), 3)),
+        ("HTTP seq p99 ms", lambda r: _fmt(r.get("http_p99_ms"), 3)),
+        (
+            "HTTP floor p50 / p99 ms",
+            lambda r: f"{_fmt(r.get('http_floor_p50_ms'), 3)} / {_fmt(r.get('http_floor_p99_ms'), 3)}",
+        ),
+        ("HTTP conc req/s", lambda r: _fmt(r.get("http_conc_rps"), 0)),
+        (
+            "RSS MB (peak)",
+            lambda r: (
+                f"{_fmt(r.get('rss_mb'), 0)} ({_fmt(r.get('rss_peak_mb'), 0)})" if r.get("rss_mb") else "-"
+            ),
+        ),
+    ]
+    lines = [
+        "| " + " | ".join(name for name, _ in columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+    for row in results["rows"]:
+        lines.append("| " + " | ".join(cell(row) for _, cell in columns) + " |")
     return "\n".join(lines)
 
 
@@ -412,7 +525,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "--client":
         return client_main(argv[1:])
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if argv and argv[0] == "--floor-server":
+        return floor_server_main(argv[1:])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, few iterations (CI)")
     parser.add_argument("--sizes", type=int, nargs="+", help="cluster sizes (default 500 5000 15000)")
     parser.add_argument("--iterations", type=int, help="in-process names-mode calls per size")
@@ -428,16 +545,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.sizes = args.sizes or [500, 5000]
         args.iterations = args.iterations or 100
         args.http_calls = args.http_calls or 200
-        args.max_full_nodes = args.max_full_nodes or 500
+        args.max_full_nodes = 500 if args.max_full_nodes is None else args.max_full_nodes
     else:
         args.sizes = args.sizes or [500, 5000, 15000]
         args.iterations = args.iterations or 1000
         args.http_calls = args.http_calls or 2000
-        args.max_full_nodes = args.max_full_nodes or 5000
+        args.max_full_nodes = 5000 if args.max_full_nodes is None else args.max_full_nodes
     results = run(args)
     print(table(results))
     m = results["machine"]
-    print(f"\n{m['nproc']} CPUs ({m['cpu']}), Python {m['python']}, {m['event_loop']}, load {m['loadavg']:.1f}")
+    print(
+        f"\n{m['nproc']} CPUs ({m['cpu']}), Python {m['python']}, {m['event_loop']}, load {m['loadavg']:.1f}"
+    )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     print(f"written: {args.json}")
