@@ -250,8 +250,9 @@ class ObservedStates:
         self.states.append(self.take())
 
     def mark(self) -> int:
-        if not self.states:
-            self.record()
+        # Always a fresh snapshot: not every change notifies (a store flips ``synced``
+        # after its listeners ran), and nothing can change while this runs.
+        self.record()
         return len(self.states) - 1
 
     def window(self, before: int, after: int) -> Sequence[Snapshot]:
@@ -307,22 +308,41 @@ def matches_some_state(
     states: Iterable[Snapshot],
 ) -> bool:
     """Whether ``answer`` equals the reference's answer on at least one of ``states``."""
+    return any(normalise(answer) == normalise(expected_answer(request, state)) for state in states)
+
+
+def expected_answer(request: Mapping[str, Any], state: Snapshot) -> dict[str, Any]:
+    """The reference's answer to a parsed request, on one state."""
     pod = request.get("Pod") or {}
-    for state in states:
-        if request.get("NodeNames") is not None:
-            expected = answer_names(
-                pod,
-                request["NodeNames"],
-                state.nodes,
-                state.classes,
-                synced=state.nodes_synced and state.classes_synced,
-            )
-        else:
-            items = (request.get("Nodes") or {}).get("items") or []
-            expected = answer_full_nodes(pod, items, state.classes, synced=state.classes_synced)
-        if normalise(answer) == normalise(expected):
-            return True
-    return False
+    if request.get("NodeNames") is not None:
+        return answer_names(
+            pod,
+            request["NodeNames"],
+            state.nodes,
+            state.classes,
+            synced=state.nodes_synced and state.classes_synced,
+        )
+    items = (request.get("Nodes") or {}).get("items") or []
+    return answer_full_nodes(pod, items, state.classes, synced=state.classes_synced)
+
+
+def difference(answer: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
+    """A short description of how two answers differ (for failure messages)."""
+    got, want = normalise(answer), normalise(expected)
+    parts = []
+    for key in want:
+        if got[key] != want[key]:
+            if isinstance(want[key], dict) and isinstance(got[key], dict):
+                keys = set(got[key]) | set(want[key])
+                diff = {
+                    k: (got[key].get(k), want[key].get(k))
+                    for k in keys
+                    if got[key].get(k) != want[key].get(k)
+                }
+                parts.append(f"{key} (got, expected): {diff}")
+            else:
+                parts.append(f"{key}: got {got[key]!r}, expected {want[key]!r}")
+    return "; ".join(parts)
 
 
 def normalise(answer: Mapping[str, Any]) -> Mapping[str, Any]:
