@@ -12,13 +12,21 @@ This module decides *who* and *when*, with no I/O and no clock of its own:
   that (add, delete, selector, tolerations, annotation selector, handler) matters.
 - ``RequeuePlanner`` coalesces changes until flushed, and remembers per pod the last
   class revision it was nudged for, so a pod is never patched twice for one revision.
+  A class that ends a window as it began (added and deleted again, edited and edited
+  back) is no change at all.
+- ``TokenBucket`` is the patch rate limit (``now`` is passed in), ``patch_outcome``
+  sorts an API answer into done / gone / retry / fail, and ``retry_delay`` is the
+  capped exponential backoff between attempts, stretched to honour ``Retry-After``.
+
+The I/O half (informer, timers, PATCH requests) is ``extender.requeue``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 
 from policies.objects import RuntimeClassView
 
@@ -39,6 +47,9 @@ class PendingPod:
     runtime_class_name: str
     scheduler_name: str
     resource_version: str = ""
+    # False for a pod being deleted or held by scheduling gates: kube-scheduler does not
+    # try it, so a nudge would change nothing.
+    schedulable: bool = True
 
     @property
     def name(self) -> str:
@@ -76,7 +87,11 @@ class PendingPods:
 
     def upsert(self, pod: PendingPod) -> None:
         self.delete(pod.name)
-        if not pod.runtime_class_name or pod.scheduler_name not in self.scheduler_names:
+        if (
+            not pod.runtime_class_name
+            or pod.scheduler_name not in self.scheduler_names
+            or not pod.schedulable
+        ):
             return  # not ours to nudge
         self._by_key[pod.name] = pod
         self._by_class[pod.runtime_class_name].add(pod.name)
@@ -100,6 +115,34 @@ class Nudge:
     revision: Hashable
 
 
+@dataclass(frozen=True, slots=True)
+class ClassChange:
+    """One RuntimeClass's net change over a coalescing window."""
+
+    class_name: str
+    before: Hashable
+    after: Hashable
+
+    @property
+    def kind(self) -> str:
+        """added, deleted or updated (for the log line)."""
+        if self.before == ABSENT:
+            return "added"
+        if self.after == ABSENT:
+            return "deleted"
+        return "updated"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a flush decided: the net changes, the nudges due, and those already done."""
+
+    changes: list[ClassChange] = field(default_factory=list)
+    nudges: list[Nudge] = field(default_factory=list)
+    # Pods that name a changed class but were already nudged for its new revision.
+    already_nudged: list[Nudge] = field(default_factory=list)
+
+
 class RequeuePlanner:
     """Coalesces RuntimeClass changes and decides which pods to patch at a flush."""
 
@@ -108,6 +151,8 @@ class RequeuePlanner:
         self._changed: dict[str, Hashable] = {}
         # The revision each class had when last observed (to drop no-op updates).
         self._known: dict[str, Hashable] = {}
+        # The revision each class had at the last flush (or in the baseline LIST).
+        self._flushed: dict[str, Hashable] = {}
         # pod uid -> {class name: revision it was last nudged for}.
         self._nudged: dict[str, dict[str, Hashable]] = {}
 
@@ -120,7 +165,11 @@ class RequeuePlanner:
         """
         previous = self._known.get(class_name, ABSENT)
         self._known[class_name] = revision
-        if initial or previous == revision:
+        if initial:
+            self._flushed[class_name] = revision
+            self._changed.pop(class_name, None)
+            return False
+        if previous == revision:
             return False
         self._changed[class_name] = revision
         return True
@@ -129,16 +178,29 @@ class RequeuePlanner:
     def has_changes(self) -> bool:
         return bool(self._changed)
 
-    def flush(self, pods: PendingPods) -> list[Nudge]:
-        """The nudges due for the changes seen since the last flush (one per pod)."""
+    def plan(self, pods: PendingPods) -> Plan:
+        """Close the window: the net changes since the last flush and the nudges due."""
         changed, self._changed = self._changed, {}
+        plan = Plan()
         nudges: dict[str, Nudge] = {}
         for class_name, revision in changed.items():
+            before = self._flushed.get(class_name, ABSENT)
+            self._flushed[class_name] = revision
+            if before == revision:
+                continue  # changed and changed back within the window
+            plan.changes.append(ClassChange(class_name, before, revision))
             for pod in pods.naming(class_name):
+                nudge = Nudge(pod, class_name, revision)
                 if self._nudged.get(pod.uid, {}).get(class_name) == revision:
-                    continue
-                nudges[pod.uid] = Nudge(pod, class_name, revision)
-        return list(nudges.values())
+                    plan.already_nudged.append(nudge)
+                else:
+                    nudges[pod.uid] = nudge
+        plan.nudges.extend(nudges.values())
+        return plan
+
+    def flush(self, pods: PendingPods) -> list[Nudge]:
+        """The nudges due for the changes seen since the last flush (one per pod)."""
+        return self.plan(pods).nudges
 
     def done(self, nudge: Nudge) -> None:
         """The nudge was applied (or is moot): never repeat it for this revision."""
@@ -147,3 +209,63 @@ class RequeuePlanner:
     def forget_pod(self, uid: str) -> None:
         """The pod left the pending set (bound or deleted): drop its history."""
         self._nudged.pop(uid, None)
+
+
+class TokenBucket:
+    """A rate limit of ``rate`` per second with bursts of up to ``burst`` (client-go's
+    flowcontrol.NewTokenBucketRateLimiter, which rest clients use for QPS/Burst).
+
+    ``now`` is any monotonic clock in seconds, passed in by the caller.
+    """
+
+    def __init__(self, rate: float, burst: int, *, now: float) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("rate must be positive and burst at least 1")
+        self.rate = rate
+        self.burst = burst
+        self._tokens = float(burst)
+        self._stamp = now
+
+    def take(self, now: float) -> float:
+        """Take a token and return 0.0, or return the seconds until one is available."""
+        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        return (1.0 - self._tokens) / self.rate
+
+
+class Outcome(Enum):
+    """What one PATCH answer means for the nudge."""
+
+    DONE = "done"  # 2xx: the pod was updated
+    GONE = "gone"  # 404: the pod was deleted meanwhile
+    RETRY = "retry"  # 409, 429, 5xx: try again after a backoff
+    FAIL = "fail"  # any other answer: retrying cannot help (400, 401, 403, 422, ...)
+
+
+def patch_outcome(status: int) -> Outcome:
+    """Sort an API answer to a PATCH. A connection error or timeout is ``RETRY`` too.
+
+    409 Conflict is retried: either someone else's write raced ours, or the uid guard
+    failed because the pod was recreated under the same name, which the retry notices
+    (the informer then holds the new uid) and gives up on.
+    """
+    if 200 <= status < 300:
+        return Outcome.DONE
+    if status == 404:
+        return Outcome.GONE
+    if status in (409, 429) or status >= 500:
+        return Outcome.RETRY
+    return Outcome.FAIL
+
+
+def retry_delay(attempt: int, *, initial: float, maximum: float, retry_after: float | None = None) -> float:
+    """Seconds before attempt ``attempt + 1`` (attempt counts from 1): ``initial``
+    doubling up to ``maximum``, and never sooner than the server's ``Retry-After``
+    (itself capped at ``maximum``)."""
+    delay = min(initial * (2.0 ** max(0, attempt - 1)), maximum)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, maximum))
+    return delay

@@ -69,6 +69,14 @@ def _path(text: str) -> str:
     return text
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of names (blanks around commas ignored), at least one."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names:
+        raise ValueError("must name at least one")
+    return names
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -167,6 +175,30 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "keep capture files within this many bytes in total (oldest removed first)",
         "BYTES",
     ),
+    Setting(
+        "requeue-pending-pods",
+        _bool,
+        False,
+        "when a RuntimeClass is added, changed or deleted, patch an annotation onto the unscheduled "
+        "pods naming it so kube-scheduler retries them at once (live mode only; needs RBAC to "
+        "list/watch/patch pods)",
+    ),
+    Setting(
+        "requeue-scheduler-names",
+        _names,
+        ("default-scheduler",),
+        "comma-separated schedulerNames whose pending pods requeue-pending-pods nudges "
+        "(the profiles that use this extender)",
+        "NAMES",
+    ),
+    Setting(
+        "requeue-window",
+        _positive_float,
+        1.0,
+        "RuntimeClass changes within this many seconds are coalesced into one nudge per pod",
+        "SECONDS",
+    ),
+    Setting("requeue-rate", _positive_float, 20.0, "at most this many pod patches per second", "PER_SECOND"),
 )
 
 

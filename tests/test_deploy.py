@@ -3,7 +3,8 @@
 The manifests are rendered with ``kubectl kustomize`` exactly as ``kubectl apply -k``
 would, then checked for the invariants a reader cannot see at a glance: the
 scheduler's extender URL reaches the sidecar's flags and probes, the extender's RBAC
-is read-only on Nodes and RuntimeClasses, the profile name matches the sample
+is read-only on Nodes and RuntimeClasses (plus, where --requeue-pending-pods is on,
+a separate role to list/watch/patch pods), the profile name matches the sample
 workload, each mode's plugin set, and the TLS files are mounted where the
 configuration says.
 """
@@ -108,6 +109,10 @@ EXTENDER_TLS_FIELDS = {
 # The only access the extender may have: (apiGroup, resource) -> allowed verbs.
 EXTENDER_ALLOWED = {("", "nodes"), ("node.k8s.io", "runtimeclasses")}
 READ_VERBS = {"get", "list", "watch"}
+# --requeue-pending-pods: a separate ClusterRole, only where the flag is on.
+REQUEUE_ROLE = "runtimeclass-extender-requeue"
+REQUEUE_COMPONENT = DEPLOY / "components" / "requeue-pending-pods"
+REQUEUE_GRANTS = {("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch")}
 
 Manifest = dict[str, Any]
 
@@ -194,13 +199,18 @@ def _profile(docs: tuple[Manifest, ...]) -> Manifest:
 
 
 def _rules_for(
-    docs: list[Manifest] | tuple[Manifest, ...], namespace: str, sa: str, *, builtin_roles: bool = False
+    docs: list[Manifest] | tuple[Manifest, ...],
+    namespace: str,
+    sa: str,
+    *,
+    builtin_roles: bool = False,
+    skip_roles: frozenset[str] = frozenset(),
 ) -> Iterator[Manifest]:
     """Every rule granted to ServiceAccount ``namespace/sa`` by roles defined in ``docs``.
 
     A binding to a role deploy/ does not define (a bootstrap role such as
     system:kube-scheduler) fails, unless ``builtin_roles`` allows it; its rules are
-    then not listed.
+    then not listed. Bindings to roles named in ``skip_roles`` are left out.
     """
     roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in docs}
     for binding in docs:
@@ -213,6 +223,8 @@ def _rules_for(
         ):
             continue
         ref = binding["roleRef"]
+        if ref["name"] in skip_roles:
+            continue
         role_namespace = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
         role = roles.get((ref["kind"], role_namespace, ref["name"]))
         if role is None and builtin_roles:
@@ -324,7 +336,9 @@ def test_extender_url_matches_sidecar_flags_and_probes(kustomization: str) -> No
 def test_extender_rbac_is_read_only_nodes_and_runtimeclasses(kustomization: str) -> None:
     docs = _render(kustomization)
     namespace = _deployment(docs)["metadata"]["namespace"]
-    _assert_read_only_nodes_and_runtimeclasses(list(_rules_for(docs, namespace, EXTENDER_SA)))
+    # The requeue role is checked on its own (test_requeue_rbac_only_where_the_flag_is_on).
+    rules = _rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE}))
+    _assert_read_only_nodes_and_runtimeclasses(list(rules))
     # The sidecar runs as that ServiceAccount: its token is mounted at the in-cluster
     # path, which keeps the ServiceAccount admission plugin from mounting the pod's
     # (the scheduler's) token there.
@@ -339,6 +353,49 @@ def test_extender_rbac_is_read_only_nodes_and_runtimeclasses(kustomization: str)
     # ... and the scheduler container does not see the extender's token.
     scheduler = _container(docs, "kube-scheduler")
     assert all(m["mountPath"] != TOKEN_PATH for m in scheduler.get("volumeMounts", []))
+
+
+@pytest.mark.parametrize(
+    ("kustomization", "requeue"),
+    [
+        ("base", False),
+        ("overlays/alongside-admission", False),
+        ("overlays/predicate-mode", True),
+        ("overlays/tls", True),
+    ],
+)
+def test_requeue_rbac_only_where_the_flag_is_on(kustomization: str, requeue: bool) -> None:
+    docs = _render(kustomization)
+    namespace = _deployment(docs)["metadata"]["namespace"]
+    extender = _container(docs, "extender")
+    assert ("--requeue-pending-pods" in extender["args"]) == requeue
+    roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == REQUEUE_ROLE]
+    assert bool(roles) == requeue
+    if not requeue:
+        # Read-only install: nothing may write, or even read, pods.
+        all_rules = list(_rules_for(docs, namespace, EXTENDER_SA))
+        assert all("pods" not in rule["resources"] for rule in all_rules)
+        return
+    # The pods it nudges are those of the profile this deployment's scheduler runs.
+    assert _flags(extender)["requeue-scheduler-names"] == _profile(docs)["schedulerName"]
+    everything = list(_rules_for(docs, namespace, EXTENDER_SA))
+    requeue_rules = [r for r in everything if r not in _one(docs, "ClusterRole", EXTENDER_SA)["rules"]]
+    assert requeue_rules == _one(docs, "ClusterRole", REQUEUE_ROLE)["rules"]
+    granted = {
+        (g, r, v)
+        for rule in requeue_rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert granted == REQUEUE_GRANTS
+    assert all(set(rule) <= {"apiGroups", "resources", "verbs"} for rule in requeue_rules)
+    # The plain manifest (kubectl apply -f) is what the component installs.
+    plain = _load_file(REQUEUE_COMPONENT / "rbac.yaml")
+    assert _one(plain, "ClusterRole", REQUEUE_ROLE)["rules"] == roles[0]["rules"]
+    binding = _one(docs, "ClusterRoleBinding", REQUEUE_ROLE)
+    assert binding["subjects"] == _one(plain, "ClusterRoleBinding", REQUEUE_ROLE)["subjects"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)

@@ -6,7 +6,17 @@ from types import MappingProxyType
 
 import pytest
 
-from extender.requeue_plan import ABSENT, PendingPod, PendingPods, RequeuePlanner, class_revision
+from extender.requeue_plan import (
+    ABSENT,
+    Outcome,
+    PendingPod,
+    PendingPods,
+    RequeuePlanner,
+    TokenBucket,
+    class_revision,
+    patch_outcome,
+    retry_delay,
+)
 from policies.objects import RuntimeClassView, SelectorRequirement, Toleration
 
 SCHED = "runtimeclass-scheduler"
@@ -137,3 +147,88 @@ def test_forgetting_a_pod_drops_its_history() -> None:
     planner.observe("gvisor", ABSENT, initial=True)
     planner.observe("gvisor", rev)
     assert [n.pod.pod_name for n in planner.flush(pods)] == ["a"]
+
+
+def test_pods_kube_scheduler_skips_are_not_indexed() -> None:
+    pods = PendingPods([SCHED])
+    pods.upsert(PendingPod("default", "terminating", "u1", "gvisor", SCHED, schedulable=False))
+    assert pods.naming("gvisor") == [] and len(pods) == 0
+
+
+def test_plan_reports_net_changes_and_pods_already_nudged() -> None:
+    pods = PendingPods([SCHED])
+    pods.upsert(pod("a"))
+    planner = RequeuePlanner()
+    planner.observe("kata", class_revision(gvisor(name="kata")), initial=True)
+    planner.observe("gvisor", class_revision(gvisor()))
+    planner.observe("kata", ABSENT)
+    plan = planner.plan(pods)
+    assert {(c.class_name, c.kind) for c in plan.changes} == {("gvisor", "added"), ("kata", "deleted")}
+    (nudge,) = plan.nudges
+    planner.done(nudge)
+    # Edited (that nudge never completes, say it failed), then edited back: the pod was
+    # already nudged for this revision.
+    planner.observe("gvisor", class_revision(gvisor(handler="other")))
+    assert [n.pod.pod_name for n in planner.plan(pods).nudges] == ["a"]
+    planner.observe("gvisor", class_revision(gvisor()))
+    again = planner.plan(pods)
+    assert [c.kind for c in again.changes] == ["updated"]
+    assert again.nudges == []
+    assert [n.pod.pod_name for n in again.already_nudged] == ["a"]
+
+
+def test_changed_back_within_one_window_is_no_change() -> None:
+    pods = PendingPods([SCHED])
+    pods.upsert(pod("a"))
+    planner = RequeuePlanner()
+    rev = class_revision(gvisor())
+    planner.observe("gvisor", rev, initial=True)
+    planner.observe("gvisor", class_revision(gvisor(handler="debug")))
+    planner.observe("gvisor", rev)
+    assert planner.has_changes
+    plan = planner.plan(pods)
+    assert plan.changes == [] and plan.nudges == []
+    # Added and deleted again before the window closed: nothing either.
+    planner.observe("new", class_revision(gvisor(name="new")))
+    planner.observe("new", ABSENT)
+    assert planner.plan(pods).changes == []
+
+
+def test_token_bucket_allows_a_burst_then_the_rate() -> None:
+    bucket = TokenBucket(rate=10.0, burst=2, now=0.0)
+    assert bucket.take(0.0) == 0.0
+    assert bucket.take(0.0) == 0.0
+    assert bucket.take(0.0) == pytest.approx(0.1)
+    assert bucket.take(0.05) == pytest.approx(0.05)  # half a token has accrued
+    assert bucket.take(0.1) == 0.0
+    # Idle time refills up to the burst, not beyond.
+    assert [bucket.take(100.0) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.1)]
+    with pytest.raises(ValueError):
+        TokenBucket(rate=0.0, burst=1, now=0.0)
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [
+        (200, Outcome.DONE),
+        (404, Outcome.GONE),
+        (409, Outcome.RETRY),
+        (429, Outcome.RETRY),
+        (500, Outcome.RETRY),
+        (503, Outcome.RETRY),
+        (400, Outcome.FAIL),
+        (403, Outcome.FAIL),
+        (415, Outcome.FAIL),
+        (422, Outcome.FAIL),
+    ],
+)
+def test_patch_outcome(status: int, outcome: Outcome) -> None:
+    assert patch_outcome(status) is outcome
+
+
+def test_retry_delay_doubles_up_to_the_cap_and_honours_retry_after() -> None:
+    delays = [retry_delay(n, initial=0.5, maximum=4.0) for n in range(1, 7)]
+    assert delays == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert retry_delay(1, initial=0.5, maximum=30.0, retry_after=3.0) == 3.0
+    assert retry_delay(5, initial=0.5, maximum=30.0, retry_after=3.0) == 8.0
+    assert retry_delay(1, initial=0.5, maximum=30.0, retry_after=600.0) == 30.0
