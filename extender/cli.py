@@ -101,6 +101,10 @@ def run_filter(args: argparse.Namespace) -> int:
 
 
 async def _serve(settings: dict[str, Any]) -> None:
+    if settings["requeue_pending_pods"] and settings["cluster_file"]:
+        from extender.requeue import CLUSTER_FILE_ERROR
+
+        raise CliError(CLUSTER_FILE_ERROR)
     tls = tls_files(settings)
     ssl_context = server_context(tls) if tls is not None else None  # fail fast on bad TLS files
     policy = load_policy(settings["policy_file"])
@@ -127,6 +131,10 @@ async def _serve(settings: dict[str, Any]) -> None:
     )
     if live is not None:
         live.attach(app)
+        if settings["requeue_pending_pods"]:
+            from extender.requeue import requeuer_from_settings
+
+            requeuer_from_settings(live.api, state, settings).attach(app)
     if settings["capture_dir"]:
         install_capture(app, capture_writer(settings))
     if tls is not None and ssl_context is not None:
