@@ -400,6 +400,23 @@ async def test_patches_are_rate_limited(fake_apiserver: FakeApiServer, start: St
     assert order == names
 
 
+async def test_retry_after_of_a_429_pauses_every_patch(fake_apiserver: FakeApiServer, start: Start) -> None:
+    for name in ("a", "b"):
+        fake_apiserver.add(PODS, pending(name))
+    fake_time = FakeTime()
+    options = replace(FAST, rate=100.0, burst=1, retry_max=30.0)
+    running = await start(fake_apiserver, options, clock=fake_time.clock, sleep=fake_time.sleep)
+    fake_apiserver.fail_next(1, 429, retry_after=1, verbs={"patch"}, resource=PODS)
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor"))
+    await eventually(lambda: all(requeued_at(fake_apiserver, n) for n in ("a", "b")), what="both patched")
+    await running.settled("gvisor")
+    # "a" got the 429; "b" went out only after the server's Retry-After of 1 s.
+    order = [r.path.rsplit("/", 1)[1] for r in fake_apiserver.requests if r.verb == "patch"]
+    assert order == ["a", "b", "a"]
+    assert fake_time.sleeps[0] == pytest.approx(1.0, abs=0.02)
+    assert running.metric("patch_retries_total") == 1
+
+
 async def test_a_pod_bound_while_waiting_for_its_turn_is_skipped(
     fake_apiserver: FakeApiServer, start: Start
 ) -> None:
