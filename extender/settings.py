@@ -207,7 +207,8 @@ def add_arguments(parser: argparse.ArgumentParser, settings: Sequence[Setting]) 
         "--config", metavar="PATH", help=f"YAML file of settings by name (env {ENV_PREFIX}CONFIG)"
     )
     for setting in settings:
-        help_text = f"{setting.help} (env {setting.env}; default {setting.default!r})"
+        default = ",".join(setting.default) if isinstance(setting.default, tuple) else repr(setting.default)
+        help_text = f"{setting.help} (env {setting.env}; default {default})"
         if setting.is_flag:
             parser.add_argument(
                 f"--{setting.name}", dest=setting.attr, action="store_const", const="true", help=help_text
