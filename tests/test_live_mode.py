@@ -22,7 +22,7 @@ from aiohttp.test_utils import TestClient
 
 from extender.app import create_app
 from extender.cli import main
-from extender.cluster.kube import connect
+from extender.cluster.kube import KubeConfigError, choose_source, connect
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.node_lookup import LookupOptions, NodeLookup
 from extender.cluster.reflector import ReflectorOptions
@@ -481,3 +481,36 @@ async def test_lookup_caches_briefly_and_shares_concurrent_gets(
     finally:
         await lookup.close()
         await connection.api.close()
+
+
+def test_configuration_sources_in_order(tmp_path: Path) -> None:
+    flag, env_a, env_b, default = (tmp_path / n for n in ("flag", "env-a", "env-b", "home/.kube/config"))
+    default.parent.mkdir(parents=True)
+    for path in (flag, env_b, default):
+        path.write_text("{}")
+    token = tmp_path / "token"
+    token.write_text("t")
+    pod_env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    home = tmp_path / "home"
+
+    def choose(
+        kubeconfig: str | None = None, context: str | None = None, **env: str
+    ) -> tuple[str, str | None]:
+        return choose_source(
+            kubeconfig=kubeconfig, context=context, environ=env, home=home, token_file=str(token)
+        )
+
+    assert choose(str(flag), KUBECONFIG=str(env_b), **pod_env) == ("kubeconfig", str(flag))
+    # KUBECONFIG lists: missing entries are skipped, as kubectl skips them.
+    assert choose(KUBECONFIG=f"{env_a}:{env_b}", **pod_env) == ("kubeconfig", str(env_b))
+    assert choose(**pod_env) == ("in-cluster", None)
+    # A context only exists in a kubeconfig: in-cluster is skipped.
+    assert choose(context="prod", **pod_env) == ("kubeconfig", str(default))
+    assert choose() == ("kubeconfig", str(default))
+    default.unlink()
+    with pytest.raises(KubeConfigError, match="--cluster-file"):
+        choose()
+    with pytest.raises(KubeConfigError, match="KUBECONFIG"):
+        choose(KUBECONFIG=str(env_a))
+    with pytest.raises(KubeConfigError, match="--context prod"):
+        choose(context="prod", **pod_env)

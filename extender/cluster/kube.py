@@ -143,7 +143,11 @@ def _refresh_expiring_exec_tokens(loader: Any, configuration: Any) -> None:
         return
 
     async def refresh(config: Any) -> None:
-        await loader.load_from_exec_plugin()
+        try:
+            await loader.load_from_exec_plugin()
+        except Exception as exc:
+            # As a connection failure: the reflectors log one line and back off.
+            raise ConnectionError(f"refreshing the exec-plugin credential failed: {exc}") from None
         config.api_key["BearerToken"] = loader.token
 
     configuration.refresh_api_key_hook = refresh
@@ -166,7 +170,6 @@ def api_client_ctx(api: Any) -> Callable[[Any], AsyncIterator[None]]:
 
 __all__ = [
     "NO_CLUSTER_HELP",
-    "ApiClient",
     "Connection",
     "KubeConfigError",
     "api_client_ctx",
