@@ -477,6 +477,10 @@ class Requeuer:
             self._settle(item, "sent")
         elif outcome is Outcome.GONE:
             self._settle(item, "deleted")
+        elif outcome is Outcome.FAIL and (skip := self._still_due(item)) is not None:
+            # Refused because the pod changed identity meanwhile (a uid guard answered
+            # with 422 rather than 409 counts here too): nothing is wrong.
+            self._settle(item, skip)
         elif outcome is Outcome.FAIL:
             reason = "forbidden" if status == 403 else "rejected"
             log.warning(
