@@ -240,3 +240,39 @@ async def test_debug_level_is_where_request_detail_lives(
     response = await client.post("/filter", json={**body, "NodeNames": ["plain-1"], "Nodes": None})
     assert response.status == 200
     assert MARKER in rendered(caplog.records)
+
+
+async def test_names_from_a_request_cannot_steer_the_node_lookup(
+    tmp_path: Path, aiohttp_client: AiohttpClient
+) -> None:
+    # A name the cache lacks is fetched with GET /api/v1/nodes/<name>. Names that are not
+    # node names must not become paths: "n1/" or "/n1" would fetch node n1 and answer
+    # for it under another name, "." would LIST every node.
+    server = FakeApiServer()
+    server.add(NODES, make_node("n0"))
+    server.add(RUNTIME_CLASSES, make_runtime_class("gvisor"))
+    await server.start()
+    try:
+        conn = await kube.connect(kubeconfig=str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+        state = ClusterState()
+        live = LiveCluster(conn.api, state)
+        app = create_app(state=state, policy=load_policy(), source_stats=live.source_stats)
+        live.attach(app)
+        client = await aiohttp_client(app)
+        await _until(lambda: state.synced)
+        await server.wait_for_watchers(NODES, 1)
+        server.stall_watches()  # n1 reaches the extender only by lookup
+        server.add(NODES, make_node("n1"))
+        before = len(server.requests)
+        hostile = ["n1/", "/n1", ".", "..", "./n1", "nodes/n1", "n1?watch=1", "N1", "n1/status"]
+        body = {"Pod": {"metadata": {"name": "p"}, "spec": {}}, "NodeNames": [*hostile, "n1"], "Nodes": None}
+        response = await client.post("/filter", json=body)
+        assert response.status == 200
+        answer = await response.json()
+        assert answer["NodeNames"] == ["n1"]
+        assert set(answer["FailedNodes"]) == set(hostile)
+        fetched = [(r.verb, r.path) for r in server.requests[before:] if r.verb in ("get", "list", "GET")]
+        assert fetched == [("get", "/api/v1/nodes/n1")]
+        server.resume_watches()
+    finally:
+        await server.stop()

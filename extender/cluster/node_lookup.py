@@ -42,6 +42,7 @@ import orjson
 from cachetools import TTLCache
 
 from extender.cluster.objects import ObjectError, node_from_api
+from policies.node_affinity import node_name_errors
 from policies.objects import NodeView
 
 log = logging.getLogger("extender.lookup")
@@ -93,6 +94,10 @@ def detail_timeout(name: str) -> str:
     return f"node {name!r} is not in the extender's cache and the lookup did not finish in time"
 
 
+def detail_invalid(name: str) -> str:
+    return f"node {name!r} is not in the extender's cache and is not a valid node name"
+
+
 def detail_over_budget(name: str) -> str:
     return f"node {name!r} is not in the extender's cache (too many unknown nodes in one request to look up)"
 
@@ -123,6 +128,12 @@ class NodeLookup:
         pending: dict[str, asyncio.Task[NodeView | _Missing]] = {}
         budget = self.options.max_names_per_call
         for name in dict.fromkeys(names):  # de-duplicated, order kept
+            if node_name_errors(name):
+                # Not a node name (ValidateNodeName: a DNS-1123 subdomain), so no node has
+                # it, and it must not become a path: "n1/" or "/n1" reach node n1, "."
+                # the whole node LIST.
+                unknown[name] = detail_invalid(name)
+                continue
             cached_node = self._found.get(name)
             if cached_node is not None:
                 self.stats.cache_hits += 1
@@ -209,6 +220,9 @@ class NodeLookup:
                     pass
                 raise ValueError(f"HTTP {response.status}" + (f": {message}" if message else ""))
         try:
-            return node_from_api(orjson.loads(body))
+            node = node_from_api(orjson.loads(body))
         except ObjectError as exc:
             raise ValueError(f"malformed Node: {exc}") from None
+        if node.name != name:
+            raise ValueError(f"the API server answered with node {node.name!r}")
+        return node
