@@ -29,6 +29,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
@@ -37,7 +38,9 @@ from hypothesis import strategies as st
 from extender.app import create_app
 from extender.cluster.objects import node_from_api, runtime_class_from_api
 from extender.cluster.state import ClusterState
+from extender.filtering import decide
 from extender.policy_file import load_policy
+from extender.protocol import ExtenderArgs
 from tests.reference_model import REASON_UNKNOWN, answer_full_nodes, answer_names, class_from_api, normalise
 from tests.reference_model import node_from_api as ref_node
 
@@ -464,3 +467,48 @@ def test_wrong_content_types_get_415(server: ServerThread, client: Http, content
     status, _, data = client.post(json.dumps(GOOD_REQUEST).encode(), content_type=content_type)
     assert status == 415 and json.loads(data)["error"]
     still_serving(client, server)
+
+
+# ----------------------------------------------------------------------------- 3. incremental changes
+
+# One change to the cluster: (kind, name, new object or None for a delete).
+Change = tuple[str, str, dict[str, Any] | None]
+
+
+@st.composite
+def changes(draw: st.DrawFn) -> Change:
+    if draw(st.integers(0, 3)) == 0:
+        name = draw(st.sampled_from(CLASS_NAMES))
+        return "class", name, None if draw(st.integers(0, 3)) == 0 else draw(class_objects(name))
+    name = draw(st.sampled_from(NODE_NAMES[:6]))
+    return "node", name, None if draw(st.integers(0, 4)) == 0 else draw(node_objects(name))
+
+
+POLICY = load_policy()
+
+
+@settings(FUZZ, max_examples=VALID_EXAMPLES)
+@given(steps=st.lists(changes(), min_size=1, max_size=25), pod_list=st.lists(pods(), min_size=1, max_size=3))
+def test_answers_follow_incremental_changes(steps: list[Change], pod_list: list[dict[str, Any]]) -> None:
+    # The watch applies one event at a time (upsert/delete), and the names-mode fast path
+    # keeps per-class verdicts that those events must invalidate exactly. After every
+    # change, every pod's answer must equal the reference on the objects as they are now.
+    state = ClusterState()
+    state.nodes.replace([])
+    state.runtime_classes.replace([])
+    truth: dict[str, dict[str, dict[str, Any]]] = {"node": {}, "class": {}}
+    names = [*NODE_NAMES[:6], "ghost"]
+    for kind, name, obj in steps:
+        store = state.nodes if kind == "node" else state.runtime_classes
+        if obj is None:
+            store.delete(name)
+            truth[kind].pop(name, None)
+        else:
+            store.upsert(node_from_api(obj) if kind == "node" else runtime_class_from_api(obj))  # type: ignore[arg-type]
+            truth[kind][name] = obj
+        nodes = {n["name"]: n for n in map(ref_node, truth["node"].values())}
+        classes = {c["name"]: c for c in map(class_from_api, truth["class"].values())}
+        for pod in pod_list:
+            args = ExtenderArgs.model_validate({"Pod": pod, "NodeNames": names, "Nodes": None})
+            got = orjson.loads(decide(args, state, POLICY).result.to_json())
+            assert normalise(got) == normalise(answer_names(pod, names, nodes, classes))
