@@ -105,10 +105,12 @@ class Http:
         self.port = port
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
 
-    def post(self, body: bytes, content_type: str = "application/json") -> tuple[int, str, bytes]:
+    def post(
+        self, body: bytes, content_type: str = "application/json", path: str = "/filter"
+    ) -> tuple[int, str, bytes]:
         for attempt in range(2):
             try:
-                self.conn.request("POST", "/filter", body=body, headers={"Content-Type": content_type})
+                self.conn.request("POST", path, body=body, headers={"Content-Type": content_type})
                 response = self.conn.getresponse()
                 data = response.read()
                 if response.getheader("Connection", "").lower() == "close":
@@ -466,6 +468,25 @@ def test_broken_bytes_get_a_json_4xx(server: ServerThread, client: Http, body: b
 def test_wrong_content_types_get_415(server: ServerThread, client: Http, content_type: str) -> None:
     status, _, data = client.post(json.dumps(GOOD_REQUEST).encode(), content_type=content_type)
     assert status == 415 and json.loads(data)["error"]
+    still_serving(client, server)
+
+
+@settings(FUZZ, max_examples=HOSTILE_EXAMPLES // 2)
+@given(case=mutated(), raw=broken_bytes(), use_raw=st.booleans())
+def test_explain_gets_an_answer_or_a_json_4xx(
+    server: ServerThread, client: Http, case: tuple[Any, bytes], raw: bytes, use_raw: bool
+) -> None:
+    # POST /explain takes a Pod: the Pod part of a mutated request, or broken bytes.
+    server.set_cluster([{"metadata": {"name": "n0"}}], [{"metadata": {"name": "rc-a"}, "handler": "runc"}])
+    request, _ = case
+    pod = request.get("Pod", request) if isinstance(request, dict) else request
+    body = raw if use_raw else encode(pod)
+    status, content_type, data = client.post(body, path="/explain")
+    assert content_type.startswith("application/json")
+    assert status == 200 or 400 <= status < 500, data[:500]
+    assert b"Traceback" not in data
+    if status != 200:
+        assert json.loads(data)["error"]
     still_serving(client, server)
 
 
