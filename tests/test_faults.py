@@ -13,7 +13,9 @@ during that call. Then it injects one kind of fault while the cluster churns:
   compacted resourceVersions (as an ERROR event and as HTTP 410);
 - stalled streams: watches that stay open and send nothing, which only the
   reflector's read timeout can notice;
-- a restart with a fresh, lower history.
+- a restart with a fresh, lower history;
+- garbage on the wire: a truncated LIST body, half an event before a cut, a line that is
+  not JSON, an event that is not ``{type, object}``.
 
 After each fault the stores converge to the server's objects, no answer contradicted
 the observed state, and some answers were checked exactly (no state change in flight).
@@ -38,6 +40,7 @@ from extender.cluster import kube
 from extender.policy_file import load_policy
 from policies.registry import Policy
 from tests.fake_apiserver import NODES, FakeApiServer, status_object
+from tests.fake_apiserver.server import _DROP
 from tests.fault_harness import FAST, Harness, build_harness, churn, filter_calls, seed_cluster
 
 Client = TestClient[web.Request, web.Application]
@@ -295,3 +298,35 @@ async def test_the_checker_catches_answers_the_state_does_not_support(
     await eventually(lambda: len(running.harness.checks.mismatches) > 0, what="a detected mismatch")
     running.stop.set()
     await running.task
+
+
+async def test_garbage_on_the_wire(
+    servers: list[FakeApiServer], extender: Callable[..., Awaitable[Running]]
+) -> None:
+    # A LIST answered with a truncated body, then watch streams carrying half an event,
+    # a line that is not JSON, and an event that is not {type, object}.
+    server = FakeApiServer()
+    dispatch = server._dispatch
+    garbled = {"left": 2}
+
+    async def garbling_dispatch(request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") is None and request.path == "/api/v1/nodes" and garbled["left"] > 0:
+            garbled["left"] -= 1
+            return web.Response(body=b'{"kind":"NodeList","items":[{"metad', content_type="application/json")
+        return await dispatch(request)
+
+    server._dispatch = garbling_dispatch  # type: ignore[method-assign]
+    await started(servers, server)
+    running = await extender(server)
+    await running.harness.converged()
+    assert garbled["left"] == 0
+    for line in (b'{"type":"ADDED","object":{"metadata":{"na', b"not json at all\n", b'["ADDED"]\n'):
+        await server.wait_for_watchers(NODES, 1)
+        for watcher in list(server._watchers):
+            if watcher.resource is NODES:
+                watcher.queue.put_nowait(line)
+                if not line.endswith(b"\n"):
+                    watcher.queue.put_nowait(_DROP)
+        await running.churn(10)
+        await running.harness.converged()
+    await running.finish()
