@@ -76,6 +76,24 @@ async def test_body_size_at_and_beyond_the_limit(aiohttp_client: AiohttpClient, 
     await still_serving(client)
 
 
+async def test_chunked_body_without_a_length_is_cut_off_at_the_limit(
+    aiohttp_client: AiohttpClient, make_app: AppFactory
+) -> None:
+    # No Content-Length to refuse up front: the limit applies while reading.
+    body = names_body(["plain-1"])
+
+    async def chunks(data: bytes) -> Any:
+        for start in range(0, len(data), 7):
+            yield data[start : start + 7]
+
+    client = await aiohttp_client(make_app(max_body_bytes=len(body)))
+    response = await client.post("/filter", data=chunks(body), headers=JSON)
+    assert response.status == 200 and (await response.json())["NodeNames"] == ["plain-1"]
+    response = await client.post("/filter", data=chunks(body + b" " * 10_000), headers=JSON)
+    assert response.status == 413 and (await response.json())["error"]
+    await still_serving(client)
+
+
 def test_default_body_limit_fits_a_real_5000_node_full_nodes_request() -> None:
     # bench/cluster_gen.py writes 5,000 realistic Node objects (managedFields, images).
     sample = REPO / "bench" / "out" / "request-nodes-5000-0.json"
