@@ -67,7 +67,7 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
             extra={"method": request.method, "path": request.path, "status": exc.status, "error": message},
         )
         response = json_error(exc.status, message)
-        for header in ("Allow",):
+        for header in ("Allow", "Connection"):
             if header in exc.headers:
                 response.headers[header] = exc.headers[header]
         return response

@@ -127,6 +127,7 @@ async def _serve(settings: dict[str, Any]) -> None:
         policy=policy,
         max_body_bytes=settings["max_body_bytes"],
         max_nodes_per_request=settings["max_nodes_per_request"],
+        body_read_timeout=settings["body_read_timeout"],
         source_stats=live.source_stats if live is not None else None,
     )
     if live is not None:

@@ -105,6 +105,9 @@ DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
 # node of the cluster; 20,000 covers the largest supported clusters (5,000 nodes
 # officially, 15,000 in our targets). Counted after parsing: len() of one list.
 DEFAULT_MAX_NODES_PER_REQUEST = 20_000
+# Seconds to receive a whole filter request body. kube-scheduler's httpTimeout (5 s by
+# default) ends the call long before; this only frees connections that trickle.
+DEFAULT_BODY_READ_TIMEOUT = 30.0
 
 SERVE_SETTINGS: tuple[Setting, ...] = (
     Setting("host", str, "0.0.0.0", "address to listen on"),
@@ -147,6 +150,13 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         DEFAULT_MAX_NODES_PER_REQUEST,
         "most node names (or Node items) accepted in one filter request; more get 400",
         "N",
+    ),
+    Setting(
+        "body-read-timeout",
+        _positive_float,
+        DEFAULT_BODY_READ_TIMEOUT,
+        "seconds to receive a whole filter request body; slower ones get 408",
+        "SECONDS",
     ),
     Setting("log-level", _choice("debug", "info", "warning", "error"), "info", "log level"),
     Setting("log-format", _choice("text", "json"), "text", "log line format"),

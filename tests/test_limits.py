@@ -10,6 +10,7 @@ Each limit is tested at the limit (accepted, answered correctly) and just beyond
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -102,6 +103,35 @@ def test_default_body_limit_fits_a_real_5000_node_full_nodes_request() -> None:
     assert sample.stat().st_size * 4 < DEFAULT_MAX_BODY_BYTES
 
 
+# ----------------------------------------------------------------------------- slow bodies
+
+
+async def test_a_body_that_trickles_gets_408_and_frees_the_connection(
+    aiohttp_client: AiohttpClient, make_app: AppFactory
+) -> None:
+    base = make_app()
+    app = create_app(state=base[STATE], policy=base[POLICY], body_read_timeout=0.2)
+    client = await aiohttp_client(app)
+    assert client.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    try:
+        body = names_body(["plain-1"])
+        writer.write(
+            b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + b"Content-Length: %d\r\n\r\n" % len(body)
+            + body[:10]
+        )
+        await writer.drain()
+        # The rest never comes: the server answers 408 by itself and closes.
+        answer = await asyncio.wait_for(reader.read(), 30)
+    finally:
+        writer.close()
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408")
+    assert json.loads(payload)["error"] == "request body not received within body-read-timeout (0.2 s)"
+    await still_serving(client)
+
+
 # ----------------------------------------------------------------------------- node count
 
 
@@ -159,6 +189,9 @@ def test_node_count_setting_resolves_and_validates() -> None:
     values = resolve(args, SERVE_SETTINGS, environ={"RUNTIMECLASS_EXTENDER_MAX_NODES_PER_REQUEST": "9"})
     assert values["max_nodes_per_request"] == 9
     assert resolve(args, SERVE_SETTINGS, environ={})["max_nodes_per_request"] == DEFAULT_MAX_NODES_PER_REQUEST
+    assert resolve(args, SERVE_SETTINGS, environ={})["body_read_timeout"] == 30.0
+    with pytest.raises(SettingsError, match="body-read-timeout"):
+        resolve(parser.parse_args(["serve", "--body-read-timeout", "0"]), SERVE_SETTINGS, environ={})
     with pytest.raises(SettingsError, match="max-nodes-per-request"):
         resolve(parser.parse_args(["serve", "--max-nodes-per-request", "0"]), SERVE_SETTINGS, environ={})
 
