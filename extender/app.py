@@ -10,6 +10,7 @@ Bad input never reaches the caller as a stack trace: every error response is JSO
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,11 @@ from extender.explain_http import explain_routes
 from extender.filtering import Decision, decide, missing_node_names
 from extender.metrics import Metrics, SourceStatsProvider
 from extender.protocol import ExtenderArgs
-from extender.settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_NODES_PER_REQUEST
+from extender.settings import (
+    DEFAULT_BODY_READ_TIMEOUT,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_NODES_PER_REQUEST,
+)
 from policies.objects import PodView
 from policies.registry import Policy
 
@@ -36,6 +41,7 @@ STATE = web.AppKey("state", ClusterState)
 POLICY = web.AppKey("policy", Policy)
 METRICS = web.AppKey("metrics", Metrics)
 MAX_NODES = web.AppKey("max_nodes", int)
+BODY_READ_TIMEOUT = web.AppKey("body_read_timeout", float)
 # JSON nesting is bounded by pydantic-core's parser, not by a setting: it refuses
 # anything nested deeper than this many levels (recursion limit, checked while parsing
 # at no extra cost). Real requests nest about 12 levels (managedFields).
@@ -82,7 +88,17 @@ async def filter_handler(request: web.Request) -> web.Response:
         # aiohttp reports a missing header as application/octet-stream; say what was sent.
         sent = repr(request.content_type) if "Content-Type" in request.headers else "none"
         raise web.HTTPUnsupportedMediaType(text=f"Content-Type must be application/json, got {sent}")
-    body = await request.read()  # raises 413 beyond client_max_size
+    # A body that trickles in must not hold a handler (and a connection) forever;
+    # kube-scheduler gives up on the whole call after its httpTimeout (5 s) anyway.
+    read_timeout = request.app[BODY_READ_TIMEOUT]
+    try:
+        async with asyncio.timeout(read_timeout):
+            body = await request.read()  # raises 413 beyond client_max_size
+    except TimeoutError:
+        raise web.HTTPRequestTimeout(
+            text=f"request body not received within body-read-timeout ({read_timeout:g} s)",
+            headers={"Connection": "close"},
+        ) from None
     try:
         args = ExtenderArgs.model_validate_json(body)
     except ValidationError as exc:
@@ -173,6 +189,7 @@ def create_app(
     policy: Policy,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_nodes_per_request: int = DEFAULT_MAX_NODES_PER_REQUEST,
+    body_read_timeout: float = DEFAULT_BODY_READ_TIMEOUT,
     source_stats: SourceStatsProvider | None = None,
 ) -> web.Application:
     # Per app, not the global registry: tests build many apps in one process.
@@ -180,6 +197,7 @@ def create_app(
     app = web.Application(client_max_size=max_body_bytes, middlewares=[metrics.middleware, errors_as_json])
     app[METRICS] = metrics
     app[MAX_NODES] = max_nodes_per_request
+    app[BODY_READ_TIMEOUT] = body_read_timeout
     app[STATE] = state
     app[POLICY] = policy
     app.router.add_post("/filter", filter_handler)
