@@ -276,3 +276,21 @@ async def test_names_from_a_request_cannot_steer_the_node_lookup(
         server.resume_watches()
     finally:
         await server.stop()
+
+
+async def test_huge_keys_from_a_request_do_not_make_huge_log_lines(
+    aiohttp_client: AiohttpClient, make_app: AppFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A 400 names the field that was wrong, and map keys (labels, annotations) are part
+    # of the path: shown, but cut short.
+    caplog.set_level(logging.INFO)
+    client = await aiohttp_client(make_app())
+    key = "k" * 100_000 + MARKER
+    pod = {"metadata": {"name": "p", "annotations": {key: 1}}, "spec": {}}
+    response = await client.post("/filter", json={"Pod": pod, "NodeNames": [], "Nodes": None})
+    assert response.status == 400
+    detail = (await response.json())["detail"]
+    assert detail.startswith("request.Pod.metadata.annotations.kkk") and len(detail) < 300
+    assert MARKER not in detail
+    logged = rendered(caplog.records)
+    assert caplog.records and MARKER not in logged and len(logged) < 10_000

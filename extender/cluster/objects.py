@@ -219,13 +219,19 @@ def runtime_class_from_api(obj: Any) -> RuntimeClassView:
     )
 
 
+_MAX_KEY_SHOWN = 80
+
+
 def describe_validation_error(exc: ValidationError, root: str, *, limit: int = 5) -> str:
     """A one-line summary of pydantic errors with JSON-path-like locations."""
     parts = []
     for error in exc.errors(include_url=False, include_input=False)[:limit]:
         loc = root
         for item in error["loc"]:
-            loc += f"[{item}]" if isinstance(item, int) else f".{item}"
+            # Map keys come from the input (label and annotation keys): shown, but a
+            # hostile 1 MB key must not make a 1 MB log line or error body.
+            key = str(item) if len(str(item)) <= _MAX_KEY_SHOWN else str(item)[: _MAX_KEY_SHOWN - 3] + "..."
+            loc += f"[{item}]" if isinstance(item, int) else f".{key}"
         parts.append(f"{loc}: {error['msg']}")
     more = exc.error_count() - limit
     if more > 0:
