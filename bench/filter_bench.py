@@ -102,20 +102,41 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[index]
 
 
-def handler_path(state: Any, policy: Any) -> Callable[[bytes], bytes]:
-    """What ``extender.app.filter_handler`` does with a body, without the HTTP around it."""
+STAGES = ("validate", "decide", "serialize")
+
+
+def handler_path(
+    state: Any, policy: Any, stages: dict[str, list[float]] | None = None
+) -> Callable[[bytes], bytes]:
+    """What ``extender.app.filter_handler`` does with a body, without the HTTP around it.
+
+    With ``stages``, each call also appends the time of each step (validate the body,
+    decide, serialise the answer): the profile of where the ratio comes from.
+    """
     from extender.filtering import decide
     from extender.protocol import ExtenderArgs
 
     def handle(body: bytes) -> bytes:
+        t0 = time.perf_counter()
         args = ExtenderArgs.model_validate_json(body)
-        return decide(args, state, policy).result.to_json()
+        t1 = time.perf_counter()
+        result = decide(args, state, policy).result
+        t2 = time.perf_counter()
+        out = result.to_json()
+        t3 = time.perf_counter()
+        if stages is not None:
+            for name, seconds in zip(STAGES, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+                stages[name].append(seconds)
+        return out
 
     return handle
 
 
 def measure_inprocess(
-    handle: Callable[[bytes], bytes], bodies: list[bytes], iterations: int
+    handle: Callable[[bytes], bytes],
+    bodies: list[bytes],
+    iterations: int,
+    stages: dict[str, list[float]],
 ) -> dict[str, float]:
     # Warm-up: one call per distinct body, so the per-pod caches exist (steady state;
     # the cold cost is reported separately).
@@ -126,8 +147,11 @@ def measure_inprocess(
         responses.append(handle(body))
         cold.append(time.perf_counter() - t0)
     decoded = [orjson.loads(r) for r in responses]
+    for times in stages.values():
+        times.clear()
     ours: list[float] = []
     floor: list[float] = []
+    loads: list[float] = []
     ratios: list[float] = []
     for i in range(iterations):
         body = bodies[i % len(bodies)]
@@ -144,11 +168,13 @@ def measure_inprocess(
         else:
             t0 = time.perf_counter()
             orjson.loads(body)
+            tl = time.perf_counter()
             orjson.dumps(expected)
             t1 = time.perf_counter()
             handle(body)
             t2 = time.perf_counter()
             f, o = t1 - t0, t2 - t1
+            loads.append(tl - t0)
         ours.append(o)
         floor.append(f)
         ratios.append(o / f)
@@ -161,6 +187,9 @@ def measure_inprocess(
         "ratio": statistics.median(ratios),
         "cold_max_ms": max(cold) * 1e3,
         "calls": iterations,
+        # Where the time goes (medians): our three steps, and the floor's parse.
+        **{f"{name}_p50_ms": percentile(times, 50) * 1e3 for name, times in stages.items()},
+        "loads_p50_ms": percentile(loads, 50) * 1e3,
     }
 
 
@@ -426,7 +455,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cluster_file = OUT / f"cluster-{size}.json"
         cluster_file.write_bytes(orjson.dumps(cluster_gen.cluster_list(node_objects)))
         state = load_cluster_file(cluster_file)
-        handle = handler_path(state, policy)
+        stages: dict[str, list[float]] = {name: [] for name in STAGES}
+        handle = handler_path(state, policy, stages)
 
         modes = ["names"] + (["nodes"] if size <= args.max_full_nodes else [])
         for mode in modes:
@@ -437,7 +467,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 args.iterations if mode == "names" else max(mix, args.iterations * 500 // (size * 10))
             )
             row: dict[str, Any] = {"nodes": size, "mode": mode, "request_mb": len(bodies[2]) / 1e6}
-            row.update(measure_inprocess(handle, bodies, iterations))
+            row.update(measure_inprocess(handle, bodies, iterations, stages))
             body_files = []
             for i, body in enumerate(bodies):
                 path = OUT / f"request-{mode}-{size}-{i}.json"
@@ -518,6 +548,16 @@ def table(results: dict[str, Any]) -> str:
     ]
     for row in results["rows"]:
         lines.append("| " + " | ".join(cell(row) for _, cell in columns) + " |")
+    lines += [
+        "",
+        "In-process p50 by step, ms (ours: validate + decide + serialize; floor: orjson.loads + dumps):",
+        "",
+        "| nodes | mode | validate | decide | serialize | orjson.loads | orjson floor |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results["rows"]:
+        cells = [r.get(f"{name}_p50_ms") for name in (*STAGES, "loads")] + [r["floor_p50_ms"]]
+        lines.append(f"| {r['nodes']} | {r['mode']} | " + " | ".join(_fmt(c, 3) for c in cells) + " |")
     return "\n".join(lines)
 
 
