@@ -181,7 +181,7 @@ def _decide_full_nodes(
     assert args.Nodes is not None
     sorter = _Sorter()
     items = args.Nodes.items or []
-    views = nodes_from_api(items)
+    views = nodes_from_api(items, own=False)  # used for this answer only
     kept: list[dict[str, Any]] = []
     seen: set[str] = set()
     for raw, node in zip(items, views, strict=True):
