@@ -13,7 +13,7 @@ When this is valid
     ``policies.verdict``); a policy with any predicate that does not declare it, or
     declares more (a third-party predicate reading pod labels, say), is not cached:
     ``decide`` then runs the plain per-node evaluation. Predicates are pure, so the
-    node and the RuntimeClass are the only other inputs, and both are tracked:
+    node and the RuntimeClass are the only other inputs, and both are tracked.
 
 Invalidation
     The cache listens to both stores. A node change (upsert, delete, or a difference
@@ -43,10 +43,11 @@ from policies.verdict import POD_INPUTS_ATTR, Verdict
 # The pod fields an entry is keyed by: predicates reading only these can be cached.
 CACHE_KEY_FIELDS: Final = frozenset({"runtime_class_name", "tolerations"})
 
-# Distinct (policy, class, tolerations) combinations kept. Each entry is one dict over
-# all nodes (about 0.6 MB at 15,000 nodes); real clusters have a handful of classes
-# and toleration sets, so this bounds memory without evicting the hot ones.
-MAX_ENTRIES: Final = 32
+# Distinct (policy, class, tolerations) combinations kept. An entry is a dict and a few
+# sets over all nodes, sharing the store's name strings (about 1.3 MB at 15,000
+# nodes); real clusters have a handful of classes and toleration sets, so this bounds
+# memory without evicting the hot ones.
+MAX_ENTRIES: Final = 16
 
 # An entry with more dirty nodes than this share of its nodes is rebuilt from scratch
 # (a re-LIST changed most of the cluster): cheaper than patching node by node.
@@ -90,11 +91,8 @@ class Entry:
         return ("", False) if verdict.fits else (verdict.reason, not verdict.unresolvable)
 
     def _record(self, name: str, reason: str, resolvable: bool) -> None:
-        # A private copy of the name: every request's set intersections compare
-        # against these strings, and copies made one after another lie together in
-        # memory, where those comparisons stay in cache (measured at 5,000 nodes:
-        # ~25% faster than comparing against the store's own strings).
-        name = name.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+        # The store's own name string: the cached views' strings are compact, interned
+        # copies (extender/cluster/objects.py), so entries share them at no extra memory.
         self.outcome[name] = reason
         self.groups.setdefault(reason, set()).add(name)
         if resolvable:
@@ -114,11 +112,8 @@ class Entry:
             self.resolvable.discard(name)
 
     def build(self, nodes: Iterable[NodeView]) -> None:
-        # Judge every node first, then record: the evaluation's garbage does not land
-        # between the name copies (see _record).
-        judged = [(node.name, *self._judge(node)) for node in nodes]
-        for name, reason, resolvable in judged:
-            self._record(name, reason, resolvable)
+        for node in nodes:
+            self._record(node.name, *self._judge(node))
 
     def refresh(self, nodes: Store[NodeView]) -> None:
         """Re-evaluate the nodes that changed since the last lookup."""
@@ -147,8 +142,8 @@ class Entry:
         each outcome group (each intersection walks the smaller side, so all of them
         together touch each name about once), build the failure map from those sets,
         and keep the request's order for the passing names. Measured at 5,000 nodes,
-        this is about 2x ``orjson.loads`` of the same request; a lookup per name in a
-        Python loop was 4x, and per-name ``Policy.evaluate`` 60x.
+        this is about 3x ``orjson.loads`` of the same request; a Python loop with a
+        lookup per name was 4-5x, and per-node ``Policy.evaluate`` 60x (BENCHMARKS.md).
         """
         if self.resolvable:
             return None

@@ -371,4 +371,4 @@ def test_many_toleration_sets_are_bounded() -> None:
     for i in range(100):
         tolerations = [{"key": f"k{i}", "operator": "Exists"}]
         decide(_args(["plain-1"], "gvisor", tolerations), state, DEFAULT)
-    assert len(cache_for(state)) <= 32
+    assert len(cache_for(state)) <= 16
