@@ -11,10 +11,11 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY extender ./extender
 COPY policies ./policies
-# All dependencies ship manylinux wheels: no compiler needed even here.
-RUN pip wheel --wheel-dir /wheels . \
+# All dependencies ship manylinux wheels: no compiler needed even here. The `speed`
+# extra adds uvloop, which `serve` uses when present (BENCHMARKS.md).
+RUN pip wheel --wheel-dir /wheels ".[speed]" \
  && python -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-index --find-links /wheels runtimeclass-extender \
+ && /opt/venv/bin/pip install --no-index --find-links /wheels "runtimeclass-extender[speed]" \
  && /opt/venv/bin/pip uninstall --yes pip
 
 FROM python:3.11-slim-bookworm
