@@ -55,6 +55,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 import cluster_gen  # noqa: E402
+from machine import cpu_model  # noqa: E402
 
 OUT = HERE / "out"
 
@@ -418,14 +419,7 @@ class Server:
 
 
 def machine() -> dict[str, Any]:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     try:
         import uvloop  # noqa: F401
 

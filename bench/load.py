@@ -55,6 +55,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 import cluster_gen  # noqa: E402
+from machine import cpu_model  # noqa: E402
 
 from tests.reference_model import answer_names, class_from_api, node_from_api, normalise  # noqa: E402
 
@@ -297,14 +298,7 @@ def client(port: int, rate: float, seconds: float, connections: int, work_dir: P
 
 
 def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_model()
     return {
         "cpu": model,
         "cpus": os.cpu_count(),

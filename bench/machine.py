@@ -1,0 +1,16 @@
+"""What the benchmarks record about the machine they ran on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo, or "" where there is none."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
