@@ -134,9 +134,11 @@ class Entry:
             return Verdict(True)
         return Verdict(False, reason, unresolvable=name not in self.resolvable)
 
-    def sort(self, names: list[str]) -> tuple[list[str], dict[str, str]] | None:
-        """Passing names (in request order) and the unresolvable failures, or None when
-        this request needs the per-name path (a name not cached, a resolvable failure).
+    def sort(self, names: list[str]) -> tuple[list[str], dict[str, str], dict[str, int]] | None:
+        """Passing names (in request order), the unresolvable failures and how many
+        nodes failed with each reason, or None when this request needs the per-name
+        path (a name not cached, a resolvable failure). The counts come free from the
+        group sizes, so the metrics need not count the failure map again.
 
         Set algebra in C instead of a Python loop per node: intersect the request with
         each outcome group (each intersection walks the smaller side, so all of them
@@ -150,10 +152,13 @@ class Entry:
         requested = set(names)
         answered = 0
         unresolvable: dict[str, str] = {}
+        counts: dict[str, int] = {}
         fitting: set[str] = set()
         for reason, group in self.groups.items():
             hits = group & requested
             answered += len(hits)
+            if reason and hits:
+                counts[reason] = len(hits)
             if not reason:
                 fitting = hits
             elif unresolvable:
@@ -170,7 +175,7 @@ class Entry:
                 passing = list(dict.fromkeys(passing))  # a name was listed twice
         else:
             passing = []
-        return passing, unresolvable
+        return passing, unresolvable, counts
 
 
 class DecisionCache:

@@ -38,6 +38,9 @@ class Decision:
     # Per rejected node: the predicate's detail (which label, which taint). May be
     # computed lazily on first read (the fast path's answers).
     details: Mapping[str, str] = field(default_factory=dict)
+    # Rejected nodes per reason, when the decision knew them without counting (the
+    # fast path); None means: count the failure maps.
+    reason_counts: Mapping[str, int] | None = None
 
 
 class _Sorter:
@@ -101,12 +104,12 @@ def decide(
         return _decide_names(
             args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason, cached=entry
         )
-    passing, unresolvable = fast
+    passing, unresolvable, counts = fast
     result = ExtenderFilterResult.model_construct(
         Nodes=None, NodeNames=passing, FailedNodes={}, FailedAndUnresolvableNodes=unresolvable, Error=""
     )
     details = _LazyDetails(unresolvable, pod, runtime_class, state.nodes.items(), policy)
-    return Decision(result, pod, runtime_class, details)
+    return Decision(result, pod, runtime_class, details, counts)
 
 
 def decide_reference(

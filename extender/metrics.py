@@ -209,8 +209,11 @@ class FilterMetrics:
         result = decision.result
         if result.Error:
             return OUTCOME_NOT_SYNCED if result.Error == ERROR_NOT_SYNCED else OUTCOME_ERROR
-        rejected = Tally(result.FailedNodes.values())
-        rejected.update(result.FailedAndUnresolvableNodes.values())
+        if decision.reason_counts is not None:
+            rejected = Tally(decision.reason_counts)
+        else:
+            rejected = Tally(result.FailedNodes.values())
+            rejected.update(result.FailedAndUnresolvableNodes.values())
         if not rejected:
             return OUTCOME_OK
         runtime_class = runtime_class_label(decision)

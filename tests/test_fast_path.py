@@ -11,6 +11,7 @@ hangs off the state), so this checks invalidation rather than assuming it.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -238,6 +239,10 @@ def assert_same(fast: Decision, reference: Decision) -> None:
     assert orjson.loads(got.to_json()) == orjson.loads(want.to_json())
     assert dict(fast.details) == dict(reference.details)
     assert fast.runtime_class == reference.runtime_class
+    if fast.reason_counts is not None:
+        # The metrics trust these counts instead of counting the failure maps.
+        rejected = Counter(got.FailedNodes.values()) + Counter(got.FailedAndUnresolvableNodes.values())
+        assert dict(fast.reason_counts) == dict(rejected)
 
 
 def run_scenario(rng: random.Random, *, policy: Policy, node_count: int, steps: int) -> None:
