@@ -60,7 +60,11 @@ class NodeListModel(BaseModel):
 class ExtenderArgs(BaseModel):
     """The filter request body."""
 
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, populate_by_name=True)
+    # cache_strings="keys": the parser would otherwise hash every string value into its
+    # cache, and thousands of node names are each seen once per request.
+    model_config = ConfigDict(
+        strict=True, extra="ignore", frozen=True, populate_by_name=True, cache_strings="keys"
+    )
     Pod: PodModel = Field(validation_alias=AliasChoices("Pod", "pod"))
     Nodes: NodeListModel | None = _go_key("Nodes")
     NodeNames: list[str] | None = _go_key("NodeNames")
