@@ -1,4 +1,4 @@
-"""Console entry point: ``runtimeclass-extender serve | filter``."""
+"""Console entry point: ``runtimeclass-extender serve | filter | explain | classes | replay``."""
 
 from __future__ import annotations
 
