@@ -384,6 +384,11 @@ def install_capture(app: web.Application, writer: CaptureWriter) -> None:
     """Capture every filter call of ``app`` with ``writer`` (before the app starts)."""
     app[CAPTURE] = writer
     app.cleanup_ctx.append(_capture_ctx)
+    # Imported here: extender.app imports this module for the CAPTURE key.
+    from extender.app import METRICS
+    from extender.metrics import CAPTURE_COUNTERS
+
+    app[METRICS].add_stats(writer.stats, CAPTURE_COUNTERS)
 
 
 def capture_writer(settings: Mapping[str, Any]) -> CaptureWriter:

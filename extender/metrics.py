@@ -351,6 +351,65 @@ class ClusterCollector(Collector):
         yield failing
 
 
+@dataclass(frozen=True)
+class StatsCounter:
+    """One counter family read from a plain stats record: name (without ``_total``),
+    help, an optional label, and which record attribute feeds each label value."""
+
+    name: str
+    documentation: str
+    label: str | None
+    attributes: dict[str, str]
+
+
+class StatsCollector(Collector):
+    """Counters read at scrape time from a stats record another module keeps (the
+    capture writer's, the node lookup's): those modules only add to plain ints."""
+
+    def __init__(self, stats: object, families: Iterable[StatsCounter]) -> None:
+        self._stats = stats
+        self._families = tuple(families)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        for spec in self._families:
+            labels = [spec.label] if spec.label else []
+            family = CounterMetricFamily(spec.name, spec.documentation, labels=labels)
+            for value, attribute in spec.attributes.items():
+                family.add_metric([value] if spec.label else [], getattr(self._stats, attribute))
+            yield family
+
+
+CAPTURE_COUNTERS = (
+    StatsCounter(
+        "runtimeclass_extender_captures",
+        "Filter calls offered to the capture writer (--capture-dir), by what became of them.",
+        "result",
+        {"written": "written", "dropped": "dropped", "too_large": "too_large", "failed": "failed"},
+    ),
+    StatsCounter(
+        "runtimeclass_extender_capture_files_removed",
+        "Capture files removed to stay within capture-max-files and capture-max-bytes.",
+        None,
+        {"": "removed"},
+    ),
+)
+
+NODE_LOOKUP_COUNTERS = (
+    StatsCounter(
+        "runtimeclass_extender_node_lookups",
+        "Direct GETs of node names the watch had not delivered yet, by result.",
+        "result",
+        {"found": "found", "not_found": "not_found", "failed": "failed"},
+    ),
+    StatsCounter(
+        "runtimeclass_extender_node_lookup_cache_hits",
+        "Node-name lookups answered from the lookup's short-lived cache.",
+        None,
+        {"": "cache_hits"},
+    ),
+)
+
+
 class Metrics:
     """The metrics of one application: a registry, the filter metrics, the collector."""
 
@@ -359,6 +418,10 @@ class Metrics:
         self.filter = FilterMetrics(self.registry)
         self.cluster = ClusterCollector(state, sources)
         self.registry.register(self.cluster)
+
+    def add_stats(self, stats: object, families: Iterable[StatsCounter]) -> None:
+        """Export a component's stats record (see StatsCollector)."""
+        self.registry.register(StatsCollector(stats, families))
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -13,11 +13,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from extender.app import create_app
+from extender.app import METRICS, create_app
+from extender.capture import CaptureWriter, install_capture
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.health import SourceStats
+from extender.cluster.node_lookup import LookupStats
 from extender.cluster.state import ClusterState
-from extender.metrics import REASON_LABELS, reason_label
+from extender.metrics import NODE_LOOKUP_COUNTERS, REASON_LABELS, reason_label
 from extender.policy_file import load_policy
 from policies.objects import NodeView, RuntimeClassView
 from policies.verdict import (
@@ -306,11 +308,15 @@ def test_reason_labels_are_a_fixed_set(reason: str, label: str) -> None:
     assert label in REASON_LABELS
 
 
-async def test_every_metric_is_documented_in_the_readme(aiohttp_client: Any) -> None:
+async def test_every_metric_is_documented_in_the_readme(aiohttp_client: Any, tmp_path: Path) -> None:
     stats = [
         SourceStats("nodes", synced=True, lists=1, last_event=time.monotonic(), last_contact=time.monotonic())
     ]
-    client = await aiohttp_client(_app(source_stats=lambda: stats))
+    app = _app(source_stats=lambda: stats)
+    # The optional components export their counters too: capture and the node lookup.
+    install_capture(app, CaptureWriter(tmp_path / "captures"))
+    app[METRICS].add_stats(LookupStats(), NODE_LOOKUP_COUNTERS)
+    client = await aiohttp_client(app)
     await client.post("/filter", json=_request("made-up"))
     text, _ = await _scrape(client)
     readme = (REPO / "README.md").read_text()
@@ -320,3 +326,22 @@ async def test_every_metric_is_documented_in_the_readme(aiohttp_client: Any) -> 
         names.add(family.name + "_total" if family.type == "counter" else family.name)
     missing = sorted(name for name in names if f"`{name}`" not in readme)
     assert not missing, f"metrics missing from README's Metrics table: {missing}"
+
+
+async def test_component_stats_are_exported_as_counters(aiohttp_client: Any, tmp_path: Path) -> None:
+    """Capture and lookup counters are read from their stats records at scrape time."""
+    app = _app()
+    writer = CaptureWriter(tmp_path / "captures")
+    install_capture(app, writer)
+    lookup = LookupStats(found=2, not_found=1, failed=3, cache_hits=5)
+    app[METRICS].add_stats(lookup, NODE_LOOKUP_COUNTERS)
+    client = await aiohttp_client(app)
+    writer.stats.written, writer.stats.dropped, writer.stats.removed = 7, 1, 4
+    _, samples = await _scrape(client)
+    assert _value(samples, "runtimeclass_extender_captures_total", result="written") == 7
+    assert _value(samples, "runtimeclass_extender_captures_total", result="dropped") == 1
+    assert ("runtimeclass_extender_captures_total", (("result", "failed"),)) in samples
+    assert _value(samples, "runtimeclass_extender_capture_files_removed_total") == 4
+    assert _value(samples, "runtimeclass_extender_node_lookups_total", result="failed") == 3
+    assert _value(samples, "runtimeclass_extender_node_lookups_total", result="not_found") == 1
+    assert _value(samples, "runtimeclass_extender_node_lookup_cache_hits_total") == 5

@@ -22,12 +22,13 @@ from typing import Any
 
 from aiohttp import web
 
-from extender.app import NODE_LOOKUP, SOURCES, UNHEALTHY_AFTER
+from extender.app import METRICS, NODE_LOOKUP, SOURCES, UNHEALTHY_AFTER
 from extender.cluster.health import SourceStats
 from extender.cluster.kube import api_client_ctx
 from extender.cluster.node_lookup import LookupOptions, NodeLookup
 from extender.cluster.reflector import ClusterWatch, ReflectorOptions
 from extender.cluster.state import ClusterState
+from extender.metrics import NODE_LOOKUP_COUNTERS
 
 DEFAULT_UNHEALTHY_AFTER = 180.0
 
@@ -57,6 +58,7 @@ class LiveCluster:
         app[SOURCES] = self.watch.stats
         app[UNHEALTHY_AFTER] = self.options.unhealthy_after
         app[NODE_LOOKUP] = self.lookup
+        app[METRICS].add_stats(self.lookup.stats, NODE_LOOKUP_COUNTERS)
         app.cleanup_ctx.append(api_client_ctx(self.api))  # closed last
         app.cleanup_ctx.append(self._lookup_ctx)
         app.cleanup_ctx.append(self.watch.cleanup_ctx)
