@@ -18,7 +18,6 @@ WATCH:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -37,6 +36,7 @@ from extender.policy_file import load_policy
 from tests.fake_apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
 from tests.fake_apiserver.server import _event_line
 from tests.reference_model import REASON_MISMATCH, REASON_TAINT, REASON_UNKNOWN, not_found
+from tests.waiting import eventually
 
 pytest_plugins = ["tests.fake_apiserver.plugin"]
 
@@ -52,15 +52,6 @@ FAST = ReflectorOptions(
 )
 SANDBOX_TAINT = {"key": "sandbox", "value": "true", "effect": "NoSchedule"}
 SANDBOX_TOLERATION = {"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}
-
-
-async def eventually(condition: Callable[[], bool], *, what: str, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 class Extender:

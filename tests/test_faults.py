@@ -42,6 +42,10 @@ from policies.registry import Policy
 from tests.fake_apiserver import NODES, FakeApiServer, status_object
 from tests.fake_apiserver.server import _DROP
 from tests.fault_harness import FAST, Harness, build_harness, churn, filter_calls, seed_cluster
+from tests.waiting import eventually
+
+# Faults take longer to settle than a plain watch: a longer bound for every wait here.
+FAULT_WAIT = 20.0
 
 Client = TestClient[web.Request, web.Application]
 
@@ -68,7 +72,11 @@ class Running:
 
     async def wait_for_answers(self, more: int) -> None:
         target = self.harness.checks.answers + more
-        await eventually(lambda: self.harness.checks.answers >= target, what=f"{more} more answers")
+        await eventually(
+            lambda: self.harness.checks.answers >= target,
+            timeout=FAULT_WAIT,
+            what=f"{more} more answers",
+        )
 
     async def finish(self) -> None:
         await self.harness.converged()
@@ -78,15 +86,6 @@ class Running:
         checks = self.harness.checks
         assert checks.mismatches == [], checks.mismatches[0][:3000]
         assert checks.answers > 0 and checks.exact > 0
-
-
-async def eventually(condition: Callable[[], bool], *, what: str, timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 @pytest.fixture
@@ -242,7 +241,8 @@ async def test_stalled_streams_are_noticed_and_replaced(
         await running.churn(10)
         # The silent streams are abandoned (read timeout) and the watches come back.
         await eventually(
-            lambda w=watches: sum(1 for r in server.requests if r.verb == "watch") >= w + 2,  # type: ignore[misc]
+            timeout=FAULT_WAIT,
+            condition=lambda w=watches: sum(1 for r in server.requests if r.verb == "watch") >= w + 2,  # type: ignore[misc]
             what="reconnects after a stalled stream",
         )
         server.resume_watches()
@@ -295,7 +295,11 @@ async def test_the_checker_catches_answers_the_state_does_not_support(
     server = await started(servers)
     running = await extender(server, policy=load_policy(str(policy_file)))
     await running.harness.converged()
-    await eventually(lambda: len(running.harness.checks.mismatches) > 0, what="a detected mismatch")
+    await eventually(
+        lambda: len(running.harness.checks.mismatches) > 0,
+        timeout=FAULT_WAIT,
+        what="a detected mismatch",
+    )
     running.stop.set()
     await running.task
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from extender.cluster.state import NODES as NODES_KIND
 from extender.cluster.state import ClusterState, Store
 from policies.objects import NodeView
 from tests.fake_apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
+from tests.waiting import eventually
 
 pytest_plugins = ["tests.fake_apiserver.plugin"]
 
@@ -36,18 +36,6 @@ FAST = ReflectorOptions(
     backoff_max=0.2,
     backoff_jitter=0.5,
 )
-
-
-async def eventually(
-    condition: Callable[[], bool], *, timeout: float = 10.0, what: str = "condition"
-) -> None:
-    """Wait (bounded) for ``condition``; never a fixed sleep."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 def labels(state: ClusterState, name: str) -> dict[str, str] | None:

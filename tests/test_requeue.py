@@ -34,6 +34,7 @@ from extender.requeue_plan import REQUEUE_ANNOTATION
 from extender.settings import SERVE_SETTINGS
 from tests.conftest import REPO
 from tests.fake_apiserver import PODS, RUNTIME_CLASSES, FakeApiServer, make_pod, make_runtime_class
+from tests.waiting import eventually
 
 pytest_plugins = ["tests.fake_apiserver.plugin"]
 
@@ -52,18 +53,6 @@ FAST = RequeueOptions(
     reflector=FAST_REFLECTOR,
 )
 PREFIX = "runtimeclass_extender_requeue_"
-
-
-async def eventually(
-    condition: Callable[[], bool], *, timeout: float = 10.0, what: str = "condition"
-) -> None:
-    """Wait (bounded) for ``condition``; never a fixed sleep."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 class Running:
