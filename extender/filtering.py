@@ -78,6 +78,7 @@ def decide(
     *,
     extra_nodes: Mapping[str, NodeView] | None = None,
     unknown_reason: Mapping[str, str] | None = None,
+    use_cache: bool = True,
 ) -> Decision:
     """Answer one filter request from ``state``.
 
@@ -87,7 +88,7 @@ def decide(
     full-nodes request.
 
     Names mode answers from the decision cache (``extender.decision_cache``) when the
-    policy allows it; the answer is the same as ``decide_reference`` gives.
+    policy allows it and ``use_cache`` is on; the answer is the same either way.
     """
     pod = args.Pod.view()
     if not state.runtime_classes.synced or (args.names_mode and not state.nodes.synced):
@@ -96,7 +97,7 @@ def decide(
     if args.NodeNames is None:
         return _decide_full_nodes(args, pod, runtime_class, policy)
 
-    entry = cache_for(state).entry(policy, pod, runtime_class)
+    entry = cache_for(state).entry(policy, pod, runtime_class) if use_cache else None
     if entry is None:
         return _decide_names(args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason)
     fast = entry.sort(args.NodeNames)
@@ -125,13 +126,9 @@ def decide_reference(
 
     The definition the fast path is tested against (tests/test_fast_path.py).
     """
-    pod = args.Pod.view()
-    if not state.runtime_classes.synced or (args.names_mode and not state.nodes.synced):
-        return Decision(not_synced_result(), pod)
-    runtime_class = state.runtime_classes.get(pod.runtime_class_name) if pod.runtime_class_name else None
-    if args.NodeNames is None:
-        return _decide_full_nodes(args, pod, runtime_class, policy)
-    return _decide_names(args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason)
+    return decide(
+        args, state, policy, extra_nodes=extra_nodes, unknown_reason=unknown_reason, use_cache=False
+    )
 
 
 def _decide_names(
