@@ -37,7 +37,6 @@ import json
 import os
 import platform
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,7 +54,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 import cluster_gen  # noqa: E402
-from machine import cpu_model  # noqa: E402
+from local import cpu_model, free_port  # noqa: E402
 
 OUT = HERE / "out"
 
@@ -320,13 +319,6 @@ def floor_server_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _serve_command() -> list[str]:
     script = Path(sys.executable).parent / "runtimeclass-extender"
     return [str(script)] if script.exists() else [sys.executable, "-m", "extender"]
@@ -346,7 +338,7 @@ class Server:
 
     def __init__(self, cluster_file: Path | None) -> None:
         """The extender serving ``cluster_file``; None starts the HTTP floor server."""
-        self.port = _free_port()
+        self.port = free_port()
         if cluster_file is None:
             command = [sys.executable, __file__, "--floor-server", str(self.port)]
         else:

@@ -39,7 +39,6 @@ import os
 import platform
 import random
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -55,7 +54,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 import cluster_gen  # noqa: E402
-from machine import cpu_model  # noqa: E402
+from local import cpu_model, free_port  # noqa: E402
 
 from tests.reference_model import answer_names, class_from_api, node_from_api, normalise  # noqa: E402
 
@@ -231,13 +230,6 @@ def client_main(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- driver
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def memory_mb(pid: int) -> dict[str, float]:

@@ -1,7 +1,8 @@
-"""What the benchmarks record about the machine they ran on."""
+"""Small helpers the benchmark scripts share: this machine's CPU, a free loopback port."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 
@@ -14,3 +15,11 @@ def cpu_model() -> str:
     except OSError:
         pass
     return ""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
