@@ -164,7 +164,7 @@ def run_explain(args: argparse.Namespace) -> int:
     state = _load_state(args)
     if pod is None:
         if args.runtimeclass not in state.runtime_classes:
-            known = ", ".join(sorted(state.runtime_classes.items())) or "none"
+            known = ", ".join(sorted(state.runtime_classes)) or "none"
             raise ToolError(f'RuntimeClass "{args.runtimeclass}" not found (known: {known})')
         pod = runtime_class_pod(args.runtimeclass)
     elif args.runtimeclass is not None:
@@ -200,7 +200,7 @@ def _expressions_text(rc: RuntimeClassView) -> str:
 def class_summaries(state: ClusterState, policy: Policy) -> list[tuple[RuntimeClassView, Explanation]]:
     return [
         (rc, explain(runtime_class_pod(name), state, policy))
-        for name, rc in sorted(state.runtime_classes.items().items())
+        for name, rc in sorted(state.runtime_classes.items())
     ]
 
 
@@ -280,7 +280,7 @@ def run_replay(args: argparse.Namespace) -> int:
         against = f"cluster file {args.cluster_file}"
         state = load_cluster_file(args.cluster_file)
         answers = [redecide(c, state, policy) for c in captures]
-        fingerprint = state_fingerprint(state.nodes.items(), state.runtime_classes.items())
+        fingerprint = state_fingerprint(state.nodes, state.runtime_classes)
     else:
         against = "the captured state"
         answers = [redecide(c, captured_state(c), policy) for c in captures]

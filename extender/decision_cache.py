@@ -251,7 +251,7 @@ class DecisionCache:
             entry = None  # built for another policy object or an older class revision
         if entry is None:
             entry = Entry(policy, pod, runtime_class)
-            entry.build(self._nodes.items().values())
+            entry.build(self._nodes.values())
             self._entries[key] = entry
             while len(self._entries) > self._max_entries:
                 self._entries.popitem(last=False)

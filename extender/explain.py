@@ -120,7 +120,7 @@ def explain(pod: PodView, state: ClusterState, policy: Policy) -> Explanation:
     """Explain ``pod`` against every node in ``state`` (its RuntimeClass looked up there)."""
     name = pod.runtime_class_name
     runtime_class = state.runtime_classes.get(name) if name else None
-    return explain_nodes(pod, runtime_class, state.nodes.items().values(), policy)
+    return explain_nodes(pod, runtime_class, state.nodes.values(), policy)
 
 
 def runtime_class_pod(name: str) -> PodView:

@@ -42,7 +42,7 @@ def explain_routes(state_key: web.AppKey[ClusterState], policy_key: web.AppKey[P
         # in a worker thread.
         name = pod.runtime_class_name
         runtime_class = state.runtime_classes.get(name) if name else None
-        nodes = list(state.nodes.items().values())
+        nodes = list(state.nodes.values())
         policy = request.app[policy_key]
 
         def work() -> bytes:

@@ -67,7 +67,7 @@ def missing_node_names(args: ExtenderArgs, state: ClusterState) -> list[str]:
     if args.NodeNames is None:
         return []
     # The store's dict, not the Store: its __contains__ would be a Python call per name.
-    known = state.nodes.items()
+    known = state.nodes.live_dict()
     return [name for name in args.NodeNames if name not in known]
 
 
@@ -110,7 +110,7 @@ def decide(
     result = ExtenderFilterResult.model_construct(
         Nodes=None, NodeNames=passing, FailedNodes={}, FailedAndUnresolvableNodes=unresolvable, Error=""
     )
-    details = _LazyDetails(unresolvable, pod, runtime_class, state.nodes.items(), policy)
+    details = _LazyDetails(unresolvable, pod, runtime_class, state.nodes.live_dict(), policy)
     return Decision(result, pod, runtime_class, details, counts)
 
 
@@ -146,7 +146,7 @@ def _decide_names(
     sorter = _Sorter()
     passing: list[str] = []
     seen: set[str] = set()
-    known = state.nodes.items()
+    known = state.nodes.live_dict()
     extra = extra_nodes or {}
     for name in names:
         if name in seen:

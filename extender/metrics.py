@@ -259,10 +259,10 @@ class ClusterCollector(Collector):
         if self._support is not None and self._support.key == key:
             return self._support
         check = self._selector.check
-        class_list = list(classes.items().values())
+        class_list = list(classes.values())
         per_class = dict.fromkeys((rc.name for rc in class_list), 0)
         per_node_counts: Tally[int] = Tally()
-        for node in nodes.items().values():
+        for node in nodes.values():
             supported = 0
             for rc in class_list:
                 if check(_NO_POD, rc, node).fits:

@@ -267,7 +267,7 @@ class Requeuer:
         self._classes.add_listener(self._class_changed)
         self.pods.add_listener(self._pod_changed)
         if self._classes.synced:  # built late: what exists now is the baseline
-            for runtime_class in self._classes.items().values():
+            for runtime_class in self._classes.values():
                 self.planner.observe(runtime_class.name, class_revision(runtime_class), initial=True)
 
     # ----- state --------------------------------------------------------------------

@@ -276,10 +276,10 @@ def snapshot_of(state: Any) -> Snapshot:
             "labels": dict(view.labels),
             "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in view.taints],
         }
-        for name, view in state.nodes.items().items()
+        for name, view in state.nodes.items()
     }
     classes = {}
-    for name, view in state.runtime_classes.items().items():
+    for name, view in state.runtime_classes.items():
         if view.match_expressions is not None or view.selector_error is not None:
             raise AssertionError(
                 f"RuntimeClass {name} uses the annotation, which the reference does not model"

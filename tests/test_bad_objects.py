@@ -141,8 +141,8 @@ async def test_malformed_objects_in_the_list_are_skipped_and_logged_one_by_one(
     fake_apiserver.add(RUNTIME_CLASSES, {"metadata": {"name": "no-handler"}})
 
     extender = await start_extender(fake_apiserver)
-    assert set(extender.state.nodes.items()) == {"plain", "sandboxed"}
-    assert set(extender.state.runtime_classes.items()) == {"gvisor", "runc"}
+    assert set(extender.state.nodes) == {"plain", "sandboxed"}
+    assert set(extender.state.runtime_classes) == {"gvisor", "runc"}
     for name in ("no-effect", "numeric-label", "broken", "no-handler"):
         assert skipped(caplog, name), name
     # The malformed effect and the label are named in the log line, not just "invalid".

@@ -119,7 +119,7 @@ async def test_capture_file_format_names_mode(
     assert record["response"] == json.loads(answer)
     state = load_cluster_file(EXAMPLE_CLUSTER)
     captured = record["state"]
-    assert captured["fingerprint"] == state_fingerprint(state.nodes.items(), state.runtime_classes.items())
+    assert captured["fingerprint"] == state_fingerprint(state.nodes, state.runtime_classes)
     assert captured["fingerprint"].startswith("sha256:")
     assert captured["nodeCount"] == len(state.nodes)
     assert captured["runtimeClassCount"] == len(state.runtime_classes)

@@ -181,7 +181,7 @@ def pod_json(rng: random.Random, toleration_sets: list[tuple[Toleration, ...]]) 
 
 
 def names_request(rng: random.Random, state: ClusterState, pod: dict[str, Any]) -> ExtenderArgs:
-    known = list(state.nodes.items())
+    known = list(state.nodes)
     names = rng.sample(known, rng.randrange(len(known) + 1)) if known else []
     if rng.random() < 0.2:
         names.append(f"unknown-{rng.randrange(3)}")
@@ -194,7 +194,7 @@ def names_request(rng: random.Random, state: ClusterState, pod: dict[str, Any]) 
 def mutate(rng: random.Random, state: ClusterState, next_id: list[int]) -> None:
     """One random change through the stores' public API (as the watch makes them)."""
     roll = rng.random()
-    nodes = list(state.nodes.items())
+    nodes = list(state.nodes)
     if roll < 0.35 and nodes:
         name = rng.choice(nodes)
         state.nodes.upsert(random_node(rng, name))

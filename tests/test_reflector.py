@@ -74,7 +74,7 @@ async def connect_watch(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
 
 
 def node_names(state: ClusterState) -> set[str]:
-    return set(state.nodes.items())
+    return set(state.nodes)
 
 
 async def test_initial_paginated_list_then_watch_from_its_version(

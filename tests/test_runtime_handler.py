@@ -244,7 +244,7 @@ def test_example_cluster_reports() -> None:
     kata = state.runtime_classes.get("kata-containers")
     fits = {
         name: policy.evaluate(PodView(runtime_class_name="kata-containers"), kata, n).fits
-        for name, n in state.nodes.items().items()
+        for name, n in state.nodes.items()
     }
     assert fits == {
         "runc-1": False,
@@ -261,7 +261,7 @@ def test_example_cluster_reports() -> None:
     userns = build_policy(_policy({"name": "RuntimeHandler", "options": {"requiredFeatures": [USERNS]}}))
     verdicts = {
         name: userns.evaluate(PodView(runtime_class_name="gvisor"), gvisor, n).reason
-        for name, n in state.nodes.items().items()
+        for name, n in state.nodes.items()
     }
     # runsc reports no features: every sandbox node lacks userNamespaces for it.
     assert verdicts == {

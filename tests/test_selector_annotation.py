@@ -148,7 +148,7 @@ def test_malformed_annotation_fails_closed_on_every_node(annotation: str, fragme
     state = load_cluster_file(EXAMPLE_CLUSTER)
     pod = PodView(name="p", runtime_class_name="broken")
     verdicts = {
-        name: RuntimeClassNodeSelector().check(pod, view, n) for name, n in state.nodes.items().items()
+        name: RuntimeClassNodeSelector().check(pod, view, n) for name, n in state.nodes.items()
     }
     assert set(verdicts) == set(EXAMPLE_NODES)
     for verdict in verdicts.values():
@@ -222,7 +222,7 @@ def test_term_is_anded_with_the_node_selector() -> None:
     )
     pod = PodView(name="p", runtime_class_name="gvisor-large")
     verdicts = {
-        name: RuntimeClassNodeSelector().check(pod, view, n) for name, n in state.nodes.items().items()
+        name: RuntimeClassNodeSelector().check(pod, view, n) for name, n in state.nodes.items()
     }
     assert {name for name, v in verdicts.items() if v.fits} == {"gpu-1"}
     assert {v.reason for v in verdicts.values() if not v.fits} == {MISMATCH}
@@ -243,7 +243,7 @@ def test_empty_term_matches_no_node() -> None:
     view = runtime_class_from_api(runtime_class("nothing", "{}"))
     assert view.selector_error is None and view.match_expressions == ()
     pod = PodView(name="p", runtime_class_name="nothing")
-    for n in state.nodes.items().values():
+    for n in state.nodes.values():
         verdict = RuntimeClassNodeSelector().check(pod, view, n)
         assert (verdict.fits, verdict.reason, verdict.detail) == (False, MISMATCH, EMPTY_TERM_DETAIL)
 

@@ -11,8 +11,8 @@ derived results and the pending-pod requeuer hang off them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from typing import Any, Protocol, TypeVar
 
 from policies.objects import NodeView, RuntimeClassView
 
@@ -32,8 +32,9 @@ V = TypeVar("V", bound=Named)
 Listener = Callable[[str, Named | None, Named | None], None]
 
 
-class Store(Generic[V]):
-    """The objects of one kind, by name."""
+class Store(Mapping[str, V]):
+    """The objects of one kind, by name: a read-only mapping, changed only by
+    ``upsert``/``delete``/``replace`` so that listeners hear every change."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -49,10 +50,29 @@ class Store(Generic[V]):
     def __contains__(self, name: object) -> bool:
         return name in self._items
 
-    def get(self, name: str) -> V | None:
-        return self._items.get(name)
+    def __getitem__(self, name: str) -> V:
+        return self._items[name]
 
-    def items(self) -> Mapping[str, V]:
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    # The dict's own methods and views, not the Mapping mixins: they run in C, and the
+    # filter's hot path reads them.
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._items.get(name, default)
+
+    def keys(self) -> KeysView[str]:
+        return self._items.keys()
+
+    def values(self) -> ValuesView[V]:
+        return self._items.values()
+
+    def items(self) -> ItemsView[str, V]:
+        return self._items.items()
+
+    def live_dict(self) -> Mapping[str, V]:
+        """The store's own dict (read-only by type) for hot loops: its ``get`` and ``in``
+        run in C, where the Mapping's would add a Python call per node name."""
         return self._items
 
     def add_listener(self, listener: Listener) -> None:
