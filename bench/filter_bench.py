@@ -108,19 +108,22 @@ STAGES = ("validate", "decide", "serialize")
 def handler_path(
     state: Any, policy: Any, stages: dict[str, list[float]] | None = None
 ) -> Callable[[bytes], bytes]:
-    """What ``extender.app.filter_handler`` does with a body, without the HTTP around it.
+    """What ``extender.http.app.filter_handler`` does with a body, without the HTTP around it.
 
     With ``stages``, each call also appends the time of each step (validate the body,
     decide, serialise the answer): the profile of where the ratio comes from.
     """
+    from extender.decision_cache import DecisionCache
     from extender.filtering import decide
     from extender.protocol import ExtenderArgs
+
+    cache = DecisionCache(state)
 
     def handle(body: bytes) -> bytes:
         t0 = time.perf_counter()
         args = ExtenderArgs.model_validate_json(body)
         t1 = time.perf_counter()
-        result = decide(args, state, policy).result
+        result = decide(args, state, policy, cache=cache).result
         t2 = time.perf_counter()
         out = result.to_json()
         t3 = time.perf_counter()

@@ -40,10 +40,10 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from extender.app import create_app
 from extender.cluster.kube import connect
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.state import ClusterState
+from extender.http.app import create_app
 from extender.policy_file import load_policy
 from tests.fake_apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Final
-from weakref import WeakKeyDictionary
 
 from extender.cluster.state import NODES, ClusterState, Named, Store
 from policies.objects import NodeView, PodView, RuntimeClassView, Toleration
@@ -205,10 +204,10 @@ class DecisionCache:
         self._max_entries = max_entries
         self._entries: OrderedDict[EntryKey, Entry] = OrderedDict()
         self._cacheable: dict[int, tuple[Policy, bool]] = {}
+        self.state = state
         self._nodes = state.nodes
-        self._classes = state.runtime_classes
-        self._nodes.add_listener(self._changed)
-        self._classes.add_listener(self._changed)
+        state.nodes.add_listener(self._changed)
+        state.runtime_classes.add_listener(self._changed)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -260,19 +259,3 @@ class DecisionCache:
             if entry.dirty:
                 entry.refresh(self._nodes)
         return entry
-
-
-_CACHES: WeakKeyDictionary[ClusterState, DecisionCache] = WeakKeyDictionary()
-
-
-def cache_for(state: ClusterState) -> DecisionCache:
-    """The decision cache of ``state``, created (and subscribed) on first use.
-
-    Held beside the state rather than in it, so the state stays a plain container; the
-    cache goes away with its state.
-    """
-    cache = _CACHES.get(state)
-    if cache is None or cache._nodes is not state.nodes or cache._classes is not state.runtime_classes:
-        cache = DecisionCache(state)
-        _CACHES[state] = cache
-    return cache

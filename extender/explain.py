@@ -2,8 +2,8 @@
 
 KEP-585 suggests "a special request or tool ... that would list all the nodes that
 match a RuntimeClass's scheduling rules". This module builds that answer from the
-cluster state and the policy, with no I/O: the HTTP handlers (``extender.explain_http``)
-and the CLI (``extender.commands_tools``) only fetch inputs and print.
+cluster state and the policy, with no I/O: the HTTP handlers (``extender.http.explain``)
+and the CLI (``extender.tools.commands``) only fetch inputs and print.
 
 For every node it runs *every* predicate (``Policy.explain``), so a node that misses a
 label and also has an untolerated taint shows both, each with its detail. The node's
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.cluster.state import ClusterState
-from extender.viewcodec import pod_to_json, to_json
+from extender.view_json import pod_to_json, to_json
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.registry import Policy
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from extender.cluster.objects import nodes_from_api
 from extender.cluster.state import ClusterState
-from extender.decision_cache import Entry, cache_for
+from extender.decision_cache import DecisionCache, Entry
 from extender.protocol import ExtenderArgs, ExtenderFilterResult
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.registry import Policy
@@ -76,9 +76,9 @@ def decide(
     state: ClusterState,
     policy: Policy,
     *,
+    cache: DecisionCache | None = None,
     extra_nodes: Mapping[str, NodeView] | None = None,
     unknown_reason: Mapping[str, str] | None = None,
-    use_cache: bool = True,
 ) -> Decision:
     """Answer one filter request from ``state``.
 
@@ -87,8 +87,10 @@ def decide(
     not be found at all. Raises ``ObjectError`` for malformed node objects in a
     full-nodes request.
 
-    Names mode answers from the decision cache (``extender.decision_cache``) when the
-    policy allows it and ``use_cache`` is on; the answer is the same either way.
+    Names mode answers from ``cache`` (``extender.decision_cache``, built over this
+    same ``state``) when one is given and the policy allows it. Without it every node
+    is judged by ``Policy.evaluate``: the plain rule the fast path is tested against
+    (tests/test_fast_path.py). The answer is the same either way.
     """
     pod = args.Pod.view()
     if not state.runtime_classes.synced or (args.names_mode and not state.nodes.synced):
@@ -97,7 +99,8 @@ def decide(
     if args.NodeNames is None:
         return _decide_full_nodes(args, pod, runtime_class, policy)
 
-    entry = cache_for(state).entry(policy, pod, runtime_class) if use_cache else None
+    assert cache is None or cache.state is state, "a decision cache answers for its own state only"
+    entry = cache.entry(policy, pod, runtime_class) if cache is not None else None
     if entry is None:
         return _decide_names(args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason)
     fast = entry.sort(args.NodeNames)
@@ -112,23 +115,6 @@ def decide(
     )
     details = _LazyDetails(unresolvable, pod, runtime_class, state.nodes.live_dict(), policy)
     return Decision(result, pod, runtime_class, details, counts)
-
-
-def decide_reference(
-    args: ExtenderArgs,
-    state: ClusterState,
-    policy: Policy,
-    *,
-    extra_nodes: Mapping[str, NodeView] | None = None,
-    unknown_reason: Mapping[str, str] | None = None,
-) -> Decision:
-    """``decide`` by the plain rule: ``Policy.evaluate`` for every node, no caches.
-
-    The definition the fast path is tested against (tests/test_fast_path.py).
-    """
-    return decide(
-        args, state, policy, extra_nodes=extra_nodes, unknown_reason=unknown_reason, use_cache=False
-    )
 
 
 def _decide_names(

@@ -4,6 +4,10 @@ A setting named ``max-body-bytes`` is the flag ``--max-body-bytes``, the environ
 variable ``RUNTIMECLASS_EXTENDER_MAX_BODY_BYTES`` and the key ``max-body-bytes`` in the
 YAML file given by ``--config``. Precedence: flag, then environment, then config file,
 then the default. Invalid values fail at start with a message naming the setting.
+
+``resolve`` returns a frozen, typed ``ServeSettings``. Every default is written once,
+here: the components that have the same knob (the capture writer, the live cluster,
+the requeuer) take their defaults from these constants.
 """
 
 from __future__ import annotations
@@ -108,6 +112,13 @@ DEFAULT_MAX_NODES_PER_REQUEST = 20_000
 # Seconds to receive a whole filter request body. kube-scheduler's httpTimeout (5 s by
 # default) ends the call long before; this only frees connections that trickle.
 DEFAULT_BODY_READ_TIMEOUT = 30.0
+# /healthz turns 503 once a watch has failed for this long (a restart may help then).
+DEFAULT_UNHEALTHY_AFTER = 180.0
+DEFAULT_CAPTURE_MAX_FILES = 1000
+DEFAULT_CAPTURE_MAX_BYTES = 256 * 1024 * 1024
+DEFAULT_SCHEDULER_NAMES = ("default-scheduler",)
+DEFAULT_REQUEUE_WINDOW = 1.0
+DEFAULT_REQUEUE_RATE = 20.0
 
 SERVE_SETTINGS: tuple[Setting, ...] = (
     Setting("host", str, "0.0.0.0", "address to listen on"),
@@ -133,7 +144,7 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "unhealthy-after",
         _positive_float,
-        180.0,
+        DEFAULT_UNHEALTHY_AFTER,
         "/healthz turns 503 once a watch has failed to reach the API server for this many seconds",
         "SECONDS",
     ),
@@ -177,11 +188,11 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "(for replay); off by default",
         "DIR",
     ),
-    Setting("capture-max-files", _positive_int, 1000, "keep at most this many capture files", "N"),
+    Setting("capture-max-files", _positive_int, DEFAULT_CAPTURE_MAX_FILES, "keep at most this many capture files", "N"),
     Setting(
         "capture-max-bytes",
         _positive_int,
-        256 * 1024 * 1024,
+        DEFAULT_CAPTURE_MAX_BYTES,
         "keep capture files within this many bytes in total (oldest removed first)",
         "BYTES",
     ),
@@ -196,7 +207,7 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "requeue-scheduler-names",
         _names,
-        ("default-scheduler",),
+        DEFAULT_SCHEDULER_NAMES,
         "comma-separated schedulerNames whose pending pods requeue-pending-pods nudges "
         "(the profiles that use this extender)",
         "NAMES",
@@ -204,11 +215,11 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "requeue-window",
         _positive_float,
-        1.0,
+        DEFAULT_REQUEUE_WINDOW,
         "RuntimeClass changes within this many seconds are coalesced into one nudge per pod",
         "SECONDS",
     ),
-    Setting("requeue-rate", _positive_float, 20.0, "at most this many pod patches per second", "PER_SECOND"),
+    Setting("requeue-rate", _positive_float, DEFAULT_REQUEUE_RATE, "at most this many pod patches per second", "PER_SECOND"),
 )
 
 
@@ -239,6 +250,55 @@ def _load_config_file(path: str) -> Mapping[str, Any]:
     if not isinstance(document, dict):
         raise SettingsError(f"config file {path}: expected a mapping of setting names to values")
     return document
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """The resolved settings of ``serve`` (one field per row of ``SERVE_SETTINGS``)."""
+
+    host: str
+    port: int
+    cluster_file: str | None
+    policy_file: str | None
+    kubeconfig: str | None
+    context: str | None
+    unhealthy_after: float
+    max_body_bytes: int
+    max_nodes_per_request: int
+    body_read_timeout: float
+    log_level: str
+    log_format: str
+    tls_cert_file: str | None
+    tls_key_file: str | None
+    client_ca_file: str | None
+    capture_dir: str | None
+    capture_max_files: int
+    capture_max_bytes: int
+    requeue_pending_pods: bool
+    requeue_scheduler_names: tuple[str, ...]
+    requeue_window: float
+    requeue_rate: float
+
+    def __post_init__(self) -> None:
+        if self.requeue_pending_pods and self.cluster_file:
+            raise SettingsError(
+                "--requeue-pending-pods needs a live cluster: it watches unscheduled pods and patches "
+                "them through the API server, which --cluster-file does not provide. Drop one of the two."
+            )
+
+
+def resolve_serve(namespace: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServeSettings:
+    """``serve``'s settings from its parsed flags, the environment and the config file."""
+    return ServeSettings(**resolve(namespace, SERVE_SETTINGS, environ))
+
+
+def default_serve_settings(**overrides: Any) -> ServeSettings:
+    """Every default, with ``overrides`` by attribute name (tests and embedding)."""
+    values = {setting.attr: setting.default for setting in SERVE_SETTINGS}
+    unknown = set(overrides) - set(values)
+    if unknown:
+        raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
+    return ServeSettings(**{**values, **overrides})
 
 
 def resolve(

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from extender.app import create_app
+from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.state import ClusterState
+from extender.http.app import create_app
 from extender.policy_file import load_policy
 from extender.settings import DEFAULT_MAX_BODY_BYTES
 from policies.registry import Policy
@@ -39,7 +40,12 @@ def _make_app(
     Pass ``state`` to serve a state built by hand (e.g. an empty, unsynced one).
     """
     if state is None:
-        state = load_cluster_file(cluster_file) if cluster_file is not None else ClusterState()
+        # As serve loads it: bad node-selector-term annotations are logged once.
+        state = (
+            load_cluster_file(cluster_file, selector_errors=SelectorErrorLog())
+            if cluster_file is not None
+            else ClusterState()
+        )
     return create_app(state=state, policy=policy or load_policy(), max_body_bytes=max_body_bytes)
 
 

@@ -30,9 +30,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from extender.app import create_app
-from extender.cluster.reflector import ClusterWatch, ReflectorOptions
+from extender.cluster.reflector import ReflectorOptions
 from extender.cluster.state import ClusterState
+from extender.cluster.watch import ClusterWatch
+from extender.http.app import create_app
 from extender.policy_file import load_policy
 from policies.registry import Policy
 from tests.fake_apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class

@@ -18,6 +18,7 @@ WATCH:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -28,11 +29,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from extender.app import create_app
 from extender.cluster import kube
-from extender.cluster.reflector import ClusterWatch, ReflectorOptions
+from extender.cluster.reflector import ReflectorOptions
 from extender.cluster.state import ClusterState
+from extender.cluster.watch import ClusterWatch
+from extender.http.app import create_app
 from extender.policy_file import load_policy
+from extender.tasks import stop as stop_task
 from tests.fake_apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
 from tests.fake_apiserver.server import _event_line
 from tests.reference_model import REASON_MISMATCH, REASON_TAINT, REASON_UNKNOWN, not_found
@@ -75,14 +78,13 @@ class Extender:
 async def start_extender(
     tmp_path: Path, aiohttp_client: AiohttpClient
 ) -> AsyncIterator[Callable[[FakeApiServer], Any]]:
-    watches: list[tuple[ClusterWatch, Any]] = []
+    watches: list[tuple[asyncio.Task[None], Any]] = []
 
     async def start(server: FakeApiServer) -> Extender:
         conn = await kube.connect(kubeconfig=str(server.write_kubeconfig(tmp_path / "kubeconfig")))
         state = ClusterState()
         watch = ClusterWatch(conn.api, state, options=FAST)
-        watch.start()
-        watches.append((watch, conn.api))
+        watches.append((asyncio.create_task(watch.run()), conn.api))
         client = await aiohttp_client(create_app(state=state, policy=load_policy()))
         await eventually(lambda: state.synced, what="sync")
         await server.wait_for_watchers(NODES, 1)
@@ -90,8 +92,8 @@ async def start_extender(
         return Extender(state, client)
 
     yield start
-    for watch, api in watches:
-        await watch.stop()
+    for task, api in watches:
+        await stop_task(task)
         await api.close()
 
 

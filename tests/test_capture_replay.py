@@ -14,21 +14,16 @@ import yaml
 from aiohttp import web
 from pytest_aiohttp import AiohttpClient
 
-from extender.capture import (
-    CAPTURE_API_VERSION,
-    CAPTURE_KIND,
-    CaptureDir,
-    CaptureWriter,
-    install_capture,
-    state_fingerprint,
-)
+from extender.capture.format import CAPTURE_API_VERSION, CAPTURE_KIND, state_fingerprint
+from extender.capture.replay import compare
+from extender.capture.writer import CaptureDir, CaptureWriter
 from extender.cli import main
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.state import ClusterState
 from extender.filtering import decide
+from extender.http.serve import attach_capture
 from extender.policy_file import load_policy
 from extender.protocol import ExtenderArgs
-from extender.replay import compare
 from policies.objects import NodeView
 from tests.conftest import EXAMPLE_CLUSTER, EXAMPLES, AppFactory
 
@@ -59,7 +54,7 @@ def full_nodes_request(runtime_class: str, state_file: Path = EXAMPLE_CLUSTER) -
 
 def capture_app(make_app: AppFactory, directory: Path, **bounds: int) -> web.Application:
     app = make_app(cluster_file=EXAMPLE_CLUSTER)
-    install_capture(app, CaptureWriter(directory, **bounds))
+    attach_capture(app, CaptureWriter(directory, **bounds))
     return app
 
 
@@ -160,7 +155,7 @@ async def test_capture_does_not_change_answers_and_skips_errors(
 
     # Not synced: answered with Error, nothing to replay, nothing captured.
     unsynced = make_app(state=ClusterState())
-    install_capture(unsynced, CaptureWriter(tmp_path / "unsynced"))
+    attach_capture(unsynced, CaptureWriter(tmp_path / "unsynced"))
     client = await aiohttp_client(unsynced)
     (answer,) = await post_all(client, requests[:1])
     assert json.loads(answer)["Error"] == "cluster state not synced"

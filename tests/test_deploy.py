@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from extender.app import create_app
 from extender.cluster.objects import runtime_class_from_api
 from extender.cluster.state import ClusterState
+from extender.http.app import create_app
 from extender.policy_file import load_policy
 
 REPO = Path(__file__).resolve().parents[1]

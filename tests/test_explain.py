@@ -13,7 +13,7 @@ from extender.cluster.file_source import load_cluster_file
 from extender.cluster.state import ClusterState
 from extender.explain import availability_message, explain, explain_nodes, runtime_class_pod
 from extender.policy_file import load_policy
-from extender.viewcodec import from_json, to_json
+from extender.view_json import from_json, to_json
 from policies.objects import (
     NodeView,
     PodView,

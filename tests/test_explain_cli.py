@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from extender.cli import main
-from extender.commands_tools import kubectl_main
+from extender.tools.commands import kubectl_main
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from tests.conftest import EXAMPLE_CLUSTER
 from tests.fake_apiserver.objects import make_node, make_runtime_class

@@ -1,11 +1,11 @@
 """The filter's fast path (extender.decision_cache) against the plain evaluation.
 
 ``decide`` answers names-mode requests from cached per-node outcomes;
-``decide_reference`` runs ``Policy.evaluate`` on every node. On random clusters,
+``decide`` without a cache runs ``Policy.evaluate`` on every node. On random clusters,
 random requests and random sequences of store mutations (upsert, delete, replace of
 nodes and RuntimeClasses) both must give the same answer, field for field and in the
 same order, and the same per-node details. The cache lives across the mutations (it
-hangs off the state), so this checks invalidation rather than assuming it.
+listens to the state's stores), so this checks invalidation rather than assuming it.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from extender.cluster.state import ClusterState
-from extender.decision_cache import cache_for, policy_is_cacheable
-from extender.filtering import Decision, decide, decide_reference
+from extender.decision_cache import DecisionCache, policy_is_cacheable
+from extender.filtering import Decision, decide
 from extender.policy_file import load_policy
 from extender.protocol import ExtenderArgs
 from policies.objects import (
@@ -247,6 +247,7 @@ def assert_same(fast: Decision, reference: Decision) -> None:
 
 def run_scenario(rng: random.Random, *, policy: Policy, node_count: int, steps: int) -> None:
     state = random_state(rng, node_count)
+    cache = DecisionCache(state)
     toleration_sets = [tuple(random_toleration(rng) for _ in range(rng.randrange(4))) for _ in range(3)]
     next_id = [node_count]
     for _ in range(steps):
@@ -254,8 +255,8 @@ def run_scenario(rng: random.Random, *, policy: Policy, node_count: int, steps: 
             pod = pod_json(rng, toleration_sets)
             args = names_request(rng, state, pod)
             # Reference first: the fast path must not depend on having run before it.
-            reference = decide_reference(args, state, policy)
-            assert_same(decide(args, state, policy), reference)
+            reference = decide(args, state, policy)
+            assert_same(decide(args, state, policy, cache=cache), reference)
         for _ in range(rng.randrange(4)):
             mutate(rng, state, next_id)
 
@@ -319,26 +320,27 @@ def _sandbox_state() -> ClusterState:
 
 def test_cached_entries_are_used_and_follow_node_and_class_changes() -> None:
     state = _sandbox_state()
+    cache = DecisionCache(state)
     args = _args(["plain-1", "sandbox-1"], "gvisor")
-    assert decide(args, state, DEFAULT).result.NodeNames == ["sandbox-1"]
-    assert len(cache_for(state)) == 1  # the answer came from the cache
+    assert decide(args, state, DEFAULT, cache=cache).result.NodeNames == ["sandbox-1"]
+    assert len(cache) == 1  # the answer came from the cache
 
     # The node loses its label: only that node is re-evaluated, and the answer follows.
     state.nodes.upsert(NodeView("sandbox-1", taints=(Taint("sandbox", "NoSchedule", "true"),)))
-    assert decide(args, state, DEFAULT).result.NodeNames == []
+    assert decide(args, state, DEFAULT, cache=cache).result.NodeNames == []
     # A new node the class fits.
     state.nodes.upsert(NodeView("sandbox-2", labels=MappingProxyType({"sandbox": "true"})))
-    assert decide(_args(["sandbox-2", "plain-1"], "gvisor"), state, DEFAULT).result.NodeNames == ["sandbox-2"]
+    assert decide(_args(["sandbox-2", "plain-1"], "gvisor"), state, DEFAULT, cache=cache).result.NodeNames == ["sandbox-2"]
     # The class goes away, then comes back without a selector.
     state.runtime_classes.delete("gvisor")
-    answer = decide(args, state, DEFAULT).result
+    answer = decide(args, state, DEFAULT, cache=cache).result
     assert answer.NodeNames == []
     assert set(answer.FailedAndUnresolvableNodes.values()) == {'RuntimeClass "gvisor" not found'}
     state.runtime_classes.upsert(RuntimeClassView("gvisor", "runsc"))
-    assert decide(args, state, DEFAULT).result.NodeNames == ["plain-1"]
+    assert decide(args, state, DEFAULT, cache=cache).result.NodeNames == ["plain-1"]
     # A re-LIST that drops a node.
     state.nodes.replace([NodeView("plain-1")])
-    answer = decide(args, state, DEFAULT).result
+    answer = decide(args, state, DEFAULT, cache=cache).result
     assert answer.NodeNames == ["plain-1"]
     assert list(answer.FailedNodes) == ["sandbox-1"]  # unknown now: FailedNodes, with a reason
 
@@ -346,11 +348,12 @@ def test_cached_entries_are_used_and_follow_node_and_class_changes() -> None:
 def test_uncacheable_policy_is_evaluated_per_pod() -> None:
     state = _sandbox_state()
     policy = POLICIES["third-party"]
-    assert cache_for(state).entry(policy, PodView(), None) is None
+    cache = DecisionCache(state)
+    assert cache.entry(policy, PodView(), None) is None
     for zone in ("a", "b"):
         pod = {"metadata": {"labels": {"zone": zone}}, "spec": {}}
         args = ExtenderArgs.model_validate({"Pod": pod, "Nodes": None, "NodeNames": ["plain-1"]})
-        assert_same(decide(args, state, policy), decide_reference(args, state, policy))
+        assert_same(decide(args, state, policy, cache=cache), decide(args, state, policy))
 
 
 def test_extra_nodes_and_unknown_reasons_match_reference() -> None:
@@ -360,8 +363,8 @@ def test_extra_nodes_and_unknown_reasons_match_reference() -> None:
     }
     args = _args(["fresh-1", "gone-1", "sandbox-1", "plain-1"], "gvisor")
     unknown = {"gone-1": "lookup failed: 404"}
-    fast = decide(args, state, DEFAULT, extra_nodes=extra, unknown_reason=unknown)
-    reference = decide_reference(args, state, DEFAULT, extra_nodes=extra, unknown_reason=unknown)
+    fast = decide(args, state, DEFAULT, cache=DecisionCache(state), extra_nodes=extra, unknown_reason=unknown)
+    reference = decide(args, state, DEFAULT, extra_nodes=extra, unknown_reason=unknown)
     assert_same(fast, reference)
     assert fast.result.NodeNames == ["fresh-1", "sandbox-1"]
     assert fast.details["gone-1"] == "lookup failed: 404"
@@ -369,7 +372,8 @@ def test_extra_nodes_and_unknown_reasons_match_reference() -> None:
 
 def test_many_toleration_sets_are_bounded() -> None:
     state = _sandbox_state()
+    cache = DecisionCache(state)
     for i in range(100):
         tolerations = [{"key": f"k{i}", "operator": "Exists"}]
-        decide(_args(["plain-1"], "gvisor", tolerations), state, DEFAULT)
-    assert len(cache_for(state)) <= 16
+        decide(_args(["plain-1"], "gvisor", tolerations), state, DEFAULT, cache=cache)
+    assert len(cache) <= 16

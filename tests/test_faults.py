@@ -38,6 +38,7 @@ from pytest_aiohttp import AiohttpClient
 
 from extender.cluster import kube
 from extender.policy_file import load_policy
+from extender.tasks import stop as stop_task
 from policies.registry import Policy
 from tests.fake_apiserver import NODES, FakeApiServer, status_object
 from tests.fake_apiserver.server import _DROP
@@ -111,16 +112,16 @@ async def extender(
         conn = await kube.connect(kubeconfig=str(server.write_kubeconfig(tmp_path / "kubeconfig")))
         harness = build_harness(conn.api, server, dataclasses.replace(FAST, **options), policy=policy)
         client = await aiohttp_client(harness.app)
-        harness.watch.start()
+        watch_task = asyncio.create_task(harness.watch.run())
         running = Running(harness, client, rng)
-        runs.append((running, conn.api))
+        runs.append((running, conn.api, watch_task))
         return running
 
     yield start
-    for running, api in runs:
+    for running, api, watch_task in runs:
         running.stop.set()
         await asyncio.gather(running.task, return_exceptions=True)
-        await running.harness.watch.stop()
+        await stop_task(watch_task)
         await api.close()
 
 

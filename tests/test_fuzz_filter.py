@@ -35,10 +35,11 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.app import create_app
 from extender.cluster.objects import node_from_api, runtime_class_from_api
 from extender.cluster.state import ClusterState
+from extender.decision_cache import DecisionCache
 from extender.filtering import decide
+from extender.http.app import create_app
 from extender.policy_file import load_policy
 from extender.protocol import ExtenderArgs
 from tests.reference_model import REASON_UNKNOWN, answer_full_nodes, answer_names, class_from_api, normalise
@@ -517,6 +518,7 @@ def test_answers_follow_incremental_changes(steps: list[Change], pod_list: list[
     state = ClusterState()
     state.nodes.replace([])
     state.runtime_classes.replace([])
+    cache = DecisionCache(state)
     truth: dict[str, dict[str, dict[str, Any]]] = {"node": {}, "class": {}}
     names = [*NODE_NAMES[:6], "ghost"]
     for kind, name, obj in steps:
@@ -531,5 +533,5 @@ def test_answers_follow_incremental_changes(steps: list[Change], pod_list: list[
         classes = {c["name"]: c for c in map(class_from_api, truth["class"].values())}
         for pod in pod_list:
             args = ExtenderArgs.model_validate({"Pod": pod, "NodeNames": names, "Nodes": None})
-            got = orjson.loads(decide(args, state, POLICY).result.to_json())
+            got = orjson.loads(decide(args, state, POLICY, cache=cache).result.to_json())
             assert normalise(got) == normalise(answer_names(pod, names, nodes, classes))

@@ -5,7 +5,7 @@ Each limit is tested at the limit (accepted, answered correctly) and just beyond
 
 - ``max-body-bytes``: 413 beyond (aiohttp's ``client_max_size``, checked while reading).
 - ``max-nodes-per-request``: 400 beyond, counted with one ``len()`` after parsing.
-- JSON nesting: the parser's fixed limit (``extender.app.JSON_DEPTH_LIMIT``), 400 beyond.
+- JSON nesting: the parser's fixed limit (``extender.http.app.JSON_DEPTH_LIMIT``), 400 beyond.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from extender.app import JSON_DEPTH_LIMIT, POLICY, STATE, create_app
 from extender.cli import build_parser
+from extender.http.app import JSON_DEPTH_LIMIT, POLICY, STATE, create_app
 from extender.settings import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_NODES_PER_REQUEST,

@@ -20,7 +20,6 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from extender.app import create_app
 from extender.cli import main
 from extender.cluster.kube import KubeConfigError, choose_source, connect
 from extender.cluster.live import LiveCluster, LiveOptions
@@ -28,7 +27,10 @@ from extender.cluster.node_lookup import LookupOptions, NodeLookup
 from extender.cluster.reflector import ReflectorOptions
 from extender.cluster.state import ClusterState
 from extender.filtering import ERROR_NOT_SYNCED
+from extender.http.app import create_app
+from extender.http.serve import attach_live
 from extender.policy_file import load_policy
+from extender.tasks import stop as stop_task
 from policies.verdict import REASON_NODE_UNKNOWN, REASON_RUNTIMECLASS_MISMATCH
 from tests.fake_apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
 
@@ -73,7 +75,7 @@ def live_client(aiohttp_client: Any, tmp_path: Path) -> ClientFactory:
             ),
         )
         app = create_app(state=state, policy=load_policy(), source_stats=live.source_stats)
-        live.attach(app)
+        attach_live(app, live)
         client: TestClient[web.Request, web.Application] = await aiohttp_client(app)
         return client
 
@@ -355,7 +357,7 @@ async def test_exec_plugin_tokens_are_refreshed_for_long_watches(tmp_path: Path)
     connection = await connect(kubeconfig=str(kubeconfig))
     state = ClusterState()
     live = LiveCluster(connection.api, state, options=LiveOptions(reflector=FAST_REFLECTOR))
-    live.watch.start()
+    watch_task = asyncio.create_task(live.watch.run())
     try:
         server.add(NODES, make_node("a"))
         server.add(RUNTIME_CLASSES, make_runtime_class("runc"))
@@ -376,7 +378,7 @@ async def test_exec_plugin_tokens_are_refreshed_for_long_watches(tmp_path: Path)
 
         await eventually(has_b, what="watch resumed with the rotated token")
     finally:
-        await live.watch.stop()
+        await stop_task(watch_task)
         await connection.api.close()
         await server.stop()
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from extender.app import create_app
 from extender.cluster.file_source import load_cluster_file
+from extender.http.app import create_app
 from extender.logs import setup_logging
 from extender.policy_file import load_policy
 

@@ -13,13 +13,15 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from extender.app import METRICS, create_app
-from extender.capture import CaptureWriter, install_capture
+from extender.capture.writer import CaptureWriter
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.health import SourceStats
 from extender.cluster.node_lookup import LookupStats
 from extender.cluster.state import ClusterState
-from extender.metrics import NODE_LOOKUP_COUNTERS, REASON_LABELS, reason_label
+from extender.http.app import create_app
+from extender.http.keys import METRICS
+from extender.http.metrics import NODE_LOOKUP_COUNTERS, REASON_LABELS, reason_label
+from extender.http.serve import attach_capture
 from extender.policy_file import load_policy
 from policies.objects import NodeView, RuntimeClassView
 from policies.verdict import (
@@ -314,7 +316,7 @@ async def test_every_metric_is_documented_in_the_readme(aiohttp_client: Any, tmp
     ]
     app = _app(source_stats=lambda: stats)
     # The optional components export their counters too: capture and the node lookup.
-    install_capture(app, CaptureWriter(tmp_path / "captures"))
+    attach_capture(app, CaptureWriter(tmp_path / "captures"))
     app[METRICS].add_stats(LookupStats(), NODE_LOOKUP_COUNTERS)
     client = await aiohttp_client(app)
     await client.post("/filter", json=_request("made-up"))
@@ -332,7 +334,7 @@ async def test_component_stats_are_exported_as_counters(aiohttp_client: Any, tmp
     """Capture and lookup counters are read from their stats records at scrape time."""
     app = _app()
     writer = CaptureWriter(tmp_path / "captures")
-    install_capture(app, writer)
+    attach_capture(app, writer)
     lookup = LookupStats(found=2, not_found=1, failed=3, cache_hits=5)
     app[METRICS].add_stats(lookup, NODE_LOOKUP_COUNTERS)
     client = await aiohttp_client(app)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -10,16 +11,13 @@ from typing import Any
 import pytest
 
 from extender.cluster import kube
+from extender.cluster.backoff import Backoff
 from extender.cluster.health import SourceStats
-from extender.cluster.reflector import (
-    NODE_RESOURCE,
-    Backoff,
-    ClusterWatch,
-    Reflector,
-    ReflectorOptions,
-)
+from extender.cluster.reflector import Reflector, ReflectorOptions
 from extender.cluster.state import NODES as NODES_KIND
 from extender.cluster.state import ClusterState, Store
+from extender.cluster.watch import NODE_RESOURCE, ClusterWatch
+from extender.tasks import stop as stop_task
 from policies.objects import NodeView
 from tests.fake_apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
 from tests.waiting import eventually
@@ -46,8 +44,8 @@ def labels(state: ClusterState, name: str) -> dict[str, str] | None:
 class Running:
     """A ClusterWatch over a kubeconfig, as the service runs it."""
 
-    def __init__(self, watch: ClusterWatch, state: ClusterState, api: Any) -> None:
-        self.watch, self.state, self.api = watch, state, api
+    def __init__(self, watch: ClusterWatch, state: ClusterState, api: Any, task: asyncio.Task[None]) -> None:
+        self.watch, self.state, self.api, self.task = watch, state, api, task
 
     @property
     def nodes_stats(self) -> SourceStats:
@@ -62,14 +60,13 @@ async def connect_watch(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
         conn = await kube.connect(kubeconfig=str(server.write_kubeconfig(tmp_path / "kubeconfig")))
         state = ClusterState()
         watch = ClusterWatch(conn.api, state, options=options)
-        watch.start()
-        running = Running(watch, state, conn.api)
+        running = Running(watch, state, conn.api, asyncio.create_task(watch.run()))
         started.append(running)
         return running
 
     yield start
     for running in started:
-        await running.watch.stop()
+        await stop_task(running.task)
         await running.api.close()
 
 
@@ -385,7 +382,14 @@ def test_backoff_grows_caps_jitters_and_resets() -> None:
     options = ReflectorOptions(
         backoff_initial=0.8, backoff_max=30.0, backoff_reset_after=120.0, backoff_jitter=1.0
     )
-    backoff = Backoff(options, rng=random.Random(7), clock=lambda: now[0])
+    backoff = Backoff(
+        initial=options.backoff_initial,
+        maximum=options.backoff_max,
+        reset_after=options.backoff_reset_after,
+        jitter=options.backoff_jitter,
+        rng=random.Random(7),
+        clock=lambda: now[0],
+    )
     delays = []
     for _ in range(10):
         delays.append(backoff.next())

@@ -26,12 +26,15 @@ from prometheus_client import CollectorRegistry
 from extender.cli import main
 from extender.cluster import kube
 from extender.cluster.objects import ObjectError
-from extender.cluster.reflector import RUNTIME_CLASS_RESOURCE, ClusterWatch, ReflectorOptions
+from extender.cluster.reflector import ReflectorOptions
 from extender.cluster.state import ClusterState
-from extender.metrics import RequeueMetrics
-from extender.requeue import RequeueOptions, Requeuer, pending_pod_from_api, pod_key
-from extender.requeue_plan import REQUEUE_ANNOTATION
+from extender.cluster.watch import ClusterWatch, runtime_class_resource
+from extender.requeue.metrics import RequeueMetrics
+from extender.requeue.planner import REQUEUE_ANNOTATION
+from extender.requeue.pods import pending_pod_from_api, pod_key
+from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import SERVE_SETTINGS
+from extender.tasks import stop as stop_task
 from tests.conftest import REPO
 from tests.fake_apiserver import PODS, RUNTIME_CLASSES, FakeApiServer, make_pod, make_runtime_class
 from tests.waiting import eventually
@@ -99,7 +102,7 @@ Start = Callable[..., Awaitable[Running]]
 
 @pytest.fixture
 async def start(tmp_path: Path) -> AsyncIterator[Start]:
-    started: list[tuple[ClusterWatch, Requeuer, Any]] = []
+    started: list[tuple[list[asyncio.Task[None]], Any]] = []
 
     async def run(
         server: FakeApiServer,
@@ -110,7 +113,7 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
     ) -> Running:
         conn = await kube.connect(kubeconfig=str(server.write_kubeconfig(tmp_path / "kubeconfig")))
         state = ClusterState()
-        watch = ClusterWatch(conn.api, state, options=FAST_REFLECTOR, resources=(RUNTIME_CLASS_RESOURCE,))
+        watch = ClusterWatch(conn.api, state, options=FAST_REFLECTOR, resources=(runtime_class_resource(),))
         extra: dict[str, Any] = {}
         if clock is not None:
             extra["clock"] = clock
@@ -119,16 +122,15 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
         # Built before the watch starts, as serve does: it hears the first LIST.
         requeuer = Requeuer(conn.api, state, options=options, **extra)
         running = Running(server, state, requeuer)
-        watch.start()
-        requeuer.start()
-        started.append((watch, requeuer, conn.api))
+        tasks = [asyncio.create_task(watch.run()), asyncio.create_task(requeuer.run())]
+        started.append((tasks, conn.api))
         await running.synced()
         return running
 
     yield run
-    for watch, requeuer, api in started:
-        await requeuer.stop()
-        await watch.stop()
+    for tasks, api in started:
+        for task in reversed(tasks):
+            await stop_task(task)
         await api.close()
 
 

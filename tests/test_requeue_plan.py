@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 import pytest
 
-from extender.requeue_plan import (
+from extender.requeue.planner import (
     ABSENT,
     Outcome,
     PendingPod,

@@ -28,11 +28,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from extender.app import create_app
 from extender.cluster import kube
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.reflector import ReflectorOptions
 from extender.cluster.state import ClusterState
+from extender.http.app import create_app
+from extender.http.serve import attach_live
 from extender.logs import JsonFormatter, TextFormatter
 from extender.policy_file import load_policy
 from tests.fake_apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
@@ -134,7 +135,7 @@ async def test_the_service_account_token_never_reaches_the_logs(
         )
         live = LiveCluster(conn.api, state, options=options)
         app = create_app(state=state, policy=load_policy(), source_stats=live.source_stats)
-        live.attach(app)
+        attach_live(app, live)
         client = await aiohttp_client(app)
         await _until(lambda: state.synced)
 
@@ -257,7 +258,7 @@ async def test_names_from_a_request_cannot_steer_the_node_lookup(
         state = ClusterState()
         live = LiveCluster(conn.api, state)
         app = create_app(state=state, policy=load_policy(), source_stats=live.source_stats)
-        live.attach(app)
+        attach_live(app, live)
         client = await aiohttp_client(app)
         await _until(lambda: state.synced)
         await server.wait_for_watchers(NODES, 1)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 import yaml
 from pytest_aiohttp import AiohttpClient
 
-from extender.cluster.annotations import SELECTOR_ERRORS, SelectorErrorLog
+from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.objects import runtime_class_from_api
 from extender.filtering import decide
@@ -38,13 +37,6 @@ EXAMPLE_NODES = ["runc-1", "runc-2", "gvisor-1", "gvisor-2", "kata-1", "win-1", 
 MISMATCH = "node(s) didn't match RuntimeClass"
 UNTOLERATED = "node(s) had untolerated taint(s)"
 JSON = {"Content-Type": "application/json"}
-
-
-@pytest.fixture(autouse=True)
-def fresh_error_log() -> Iterator[None]:
-    SELECTOR_ERRORS.clear()
-    yield
-    SELECTOR_ERRORS.clear()
 
 
 def runtime_class(
@@ -166,9 +158,10 @@ def _selector_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogReco
 
 def test_malformed_annotation_is_logged_once_per_revision(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="extender.cluster")
+    errors = SelectorErrorLog()
     bad = "matchExpressions:\n- {key: a, operator: Gt, values: [x]}"
     for _ in range(3):  # a re-list or resync delivers the same revision again
-        runtime_class_from_api(runtime_class("broken", bad, resource_version="7"))
+        runtime_class_from_api(runtime_class("broken", bad, resource_version="7"), selector_errors=errors)
     records = _selector_warnings(caplog)
     assert len(records) == 1
     record = records[0]
@@ -177,21 +170,22 @@ def test_malformed_annotation_is_logged_once_per_revision(caplog: pytest.LogCapt
     assert record.__dict__["resource_version"] == "7"
     assert "the value must be an integer" in record.__dict__["error"]
 
-    runtime_class_from_api(runtime_class("broken", bad, resource_version="8"))  # edited: new revision
-    runtime_class_from_api(runtime_class("other", bad, resource_version="7"))  # another class
+    runtime_class_from_api(runtime_class("broken", bad, resource_version="8"), selector_errors=errors)  # edited: new revision
+    runtime_class_from_api(runtime_class("other", bad, resource_version="7"), selector_errors=errors)  # another class
     assert len(_selector_warnings(caplog)) == 3
 
-    runtime_class_from_api(runtime_class("fixed", IN_ZONES_JSON, resource_version="9"))
-    runtime_class_from_api(runtime_class("plain", None, resource_version="9"))
+    runtime_class_from_api(runtime_class("fixed", IN_ZONES_JSON, resource_version="9"), selector_errors=errors)
+    runtime_class_from_api(runtime_class("plain", None, resource_version="9"), selector_errors=errors)
     assert len(_selector_warnings(caplog)) == 3
 
 
 def test_without_resource_version_an_edited_annotation_logs_again(caplog: pytest.LogCaptureFixture) -> None:
     """Cluster files often carry no resourceVersion; the annotation text tells revisions apart."""
     caplog.set_level(logging.WARNING, logger="extender.cluster")
-    runtime_class_from_api(runtime_class("broken", "matchExpressions: 3", resource_version=""))
-    runtime_class_from_api(runtime_class("broken", "matchExpressions: 3", resource_version=""))
-    runtime_class_from_api(runtime_class("broken", "matchExpressions: 4", resource_version=""))
+    errors = SelectorErrorLog()
+    runtime_class_from_api(runtime_class("broken", "matchExpressions: 3", resource_version=""), selector_errors=errors)
+    runtime_class_from_api(runtime_class("broken", "matchExpressions: 3", resource_version=""), selector_errors=errors)
+    runtime_class_from_api(runtime_class("broken", "matchExpressions: 4", resource_version=""), selector_errors=errors)
     assert len(_selector_warnings(caplog)) == 2
 
 

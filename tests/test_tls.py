@@ -19,17 +19,17 @@ import pytest
 import trustme
 
 from extender import cli
-from extender.app import create_app
 from extender.cluster.file_source import load_cluster_file
-from extender.policy_file import load_policy
-from extender.settings import SettingsError
-from extender.tls import (
+from extender.http.app import create_app
+from extender.http.serve import attach_certificate_reloader
+from extender.http.tls import (
     CertificateReloader,
     TLSFiles,
-    install_certificate_reloader,
     server_context,
     tls_files,
 )
+from extender.policy_file import load_policy
+from extender.settings import SettingsError, default_serve_settings
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_CLUSTER = REPO / "deploy" / "examples" / "cluster.yaml"
@@ -162,11 +162,11 @@ def test_client_ca_makes_certificates_required(pki: Pki) -> None:
 )
 def test_incomplete_tls_settings_name_the_setting(settings: dict[str, str], named: str) -> None:
     with pytest.raises(SettingsError, match=named):
-        tls_files(settings)
+        tls_files(default_serve_settings(**settings))
 
 
 def test_no_tls_settings_means_plain_http() -> None:
-    assert tls_files({"tls_cert_file": None, "tls_key_file": None, "client_ca_file": None}) is None
+    assert tls_files(default_serve_settings()) is None
 
 
 def _serve_args(*extra: str) -> list[str]:
@@ -272,7 +272,7 @@ async def test_rotated_certificate_is_served_without_restart(
     app = create_app(state=load_cluster_file(EXAMPLE_CLUSTER), policy=load_policy())
     # The background reloader starts and stops with the app (its interval is long:
     # this test drives the checks itself).
-    install_certificate_reloader(app, context, files, interval=3600)
+    attach_certificate_reloader(app, context, files, interval=3600)
     server = await aiohttp_server(app, ssl=context)
     reloader = CertificateReloader(context, files)
     old_ca = _client_context(pki, None)

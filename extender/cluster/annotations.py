@@ -108,7 +108,3 @@ class SelectorErrorLog:
 
     def clear(self) -> None:
         self._seen.clear()
-
-
-# The process-wide log used by runtime_class_from_api.
-SELECTOR_ERRORS = SelectorErrorLog()

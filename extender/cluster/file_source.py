@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import yaml
 
+from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
 from extender.cluster.state import ClusterState
 from policies.objects import NodeView, RuntimeClassView
@@ -56,7 +57,9 @@ def _objects(documents: list[Any]) -> Iterator[tuple[str, Any]]:
             yield f"document {doc_index}", doc
 
 
-def parse_cluster(text: str) -> tuple[list[NodeView], list[RuntimeClassView]]:
+def parse_cluster(
+    text: str, *, selector_errors: SelectorErrorLog | None = None
+) -> tuple[list[NodeView], list[RuntimeClassView]]:
     """Nodes and RuntimeClasses from a cluster file's text. Raises ClusterFileError."""
     try:
         documents = _documents(text)
@@ -75,7 +78,7 @@ def parse_cluster(text: str) -> tuple[list[NodeView], list[RuntimeClassView]]:
                     raise ClusterFileError(f"{where}: Node {node.name!r} appears twice")
                 nodes[node.name] = node
             elif kind == "RuntimeClass":
-                rc = runtime_class_from_api(obj)
+                rc = runtime_class_from_api(obj, selector_errors=selector_errors)
                 if rc.name in classes:
                     raise ClusterFileError(f"{where}: RuntimeClass {rc.name!r} appears twice")
                 classes[rc.name] = rc
@@ -86,14 +89,16 @@ def parse_cluster(text: str) -> tuple[list[NodeView], list[RuntimeClassView]]:
     return list(nodes.values()), list(classes.values())
 
 
-def load_cluster_file(path: str | Path, state: ClusterState | None = None) -> ClusterState:
+def load_cluster_file(
+    path: str | Path, state: ClusterState | None = None, *, selector_errors: SelectorErrorLog | None = None
+) -> ClusterState:
     """Read ``path`` into ``state`` (a new one by default) and mark both kinds synced."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ClusterFileError(f"{path}: cannot read: {exc}") from None
     try:
-        nodes, classes = parse_cluster(text)
+        nodes, classes = parse_cluster(text, selector_errors=selector_errors)
     except ClusterFileError as exc:
         raise ClusterFileError(f"{path}: {exc}") from None
     state = state if state is not None else ClusterState()

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import aiohttp
-import orjson
 from cachetools import TTLCache
 
+from extender.cluster.api import ApiError, request_json
 from extender.cluster.objects import ObjectError, node_from_api
 from policies.node_affinity import node_name_errors
 from policies.objects import NodeView
@@ -197,30 +197,21 @@ class NodeLookup:
         return outcome
 
     async def _get(self, name: str) -> NodeView | _Missing:
-        response: aiohttp.ClientResponse = await self._api.call_api(
-            "/api/v1/nodes/{name}",
-            "GET",
-            path_params={"name": name},  # quoted by the client: a name cannot escape the path
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=aiohttp.ClientTimeout(total=self.options.timeout),
-        )
-        async with response:
-            body = await response.read()
-            if response.status == 404:
+        try:
+            obj = await request_json(
+                self._api,
+                "GET",
+                "/api/v1/nodes/{name}",
+                path_params={"name": name},  # quoted by the client: a name cannot escape the path
+                timeout=aiohttp.ClientTimeout(total=self.options.timeout),
+            )
+        except ApiError as exc:
+            if exc.status == 404:
                 self.stats.not_found += 1
                 return _Missing(detail_not_found(name))
-            if response.status != 200:
-                message = ""
-                try:
-                    status = orjson.loads(body)
-                    message = str(status.get("message", "")) if isinstance(status, dict) else ""
-                except orjson.JSONDecodeError:
-                    pass
-                raise ValueError(f"HTTP {response.status}" + (f": {message}" if message else ""))
+            raise
         try:
-            node = node_from_api(orjson.loads(body))
+            node = node_from_api(obj)
         except ObjectError as exc:
             raise ValueError(f"malformed Node: {exc}") from None
         if node.name != name:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from extender.cluster.annotations import (
     NODE_SELECTOR_TERM_ANNOTATION,
-    SELECTOR_ERRORS,
+    SelectorErrorLog,
     selector_from_annotations,
 )
 from policies.objects import (
@@ -212,8 +212,12 @@ def nodes_from_api(items: list[Any], *, own: bool = True) -> list[NodeView]:
     return [_node_view(m, own=own) for m in models]
 
 
-def runtime_class_from_api(obj: Any) -> RuntimeClassView:
-    """One RuntimeClass object -> RuntimeClassView. Raises ObjectError."""
+def runtime_class_from_api(obj: Any, *, selector_errors: SelectorErrorLog | None = None) -> RuntimeClassView:
+    """One RuntimeClass object -> RuntimeClassView. Raises ObjectError.
+
+    A malformed node-selector-term annotation is not an error of the object (the view
+    carries it in ``selector_error``); it is reported to ``selector_errors``, which logs
+    it once per revision, when one is given (the watch's and the cluster file's)."""
     try:
         model = RuntimeClassModel.model_validate(obj)
     except ValidationError as exc:
@@ -225,8 +229,8 @@ def runtime_class_from_api(obj: Any) -> RuntimeClassView:
     # The expressive selector (KEP-585 alternative "NodeSelectorTerm"); a malformed one
     # fails the class closed in the predicate and is logged once per revision.
     term = selector_from_annotations(metadata.annotations)
-    if term.error is not None:
-        SELECTOR_ERRORS.report(
+    if term.error is not None and selector_errors is not None:
+        selector_errors.report(
             name=metadata.name,
             resource_version=metadata.resourceVersion,
             annotation=(metadata.annotations or {}).get(NODE_SELECTOR_TERM_ANNOTATION, ""),

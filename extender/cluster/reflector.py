@@ -49,16 +49,18 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
 
+from extender.cluster.api import ApiError, ListOptions, error_of, list_pages, request
+from extender.cluster.backoff import Backoff
 from extender.cluster.health import SourceStats
-from extender.cluster.objects import ObjectError, node_from_api, nodes_from_api, runtime_class_from_api
-from extender.cluster.state import NODES, RUNTIME_CLASSES, ClusterState, Named, Store
+from extender.cluster.objects import ObjectError
+from extender.cluster.state import Named, Store
 
 log = logging.getLogger("extender.watch")
 
@@ -81,13 +83,6 @@ class WatchedResource:
     key: Callable[[Any], str] | None = None
 
 
-NODE_RESOURCE = WatchedResource(NODES, "/api/v1/nodes", node_from_api, nodes_from_api)
-RUNTIME_CLASS_RESOURCE = WatchedResource(
-    RUNTIME_CLASSES, "/apis/node.k8s.io/v1/runtimeclasses", runtime_class_from_api
-)
-RESOURCES = (NODE_RESOURCE, RUNTIME_CLASS_RESOURCE)
-
-
 @dataclass(frozen=True)
 class ReflectorOptions:
     # Items per LIST page (client-go's pager default is 500).
@@ -108,71 +103,8 @@ class ReflectorOptions:
     backoff_jitter: float = 1.0
 
 
-class Backoff:
-    """Capped exponential backoff with jitter, reset after a quiet period.
-
-    Delay n is ``min(initial * 2**n, max)`` stretched by up to ``jitter`` times itself
-    (wait.Jitter), so a fleet of extenders does not retry in lockstep.
-    """
-
-    def __init__(self, options: ReflectorOptions, *, rng: random.Random, clock: Callable[[], float]) -> None:
-        self._options = options
-        self._rng = rng
-        self._clock = clock
-        self._step = 0
-        self._last: float | None = None
-
-    def reset(self) -> None:
-        self._step = 0
-
-    def next(self) -> float:
-        now = self._clock()
-        if self._last is not None and now - self._last > self._options.backoff_reset_after:
-            self._step = 0
-        self._last = now
-        base = min(self._options.backoff_initial * (2.0**self._step), self._options.backoff_max)
-        self._step = min(self._step + 1, 32)
-        return base * (1.0 + self._rng.random() * self._options.backoff_jitter)
-
-
-class _Relist(Exception):
-    """The watch cannot resume from its resourceVersion (410 Gone / too large): LIST."""
-
-
 class ShortWatch(Exception):
     """The watch ended cleanly at once without any event: treated as a failure."""
-
-
-class ApiError(Exception):
-    """A non-success answer from the API server, with its Status message."""
-
-    def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
-        super().__init__(f"HTTP {status}: {message}" if message else f"HTTP {status}")
-        self.status = status
-        self.retry_after = retry_after
-
-
-def _status_fields(body: Any) -> tuple[int | None, str, str, list[str]]:
-    """code, reason, message and cause reasons of a meta/v1 Status (best effort)."""
-    if not isinstance(body, dict):
-        return None, "", "", []
-    code = body.get("code")
-    details = body.get("details") if isinstance(body.get("details"), dict) else {}
-    causes = details.get("causes") if isinstance(details, dict) else None
-    cause_reasons = [str(c.get("reason", "")) for c in causes or [] if isinstance(c, dict)]
-    return (
-        code if isinstance(code, int) else None,
-        str(body.get("reason", "")),
-        str(body.get("message", "")),
-        cause_reasons,
-    )
-
-
-def _is_relist_status(code: int | None, reason: str, causes: list[str]) -> bool:
-    # 410 Gone/Expired: the RV was compacted (reflector.go isExpiredError).
-    # 504 with cause ResourceVersionTooLarge: the server's history is behind the RV we
-    # hold, e.g. it was restored or replaced (reflector.go isTooLargeResourceVersionError).
-    return code == 410 or reason in ("Expired", "Gone") or "ResourceVersionTooLarge" in causes
 
 
 def parse_rv(rv: str) -> int | None:
@@ -186,14 +118,6 @@ def is_older(new_rv: str, stored_rv: str) -> bool:
     """True if ``new_rv`` is certainly older than ``stored_rv`` (both integers)."""
     new, stored = parse_rv(new_rv), parse_rv(stored_rv)
     return new is not None and stored is not None and new < stored
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 class Reflector:
@@ -217,7 +141,15 @@ class Reflector:
         self._options = options or ReflectorOptions()
         self._rng = rng or random.Random()
         self._clock = clock
-        self._backoff = Backoff(self._options, rng=self._rng, clock=clock)
+        options = self._options
+        self._backoff = Backoff(
+            initial=options.backoff_initial,
+            maximum=options.backoff_max,
+            reset_after=options.backoff_reset_after,
+            jitter=options.backoff_jitter,
+            rng=self._rng,
+            clock=clock,
+        )
         # The resourceVersion the next watch starts from; None until a LIST succeeded.
         self.resource_version: str | None = None
 
@@ -234,23 +166,27 @@ class Reflector:
                 await self._watch()
                 # A clean end is the server's timeoutSeconds: watch again at once.
                 relists_in_a_row = 0
-            except _Relist as exc:
-                self.stats.relists += 1
-                self.resource_version = None
-                relists_in_a_row += 1
-                log.info(
-                    "watch expired; listing again", extra={"kind": self.resource.kind, "reason": str(exc)}
-                )
-                # One re-LIST is normal; a run of them means something is off: back off.
-                if relists_in_a_row > 1:
+            except ApiError as exc:
+                if exc.expired:
+                    self.stats.relists += 1
+                    self.resource_version = None
+                    relists_in_a_row += 1
+                    log.info(
+                        "watch expired; listing again",
+                        extra={"kind": self.resource.kind, "reason": exc.message or str(exc)},
+                    )
+                    # One re-LIST is normal; a run of them means something is off: back off.
+                    if relists_in_a_row > 1:
+                        delay = self._backoff.next()
+                else:
                     delay = self._backoff.next()
+                    if exc.retry_after is not None:
+                        delay = max(delay, min(exc.retry_after, self._options.backoff_max))
+                    self._failed(exc, delay)
             except asyncio.CancelledError:
                 raise
-            except (ApiError, ShortWatch, aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            except (ShortWatch, aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
                 delay = self._backoff.next()
-                retry_after = exc.retry_after if isinstance(exc, ApiError) else None
-                if retry_after is not None:
-                    delay = max(delay, min(retry_after, self._options.backoff_max))
                 self._failed(exc, delay)
             except Exception as exc:
                 # A bug of ours, not the server's. Keep the loop alive (the last good state
@@ -285,34 +221,6 @@ class Reflector:
 
     # ----- HTTP ---------------------------------------------------------------------
 
-    async def _request(
-        self, query: list[tuple[str, str]], timeout: aiohttp.ClientTimeout
-    ) -> aiohttp.ClientResponse:
-        # _preload_content=False hands back the aiohttp response unread: the watch body
-        # is a stream we consume line by line, and error statuses are ours to judge.
-        response: aiohttp.ClientResponse = await self._api.call_api(
-            self.resource.path,
-            "GET",
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout,
-        )
-        return response
-
-    async def _error(self, response: aiohttp.ClientResponse) -> Exception:
-        """The exception a non-200 answer stands for (its Status body decides)."""
-        try:
-            body = orjson.loads(await response.read())
-        except (orjson.JSONDecodeError, aiohttp.ClientError, TimeoutError):
-            body = None
-        code, reason, message, causes = _status_fields(body)
-        code = code or response.status
-        if _is_relist_status(code, reason, causes) or response.status == 410:
-            return _Relist(message or f"HTTP {response.status}")
-        return ApiError(response.status, message or response.reason or "", _retry_after(response.headers))
-
     async def _list(self) -> None:
         """A complete paginated LIST, then one atomic Store.replace.
 
@@ -322,42 +230,17 @@ class Reflector:
         """
         options = self._options
         timeout = aiohttp.ClientTimeout(total=options.request_timeout, sock_connect=options.request_timeout)
+        listing = ListOptions(
+            page_size=options.page_size, field_selector=self.resource.field_selector, timeout=timeout
+        )
         views: list[Named] = []
-        continue_token = ""
-        limit: int | None = options.page_size
         rv = ""
-        while True:
-            # No resourceVersion: a consistent read, which is what a re-LIST after 410
-            # needs (client-go relists with RV="" after expiry for the same reason), and
-            # the form the server paginates.
-            query = [("limit", str(limit))] if limit else []
-            if self.resource.field_selector:
-                query.append(("fieldSelector", self.resource.field_selector))
-            if continue_token:
-                query.append(("continue", continue_token))
-            async with await self._request(query, timeout) as response:
-                if response.status != 200:
-                    error = await self._error(response)
-                    if isinstance(error, _Relist) and continue_token:
-                        # The continue token outlived compaction: list everything in one
-                        # request instead (client-go pager's FullListIfExpired).
-                        self._contact()
-                        views, continue_token, limit = [], "", None
-                        continue
-                    raise error
-                body = orjson.loads(await response.read())
+        async for page in list_pages(self._api, self.resource.path, listing):
             self._contact()
-            if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
-                raise ValueError("LIST answer is not a List object")
-            page = body.get("items") or []
-            if not isinstance(page, list):
-                raise ValueError("LIST answer's items is not a list")
-            views.extend(self._convert_all(page))
-            metadata = body["metadata"]
-            rv = str(metadata.get("resourceVersion") or "")
-            continue_token = str(metadata.get("continue") or "")
-            if not continue_token:
-                break
+            if page.restarted:
+                views = []  # the continue token expired: an unpaged LIST started over
+            views.extend(self._convert_all(page.items))
+            rv = page.resource_version
         self._store.replace(views)
         now = self._clock()
         self.stats.synced = True
@@ -405,9 +288,9 @@ class Reflector:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=options.request_timeout, sock_read=options.idle_timeout
         )
-        async with await self._request(query, timeout) as response:
+        async with await request(self._api, "GET", self.resource.path, query=query, timeout=timeout) as response:
             if response.status != 200:
-                raise await self._error(response)
+                raise await error_of(response)
             self._contact()
             self._backoff.reset()
             started = self._clock()
@@ -438,7 +321,7 @@ class Reflector:
         """Apply one decoded watch event to the store (bookkeeping only, no I/O).
 
         Raises ``ValueError`` for a malformed event, and for an ERROR event either the
-        internal relist signal (410 / too large) or ``ApiError``.
+        ``ApiError`` (``expired`` for 410 / too large: LIST again).
         """
         if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
             raise ValueError("watch event is not {type, object}")
@@ -446,10 +329,7 @@ class Reflector:
         now = self._clock()
         self.stats.last_contact = now
         if event_type == "ERROR":
-            code, reason, message, causes = _status_fields(obj)
-            if _is_relist_status(code, reason, causes):
-                raise _Relist(message or "410 Gone")
-            raise ApiError(code or 500, message or reason)
+            raise ApiError.from_status(obj)
         metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         rv = str(metadata.get("resourceVersion") or "")
         if event_type == "BOOKMARK":
@@ -503,47 +383,3 @@ def _name(obj: Any) -> str:
     metadata = obj.get("metadata") if isinstance(obj, dict) else None
     name = metadata.get("name") if isinstance(metadata, dict) else None
     return name if isinstance(name, str) else ""
-
-
-class ClusterWatch:
-    """The reflectors of every kind the extender needs, as one background job."""
-
-    def __init__(
-        self,
-        api: Any,
-        state: ClusterState,
-        *,
-        options: ReflectorOptions | None = None,
-        resources: Sequence[WatchedResource] = RESOURCES,
-    ) -> None:
-        self.stats = [SourceStats(kind=r.kind) for r in resources]
-        self.reflectors = [
-            Reflector(api, resource, state.store(resource.kind), stats, options=options)
-            for resource, stats in zip(resources, self.stats, strict=True)
-        ]
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def start(self) -> None:
-        if self._tasks:
-            return
-        self._tasks = [
-            asyncio.create_task(r.run(), name=f"reflector-{r.resource.kind}") for r in self.reflectors
-        ]
-
-    async def stop(self) -> None:
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        # gather(return_exceptions=True) collects the tasks' CancelledErrors but still
-        # lets a cancellation of stop() itself propagate.
-        for result in await asyncio.gather(*tasks, return_exceptions=True):
-            if isinstance(result, Exception):
-                log.error("reflector ended with an error", extra={"error": repr(result)})
-
-    async def cleanup_ctx(self, _app: Any) -> AsyncIterator[None]:
-        """For ``app.cleanup_ctx``: start with the app, cancel and await on shutdown."""
-        self.start()
-        try:
-            yield
-        finally:
-            await self.stop()

@@ -4,7 +4,7 @@
 explain|classes|replay`` (the ``kubectl-runtimeclass`` executable) share these parsers.
 Each command reads its inputs (a cluster file or a one-shot LIST of a live cluster, a
 pod file, capture files), hands them to the pure modules (``extender.explain``,
-``extender.replay``) and prints. Problems the user can fix print one line on stderr
+``extender.capture.replay``) and prints. Problems the user can fix print one line on stderr
 and exit with status 2, never a trace.
 """
 
@@ -24,33 +24,28 @@ import yaml
 from pydantic import ValidationError
 
 from extender import __version__
-from extender.capture import state_fingerprint
-from extender.cluster.file_source import ClusterFileError, load_cluster_file
-from extender.cluster.objects import describe_validation_error
-from extender.cluster.state import ClusterState
-from extender.explain import Explanation, explain, explanation_to_json, runtime_class_pod
-from extender.list_once import ClusterUnavailable, list_cluster
-from extender.policy_file import load_policy
-from extender.protocol import PodModel
-from extender.replay import (
-    Capture,
-    CaptureFormatError,
+from extender.capture.format import Capture, CaptureFormatError, state_fingerprint
+from extender.capture.replay import (
     capture_files,
     captured_state,
     compare,
     load_capture,
     redecide,
 )
-from extender.viewcodec import to_json
+from extender.cluster.file_source import ClusterFileError, load_cluster_file
+from extender.cluster.objects import ObjectError, describe_validation_error
+from extender.cluster.snapshot import ClusterUnavailable, list_cluster
+from extender.cluster.state import ClusterState
+from extender.explain import Explanation, explain, explanation_to_json, runtime_class_pod
+from extender.filtering import decide
+from extender.policy_file import load_policy
+from extender.protocol import ExtenderArgs, PodModel
+from extender.tools.output import UsageError, explanation_table, format_table, print_error, print_structured
+from extender.view_json import to_json
 from policies.objects import PodView, RuntimeClassView
 from policies.registry import Policy, PolicyError
 
-EXIT_USAGE = 2
 KUBECTL_PROG = "kubectl runtimeclass"
-
-
-class ToolError(Exception):
-    """A problem the user can fix; printed as one line, exit status 2."""
 
 
 Runner = Callable[[argparse.Namespace], int]
@@ -62,9 +57,8 @@ def _guarded(run: Runner) -> Runner:
     def guarded(args: argparse.Namespace) -> int:
         try:
             return run(args)
-        except (ToolError, ClusterFileError, PolicyError, ClusterUnavailable, CaptureFormatError) as exc:
-            print(f"{getattr(args, 'prog', 'runtimeclass-extender')}: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+        except (UsageError, ClusterFileError, PolicyError, ClusterUnavailable, CaptureFormatError) as exc:
+            return print_error(getattr(args, "prog", "runtimeclass-extender"), exc)
 
     return guarded
 
@@ -106,66 +100,63 @@ def _read_pod(path: str) -> PodView:
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ToolError(f"cannot read {path}: {exc}") from None
+        raise UsageError(f"cannot read {path}: {exc}") from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ToolError(f"{path}: not valid YAML or JSON: {exc}") from None
+        raise UsageError(f"{path}: not valid YAML or JSON: {exc}") from None
     if not isinstance(document, dict):
-        raise ToolError(f"{path}: expected a Pod object")
+        raise UsageError(f"{path}: expected a Pod object")
     kind = document.get("kind", "Pod")
     if kind != "Pod":
-        raise ToolError(f"{path}: expected kind Pod, got {kind!r}")
+        raise UsageError(f"{path}: expected kind Pod, got {kind!r}")
     try:
         return PodModel.model_validate_json(orjson.dumps(document, default=str)).view()
     except ValidationError as exc:
-        raise ToolError(f"{path}: malformed Pod: {describe_validation_error(exc, 'pod')}") from None
+        raise UsageError(f"{path}: malformed Pod: {describe_validation_error(exc, 'pod')}") from None
 
 
-def _print_structured(value: Any, output: str) -> None:
-    if output == "json":
-        sys.stdout.buffer.write(orjson.dumps(value, option=orjson.OPT_INDENT_2) + b"\n")
-    else:
-        sys.stdout.write(yaml.safe_dump(value, sort_keys=False, allow_unicode=True))
-    sys.stdout.flush()
+# ----- filter -----------------------------------------------------------------------
 
 
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """kubectl's plain table: upper-case headers, columns padded, three spaces apart."""
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    lines = []
-    for row in [header, *rows]:
-        cells = [str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)]
-        lines.append("   ".join(cells).rstrip())
-    return "\n".join(lines) + "\n"
+def _read_input(path: str) -> bytes:
+    try:
+        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+
+
+def run_filter(args: argparse.Namespace) -> int:
+    policy = load_policy(args.policy_file)
+    state = load_cluster_file(args.cluster_file)
+    body = _read_input(args.request)
+    try:
+        request = ExtenderArgs.model_validate_json(body)
+        decision = decide(request, state, policy)
+    except ValidationError as exc:
+        raise UsageError(
+            f"{args.request}: malformed ExtenderArgs: {describe_validation_error(exc, 'request')}"
+        ) from None
+    except ObjectError as exc:
+        raise UsageError(f"{args.request}: malformed ExtenderArgs: {exc}") from None
+    pretty = orjson.dumps(orjson.loads(decision.result.to_json()), option=orjson.OPT_INDENT_2)
+    sys.stdout.buffer.write(pretty + b"\n")
+    return 0
 
 
 # ----- explain ----------------------------------------------------------------------
 
 
-def explanation_table(explanation: Explanation) -> str:
-    """One row per node (its filter reason), one more row per further failing predicate."""
-    rows: list[list[str]] = []
-    for node in explanation.nodes:
-        if node.fits:
-            rows.append([node.node, "yes", "", ""])
-            continue
-        first, *rest = node.failures
-        rows.append([node.node, "no", first.reason, first.detail])
-        rows.extend(["", "", f.reason, f.detail] for f in rest)
-    return format_table(["NODE", "FITS", "REASON", "DETAIL"], rows) + "\n" + explanation.summary + "\n"
-
-
 def run_explain(args: argparse.Namespace) -> int:
     if args.pod is None and args.runtimeclass is None:
-        raise ToolError("name a RUNTIMECLASS, or give a pod with --pod FILE")
+        raise UsageError("name a RUNTIMECLASS, or give a pod with --pod FILE")
     policy = load_policy(args.policy_file)
     pod = _read_pod(args.pod) if args.pod is not None else None
     state = _load_state(args)
     if pod is None:
         if args.runtimeclass not in state.runtime_classes:
             known = ", ".join(sorted(state.runtime_classes)) or "none"
-            raise ToolError(f'RuntimeClass "{args.runtimeclass}" not found (known: {known})')
+            raise UsageError(f'RuntimeClass "{args.runtimeclass}" not found (known: {known})')
         pod = runtime_class_pod(args.runtimeclass)
     elif args.runtimeclass is not None:
         pod = dataclasses.replace(pod, runtime_class_name=args.runtimeclass)
@@ -173,7 +164,7 @@ def run_explain(args: argparse.Namespace) -> int:
     if args.output == "table":
         sys.stdout.write(explanation_table(explanation))
     else:
-        _print_structured(explanation_to_json(explanation), args.output)
+        print_structured(explanation_to_json(explanation), args.output)
     return 0
 
 
@@ -230,7 +221,7 @@ def run_classes(args: argparse.Namespace) -> int:
                 {**to_json(rc), "fitting": e.fitting, "summary": e.summary} for rc, e in summaries
             ],
         }
-        _print_structured(document, args.output)
+        print_structured(document, args.output)
     return 0
 
 
@@ -249,7 +240,7 @@ async def _post_all(url: str, captures: Sequence[Capture]) -> list[dict[str, Any
                 ) as response:
                     body = await response.read()
             except (aiohttp.ClientError, OSError) as exc:
-                raise ToolError(f"cannot reach the extender at {endpoint}: {exc}") from None
+                raise UsageError(f"cannot reach the extender at {endpoint}: {exc}") from None
             try:
                 answer = orjson.loads(body) if response.status == 200 else None
             except orjson.JSONDecodeError:
@@ -266,9 +257,9 @@ def run_replay(args: argparse.Namespace) -> int:
     try:
         paths = capture_files(directory)
     except OSError as exc:
-        raise ToolError(f"cannot read capture directory {directory}: {exc}") from None
+        raise UsageError(f"cannot read capture directory {directory}: {exc}") from None
     if not paths:
-        raise ToolError(f"no capture files (capture-*.json) in {directory}")
+        raise UsageError(f"no capture files (capture-*.json) in {directory}")
     captures = [load_capture(path) for path in paths]
     policy = load_policy(args.policy_file)
 
@@ -309,6 +300,19 @@ def run_replay(args: argparse.Namespace) -> int:
 
 
 # ----- wiring -----------------------------------------------------------------------
+
+
+def add_filter_command(commands: Any, *, prog: str = "runtimeclass-extender") -> None:
+    filt = commands.add_parser(
+        "filter",
+        help="answer one captured filter request offline and print the response JSON",
+        description="Decide one ExtenderArgs request (as kube-scheduler sends it) against a cluster file "
+        "and print the ExtenderFilterResult.",
+    )
+    filt.add_argument("request", metavar="REQUEST.json", help="the request body; - reads standard input")
+    filt.add_argument("--cluster-file", required=True, metavar="PATH", help="Nodes and RuntimeClasses")
+    filt.add_argument("--policy-file", metavar="PATH", help="policy file (default: the bundled policy)")
+    filt.set_defaults(run=_guarded(run_filter), prog=prog)
 
 
 def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> None:

@@ -18,7 +18,7 @@ This module decides *who* and *when*, with no I/O and no clock of its own:
   sorts an API answer into done / gone / retry / fail, and ``retry_delay`` is the
   capped exponential backoff between attempts, stretched to honour ``Retry-After``.
 
-The I/O half (informer, timers, PATCH requests) is ``extender.requeue``.
+The I/O half (informer, timers, PATCH requests) is ``extender.requeue.requeuer``.
 """
 
 from __future__ import annotations

@@ -19,17 +19,12 @@ a CA by restarting.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import ssl
-from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from aiohttp import web
-
-from extender.settings import SettingsError
+from extender.settings import ServeSettings, SettingsError
 
 log = logging.getLogger("extender.tls")
 
@@ -45,15 +40,13 @@ class TLSFiles:
     client_ca_file: str | None = None
 
 
-def tls_files(settings: Mapping[str, Any]) -> TLSFiles | None:
+def tls_files(settings: ServeSettings) -> TLSFiles | None:
     """The TLS files the settings ask for, or None for plain HTTP.
 
     Raises SettingsError for a half-given pair, or a client CA without a certificate
     (client authentication is part of the TLS handshake, so it needs HTTPS).
     """
-    cert = settings.get("tls_cert_file")
-    key = settings.get("tls_key_file")
-    client_ca = settings.get("client_ca_file")
+    cert, key, client_ca = settings.tls_cert_file, settings.tls_key_file, settings.client_ca_file
     if cert and not key:
         raise SettingsError("tls-cert-file is set but tls-key-file is not: both are needed to serve HTTPS")
     if key and not cert:
@@ -148,22 +141,3 @@ class CertificateReloader:
             except (OSError, ssl.SSLError) as exc:
                 # The files changed again between the trial load and the real one.
                 log.warning("TLS reload failed; retrying", extra={"error": str(exc)})
-
-
-def install_certificate_reloader(
-    app: web.Application,
-    context: ssl.SSLContext,
-    files: TLSFiles,
-    *,
-    interval: float = RELOAD_INTERVAL_SECONDS,
-) -> None:
-    """Run a ``CertificateReloader`` for as long as ``app`` runs."""
-
-    async def reload_in_background(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(CertificateReloader(context, files).run(interval))
-        yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    app.cleanup_ctx.append(reload_in_background)

@@ -16,7 +16,7 @@ Nothing else on the pod changes. ``metadata.uid`` is a guard, as in the kubelet'
 status patches: if the pod was deleted and recreated under the same name, the API
 server refuses the patch instead of touching the newcomer.
 
-The parts (decisions are pure, in ``extender.requeue_plan``):
+The parts (decisions are pure, in ``extender.requeue.planner``):
 
 - a pod informer: a ``Reflector`` on ``/api/v1/pods?fieldSelector=spec.nodeName=``,
   so only unscheduled pods are listed and watched (a pod that gets bound leaves the
@@ -58,24 +58,19 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
-import orjson
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from extender.app import METRICS
+from extender.cluster.api import error_of, request
 from extender.cluster.health import SourceStats
-from extender.cluster.objects import ObjectError
-from extender.cluster.reflector import Reflector, ReflectorOptions, WatchedResource
+from extender.cluster.reflector import Reflector, ReflectorOptions
 from extender.cluster.state import ClusterState, Named, Store
-from extender.metrics import RequeueMetrics
-from extender.requeue_plan import (
-    REQUEUE_ANNOTATION,
+from extender.requeue.metrics import RequeueMetrics
+from extender.requeue.planner import (
     ClassChange,
     Nudge,
     Outcome,
@@ -88,86 +83,20 @@ from extender.requeue_plan import (
     patch_outcome,
     retry_delay,
 )
+from extender.requeue.pods import POD_RESOURCE, PODS, merge_patch, requeued_at
+from extender.settings import DEFAULT_REQUEUE_RATE, DEFAULT_REQUEUE_WINDOW, DEFAULT_SCHEDULER_NAMES
+from extender.tasks import run_all
 from policies.objects import RuntimeClassView
 
 log = logging.getLogger("extender.requeue")
 
-PODS = "pods"
-DEFAULT_SCHEDULER = "default-scheduler"
-CLUSTER_FILE_ERROR = (
-    "--requeue-pending-pods needs a live cluster: it watches unscheduled pods and patches them "
-    "through the API server, which --cluster-file does not provide. Drop one of the two."
-)
-
-
-def pod_key(obj: Any) -> str:
-    """The store key of a raw Pod object: "namespace/name" (as ``PendingPod.name``)."""
-    metadata = obj.get("metadata") if isinstance(obj, dict) else None
-    if not isinstance(metadata, dict):
-        return ""
-    namespace, name = metadata.get("namespace"), metadata.get("name")
-    if not isinstance(namespace, str) or not isinstance(name, str):
-        return ""
-    return f"{namespace}/{name}"
-
-
-def _text(mapping: Mapping[str, Any], key: str, what: str) -> str:
-    value = mapping.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ObjectError(f"Pod {what} is not a string")
-    return value
-
-
-def pending_pod_from_api(obj: Any) -> PendingPod:
-    """A Pod (API JSON) -> the few fields the requeuer keeps. Raises ObjectError."""
-    if not isinstance(obj, dict):
-        raise ObjectError("Pod is not an object")
-    metadata, spec = obj.get("metadata"), obj.get("spec") or {}
-    if not isinstance(metadata, dict) or not isinstance(spec, dict):
-        raise ObjectError("Pod has no metadata or a malformed spec")
-    name = _text(metadata, "name", "metadata.name")
-    namespace = _text(metadata, "namespace", "metadata.namespace")
-    if not name or not namespace:
-        raise ObjectError("Pod has no metadata.name or metadata.namespace")
-    return PendingPod(
-        namespace=namespace,
-        pod_name=name,
-        uid=_text(metadata, "uid", "metadata.uid"),
-        runtime_class_name=_text(spec, "runtimeClassName", "spec.runtimeClassName"),
-        # The API server defaults it; the fallback only matters for odd test objects.
-        scheduler_name=_text(spec, "schedulerName", "spec.schedulerName") or DEFAULT_SCHEDULER,
-        resource_version=_text(metadata, "resourceVersion", "metadata.resourceVersion"),
-        # kube-scheduler skips pods being deleted and pods with scheduling gates.
-        schedulable=metadata.get("deletionTimestamp") is None and not spec.get("schedulingGates"),
-    )
-
-
-# Unscheduled pods only: spec.nodeName is empty until the pod is bound.
-POD_RESOURCE = WatchedResource(
-    PODS, "/api/v1/pods", pending_pod_from_api, field_selector="spec.nodeName=", key=pod_key
-)
-
-
-def requeued_at(now: datetime | None = None) -> str:
-    """RFC 3339 UTC with microseconds, so two nudges never write the same value."""
-    moment = now or datetime.now(UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def merge_patch(pod: PendingPod, stamp: str) -> dict[str, Any]:
-    """The JSON merge patch of one nudge: the annotation, guarded by the pod's uid."""
-    return {"metadata": {"uid": pod.uid, "annotations": {REQUEUE_ANNOTATION: stamp}}}
-
-
 @dataclass(frozen=True)
 class RequeueOptions:
-    scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER,)
+    scheduler_names: tuple[str, ...] = DEFAULT_SCHEDULER_NAMES
     # Seconds from the first RuntimeClass change until the nudges are planned.
-    window: float = 1.0
+    window: float = DEFAULT_REQUEUE_WINDOW
     # Patches per second, with bursts of up to ``burst``.
-    rate: float = 20.0
+    rate: float = DEFAULT_REQUEUE_RATE
     burst: int = 5
     # Attempts per nudge before it counts as failed; backoff between them.
     max_attempts: int = 8
@@ -175,19 +104,10 @@ class RequeueOptions:
     retry_max: float = 30.0
     # Whole-request timeout of one PATCH.
     request_timeout: float = 10.0
+    # Longest wait on shutdown for planned nudges to go out (the kubelet's default
+    # grace period is 30 s; the rest of shutdown needs far less).
+    drain_timeout: float = 5.0
     reflector: ReflectorOptions = field(default_factory=ReflectorOptions)
-
-
-def options_from_settings(settings: Mapping[str, Any], **overrides: Any) -> RequeueOptions:
-    """RequeueOptions from ``serve``'s resolved settings."""
-    rate = float(settings["requeue_rate"])
-    return RequeueOptions(
-        scheduler_names=tuple(settings["requeue_scheduler_names"]),
-        window=float(settings["requeue_window"]),
-        rate=rate,
-        burst=max(1, min(5, int(rate))),
-        **overrides,
-    )
 
 
 class _PodStore(Store[PendingPod]):
@@ -277,11 +197,6 @@ class Requeuer:
         """Nudges waiting for their turn or for a retry."""
         return len(self._queue) + len(self._retries)
 
-    @property
-    def busy(self) -> bool:
-        """True while a change is being coalesced or a nudge is queued or in flight."""
-        return self._changed.is_set() or self.queued > 0 or self._in_flight > 0
-
     def _class_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:
         current = new if new is not None else old
         if current is None:
@@ -299,31 +214,29 @@ class Requeuer:
         if isinstance(new, PendingPod):
             self.pending.upsert(new)
 
+    @property
+    def busy(self) -> bool:
+        """True while a change is being coalesced or a nudge is queued or in flight."""
+        return self._changed.is_set() or self.queued > 0 or self._in_flight > 0
+
     # ----- lifecycle ----------------------------------------------------------------
 
-    def attach(self, app: web.Application) -> None:
-        """Register the metrics (on the app's registry) and the background job on
-        ``app``. Call after the live cluster's ``attach``: cleanup contexts unwind in
-        reverse, so this stops before the API client closes."""
-        self.register_metrics(app[METRICS].registry)
-        app[REQUEUER] = self
-        app.cleanup_ctx.append(self._cleanup_ctx)
-
     def register_metrics(self, registry: CollectorRegistry) -> RequeueMetrics:
-        """Count nudges on ``registry`` (``attach`` uses the app's)."""
+        """Count nudges on ``registry`` (the app's, in ``serve``)."""
         self.metrics = RequeueMetrics(registry, pending=lambda: len(self.pending), queued=lambda: self.queued)
         return self.metrics
 
-    async def _cleanup_ctx(self, _app: web.Application) -> AsyncIterator[None]:
-        self.start()
-        try:
-            yield
-        finally:
-            await self.stop()
+    async def drain(self) -> None:
+        """On shutdown: give the nudges already planned or queued up to
+        ``options.drain_timeout`` seconds to go out (a pod waiting on them would
+        otherwise wait for the scheduler's own periodic retry)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.drain_timeout
+        while self.busy and loop.time() < deadline:
+            await asyncio.sleep(0.05)
 
-    def start(self) -> None:
-        if self._tasks:
-            return
+    async def run(self) -> None:
+        """The pod informer, the planner and the patch worker, until cancelled."""
         log.info(
             "requeueing pending pods on RuntimeClass changes",
             extra={
@@ -332,22 +245,12 @@ class Requeuer:
                 "rate": self.options.rate,
             },
         )
-        self._tasks = [
-            asyncio.create_task(self.reflector.run(), name="requeue-pod-informer"),
-            asyncio.create_task(self._plan_loop(), name="requeue-planner"),
-            asyncio.create_task(self._patch_loop(), name="requeue-patcher"),
-        ]
-
-    async def stop(self) -> None:
-        tasks, self._tasks = self._tasks, []
-        for handle in self._retries:
-            handle.cancel()
-        self._retries.clear()
-        for task in tasks:
-            task.cancel()
-        for result in await asyncio.gather(*tasks, return_exceptions=True):
-            if isinstance(result, Exception):
-                log.error("requeuer task ended with an error", extra={"error": repr(result)})
+        try:
+            await run_all(self.reflector.run, self._plan_loop, self._patch_loop)
+        finally:
+            for handle in self._retries:
+                handle.cancel()
+            self._retries.clear()
 
     # ----- planning -----------------------------------------------------------------
 
@@ -533,43 +436,18 @@ class Requeuer:
     async def _patch(self, pod: PendingPod) -> tuple[int, str, float | None]:
         """One PATCH: (status, message, Retry-After); status 0 for a connection error."""
         try:
-            response: aiohttp.ClientResponse = await self._api.call_api(
-                "/api/v1/namespaces/{namespace}/pods/{name}",
+            async with await request(
+                self._api,
                 "PATCH",
+                "/api/v1/namespaces/{namespace}/pods/{name}",
                 path_params={"namespace": pod.namespace, "name": pod.pod_name},
-                header_params={"Accept": "application/json", "Content-Type": "application/merge-patch+json"},
                 body=merge_patch(pod, requeued_at()),
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
-            )
-            async with response:
-                body = await response.read()
-                status = response.status
-                retry_after = _retry_after(response.headers.get("Retry-After"))
+                content_type="application/merge-patch+json",
+                timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
+            ) as response:
+                if response.status < 300:
+                    return response.status, "", None
+                error = await error_of(response)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             return 0, f"{type(exc).__name__}: {exc}", None
-        message = ""
-        if status >= 300:
-            try:
-                decoded = orjson.loads(body)
-                if isinstance(decoded, dict):
-                    message = str(decoded.get("message", ""))
-            except orjson.JSONDecodeError:
-                pass
-        return status, message, retry_after
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-REQUEUER = web.AppKey("requeuer", Requeuer)
-
-
-def requeuer_from_settings(api: Any, state: ClusterState, settings: Mapping[str, Any]) -> Requeuer:
-    """The requeuer ``serve`` builds for ``--requeue-pending-pods``."""
-    return Requeuer(api, state, options=options_from_settings(settings))
+        return error.status, error.message, error.retry_after

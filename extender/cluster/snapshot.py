@@ -3,20 +3,18 @@
 ``explain`` and ``classes`` need the cluster as it is right now, once; they do not need
 the watch that ``serve`` keeps. Credentials are found exactly as ``serve`` finds them
 (``extender.cluster.kube``: ``--kubeconfig``, ``KUBECONFIG``, in-cluster, then
-``~/.kube/config``); both kinds are LISTed page by page and parsed by the same code as
-the cluster file, so the views are the ones ``serve`` would hold.
+``~/.kube/config``); both kinds are LISTed page by page (``extender.cluster.api``, the
+same pager as the watch's) and parsed by the same code as the cluster file, so the
+views are the ones ``serve`` would hold.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
+from extender.cluster.api import ApiError, list_pages
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
 from extender.cluster.state import ClusterState
-
-PAGE_SIZE = 500
 
 
 class ClusterUnavailable(Exception):
@@ -24,36 +22,18 @@ class ClusterUnavailable(Exception):
 
 
 async def _list_all(api: Any, path: str) -> list[dict[str, Any]]:
-    """Every item of a cluster-scoped collection, following ``continue`` tokens."""
+    """Every item of a cluster-scoped collection."""
     items: list[dict[str, Any]] = []
-    token = ""
-    while True:
-        query: list[tuple[str, Any]] = [("limit", PAGE_SIZE)]
-        if token:
-            query.append(("continue", token))
-        response = await api.call_api(
-            path,
-            "GET",
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-        )
-        try:
-            body = await response.read()
-        finally:
-            response.release()
-        if response.status != 200:
-            text = body.decode("utf-8", "replace")[:300]
-            raise ClusterUnavailable(f"GET {path}: HTTP {response.status}: {text}")
-        try:
-            document = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise ClusterUnavailable(f"GET {path}: not JSON: {exc}") from None
-        items.extend(document.get("items") or [])
-        token = (document.get("metadata") or {}).get("continue") or ""
-        if not token:
-            return items
+    try:
+        async for page in list_pages(api, path):
+            if page.restarted:
+                items = []
+            items.extend(page.items)
+    except ApiError as exc:
+        raise ClusterUnavailable(f"GET {path}: {exc}") from None
+    except ValueError as exc:
+        raise ClusterUnavailable(str(exc)) from None
+    return items
 
 
 async def list_cluster(*, kubeconfig: str | None = None, context: str | None = None) -> ClusterState:

@@ -13,19 +13,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from extender.capture import CAPTURE
-from extender.cluster.health import SourceStats, failing_too_long, failure_report
-from extender.cluster.node_lookup import NodeLookup
+from extender.cluster.health import failing_too_long, failure_report
+from extender.cluster.metrics import SourceStatsProvider
 from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.cluster.state import ClusterState
-from extender.explain_http import explain_routes
+from extender.decision_cache import DecisionCache
 from extender.filtering import Decision, decide, missing_node_names
-from extender.metrics import Metrics, SourceStatsProvider
+from extender.http.explain import explain_routes
+from extender.http.keys import (
+    BODY_READ_TIMEOUT,
+    CAPTURE,
+    DECISIONS,
+    MAX_NODES,
+    METRICS,
+    NODE_LOOKUP,
+    POLICY,
+    SOURCES,
+    STATE,
+    UNHEALTHY_AFTER,
+)
+from extender.http.metrics import Handler, Metrics
 from extender.protocol import ExtenderArgs
 from extender.settings import (
     DEFAULT_BODY_READ_TIMEOUT,
@@ -37,23 +48,10 @@ from policies.registry import Policy
 
 log = logging.getLogger("extender.http")
 
-STATE = web.AppKey("state", ClusterState)
-POLICY = web.AppKey("policy", Policy)
-METRICS = web.AppKey("metrics", Metrics)
-MAX_NODES = web.AppKey("max_nodes", int)
-BODY_READ_TIMEOUT = web.AppKey("body_read_timeout", float)
 # JSON nesting is bounded by pydantic-core's parser, not by a setting: it refuses
 # anything nested deeper than this many levels (recursion limit, checked while parsing
 # at no extra cost). Real requests nest about 12 levels (managedFields).
 JSON_DEPTH_LIMIT = 201
-# Set in live cluster mode (extender.cluster.live), absent with a cluster file: the
-# watch sources' health (for /healthz), the liveness window in seconds, and the direct
-# lookup of node names the watch has not delivered yet.
-SOURCES = web.AppKey("sources", list[SourceStats])
-UNHEALTHY_AFTER = web.AppKey("unhealthy_after", float)
-NODE_LOOKUP = web.AppKey("node_lookup", NodeLookup)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def json_error(status: int, message: str, **fields: object) -> web.Response:
@@ -118,7 +116,12 @@ async def filter_handler(request: web.Request) -> web.Response:
             extra_nodes, unknown_reason = await lookup.lookup(missing)
     try:
         decision = decide(
-            args, app[STATE], app[POLICY], extra_nodes=extra_nodes, unknown_reason=unknown_reason
+            args,
+            app[STATE],
+            app[POLICY],
+            cache=app[DECISIONS],
+            extra_nodes=extra_nodes,
+            unknown_reason=unknown_reason,
         )
     except ObjectError as exc:
         return _bad_request(request, str(exc))
@@ -191,6 +194,7 @@ def create_app(
     max_nodes_per_request: int = DEFAULT_MAX_NODES_PER_REQUEST,
     body_read_timeout: float = DEFAULT_BODY_READ_TIMEOUT,
     source_stats: SourceStatsProvider | None = None,
+    decisions: DecisionCache | None = None,
 ) -> web.Application:
     # Per app, not the global registry: tests build many apps in one process.
     metrics = Metrics(state, source_stats)
@@ -200,9 +204,10 @@ def create_app(
     app[BODY_READ_TIMEOUT] = body_read_timeout
     app[STATE] = state
     app[POLICY] = policy
+    app[DECISIONS] = decisions if decisions is not None else DecisionCache(state)
     app.router.add_post("/filter", filter_handler)
     app.router.add_get("/healthz", healthz, allow_head=True)
     app.router.add_get("/readyz", readyz, allow_head=True)
     app.router.add_get("/metrics", metrics.handler)
-    app.router.add_routes(explain_routes(STATE, POLICY))
+    app.router.add_routes(explain_routes())
     return app

@@ -8,16 +8,11 @@ value a pod can choose. Reasons map onto a fixed label set (``reason_label``); a
 RuntimeClass label is either a class that existed in the cluster when the call was
 decided, ``none`` (pod without a class) or ``unknown`` (pod naming a missing class).
 
-Two kinds of metric live here:
-
-- counters and a histogram updated on the request path by ``FilterMetrics`` (one
-  middleware around ``/filter``; cheap: a few dict operations per call plus one pass
-  over the rejected nodes' reasons);
-- gauges computed at scrape time by ``ClusterCollector`` from the ``ClusterState``
-  and the sources' ``SourceStats`` (KEP-585's "future monitoring": how many
-  RuntimeClasses, how many nodes support each, how many classes each node supports).
-  The per-class node counts cost one selector check per (node, class) pair, so they
-  are cached until the state's generation counters move.
+Here: the request-path metrics of ``/filter`` (``FilterMetrics``, one middleware around
+the handler; a few dict operations per call plus one pass over the rejected nodes'
+reasons), counters read from other components' stats records (``StatsCollector``), and
+the exposition. The scrape-time cluster gauges are ``extender.cluster.metrics``; the
+requeuer's counters are ``extender.requeue.metrics``.
 """
 
 from __future__ import annotations
@@ -29,24 +24,16 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from extender.cluster.health import SourceStats
-from extender.cluster.state import KINDS, ClusterState
+from extender.cluster.metrics import PREFIX, ClusterCollector, SourceStatsProvider
+from extender.cluster.state import ClusterState
 from extender.filtering import ERROR_NOT_SYNCED, Decision
-from policies.objects import PodView
-from policies.predicates import RuntimeClassNodeSelector
 from policies.verdict import REASON_NODE_UNKNOWN, REASON_RUNTIMECLASS_MISMATCH, REASON_UNTOLERATED_TAINT
-
-PREFIX = "runtimeclass_extender_"
-
-# No *_created series: in the classic text format each would be one more series per
-# counter and histogram, and nobody reads process start times off them. (A process-wide
-# switch of prometheus_client; this process exports only these metrics.)
-disable_created_metrics()  # type: ignore[no-untyped-call]
 
 # 100 µs (an in-process decision for a small cluster) to 10 s (past kube-scheduler's
 # default 5 s httpTimeout: anything there is an outage, not latency).
@@ -121,9 +108,6 @@ RUNTIME_REASON_LABELS = frozenset(
 RUNTIME_CLASS_NONE = "none"
 RUNTIME_CLASS_UNKNOWN = "unknown"
 
-# Buckets of the "RuntimeClasses supported per node" histogram.
-NODE_RUNTIMECLASS_BUCKETS = (0, 1, 2, 3, 4, 5, 8, 10, 20)
-
 
 def reason_label(reason: str) -> str:
     """The bounded label value for a reason string a predicate produced."""
@@ -152,7 +136,6 @@ def _passing_count(decision: Decision) -> int:
     return 0
 
 
-SourceStatsProvider = Callable[[], Iterable[SourceStats]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -225,130 +208,6 @@ class FilterMetrics:
         if _passing_count(decision) == 0 and not RUNTIME_REASON_LABELS.isdisjoint(labels):
             self.runtime_rejections.labels(runtime_class).inc()
         return OUTCOME_OK
-
-
-@dataclass
-class _Support:
-    """Scrape-time results derived from the state, valid for one pair of generations."""
-
-    key: tuple[int, int, int, int]
-    nodes_per_class: dict[str, int]
-    # classes_per_node histogram: cumulative bucket counts and the sum.
-    buckets: list[tuple[str, float]]
-    total: float
-
-
-_NO_POD = PodView()
-
-
-class ClusterCollector(Collector):
-    """Gauges read from the cluster state and the sources' health at scrape time."""
-
-    def __init__(self, state: ClusterState, sources: SourceStatsProvider | None = None) -> None:
-        self._state = state
-        self._sources = sources
-        self._selector = RuntimeClassNodeSelector()
-        self._support: _Support | None = None
-
-    def _compute_support(self) -> _Support:
-        nodes = self._state.nodes
-        classes = self._state.runtime_classes
-        # len() too: a replace() of an equal-sized set still bumps generation, but a
-        # future store that forgets to bump on some path is caught by the size.
-        key = (nodes.generation, classes.generation, len(nodes), len(classes))
-        if self._support is not None and self._support.key == key:
-            return self._support
-        check = self._selector.check
-        class_list = list(classes.values())
-        per_class = dict.fromkeys((rc.name for rc in class_list), 0)
-        per_node_counts: Tally[int] = Tally()
-        for node in nodes.values():
-            supported = 0
-            for rc in class_list:
-                if check(_NO_POD, rc, node).fits:
-                    per_class[rc.name] += 1
-                    supported += 1
-            per_node_counts[supported] += 1
-        buckets: list[tuple[str, float]] = []
-        for bound in NODE_RUNTIMECLASS_BUCKETS:
-            buckets.append(
-                (str(float(bound)), float(sum(n for k, n in per_node_counts.items() if k <= bound)))
-            )
-        buckets.append(("+Inf", float(len(nodes))))
-        total = float(sum(k * n for k, n in per_node_counts.items()))
-        self._support = _Support(key, per_class, buckets, total)
-        return self._support
-
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
-        state = self._state
-        yield GaugeMetricFamily(
-            PREFIX + "runtimeclasses", "RuntimeClasses the cluster defines.", value=len(state.runtime_classes)
-        )
-        yield GaugeMetricFamily(PREFIX + "nodes", "Nodes in the extender's cache.", value=len(state.nodes))
-        support = self._compute_support()
-        per_class = GaugeMetricFamily(
-            PREFIX + "runtimeclass_nodes",
-            "Nodes that currently satisfy each RuntimeClass's node selector (scheduling.nodeSelector "
-            "and the node-selector-term annotation).",
-            labels=["runtime_class"],
-        )
-        for name, count in sorted(support.nodes_per_class.items()):
-            per_class.add_metric([name], count)
-        yield per_class
-        yield HistogramMetricFamily(
-            PREFIX + "node_runtimeclasses",
-            "How many RuntimeClasses each node supports (satisfies the node selector of).",
-            buckets=support.buckets,
-            sum_value=support.total,
-        )
-        yield from self._collect_sources()
-
-    def _collect_sources(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        synced = GaugeMetricFamily(
-            PREFIX + "watch_synced", "1 once the kind's first LIST has been loaded, else 0.", labels=["kind"]
-        )
-        for kind in KINDS:
-            synced.add_metric([kind], 1.0 if self._state.store(kind).synced else 0.0)
-        yield synced
-        stats = list(self._sources()) if self._sources is not None else []
-        if not stats:
-            return
-        counters = {
-            "lists": "Completed LISTs, including the first one.",
-            "relists": "LISTs forced by 410 Gone (the watch fell too far behind).",
-            "reconnects": "Times the watch was restarted after a failure or a server-side timeout.",
-            "events": "Watch events applied (bookmarks excluded).",
-        }
-        for field, doc in counters.items():
-            family = CounterMetricFamily(PREFIX + "watch_" + field, doc, labels=["kind"])
-            for stat in stats:
-                family.add_metric([stat.kind], float(getattr(stat, field)))
-            yield family
-        now = time.monotonic()
-        age = GaugeMetricFamily(
-            PREFIX + "watch_last_event_age_seconds",
-            "Seconds since the last applied watch event or LIST (absent before the first).",
-            labels=["kind"],
-        )
-        contact = GaugeMetricFamily(
-            PREFIX + "watch_last_contact_age_seconds",
-            "Seconds since the last successful contact with the API server (absent before the first).",
-            labels=["kind"],
-        )
-        failing = GaugeMetricFamily(
-            PREFIX + "watch_failing_seconds",
-            "Seconds the kind's source has been failing without a success; 0 while healthy.",
-            labels=["kind"],
-        )
-        for stat in stats:
-            if stat.last_event is not None:
-                age.add_metric([stat.kind], max(0.0, now - stat.last_event))
-            if stat.last_contact is not None:
-                contact.add_metric([stat.kind], max(0.0, now - stat.last_contact))
-            failing.add_metric([stat.kind], 0.0 if stat.failing_since is None else now - stat.failing_since)
-        yield age
-        yield contact
-        yield failing
 
 
 @dataclass(frozen=True)
@@ -446,65 +305,22 @@ class Metrics:
     async def handler(self, request: web.Request) -> web.Response:
         # The format the scraper asks for (Accept): classic text, or OpenMetrics.
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        return web.Response(body=encoder(self.registry), headers={"Content-Type": content_type})
+        return web.Response(
+            body=encoder(_WithoutCreated(self.registry)), headers={"Content-Type": content_type}
+        )
 
 
-# Why a nudge was not sent (--requeue-pending-pods); a fixed set.
-REQUEUE_SKIP_REASONS = (
-    "already_nudged",  # the pod was already nudged for this RuntimeClass revision
-    "not_pending",  # bound or deleted before its turn (it left the unscheduled-pod informer)
-    "deleted",  # the PATCH found no pod (404)
-    "recreated",  # a new pod of the same name (another uid) took its place
-    "superseded",  # a newer change of its RuntimeClass queued a newer nudge first
-)
-# Why a nudge failed: the API server refused it for good, or it kept failing.
-REQUEUE_FAIL_REASONS = ("forbidden", "rejected", "retries_exhausted")
+class _WithoutCreated:
+    """The registry as exposed: without ``*_created`` samples. In the classic text format
+    each would be one more series per counter and histogram, and nobody reads process
+    start times off them. (prometheus_client can only drop them process-wide.)"""
 
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
 
-class RequeueMetrics:
-    """Counters of the pending-pod requeuer (extender.requeue), on the app's registry."""
-
-    def __init__(
-        self, registry: CollectorRegistry, *, pending: Callable[[], int], queued: Callable[[], int]
-    ) -> None:
-        self.sent = Counter(
-            PREFIX + "requeue_nudges_sent",
-            "Pending pods patched (annotation requeued-at) after a change of their RuntimeClass.",
-            registry=registry,
-        )
-        self.skipped = Counter(
-            PREFIX + "requeue_nudges_skipped",
-            "Nudges not sent, by reason: already_nudged, not_pending (bound or deleted first), "
-            "deleted (404), recreated (another uid), superseded (a newer change came first).",
-            ["reason"],
-            registry=registry,
-        )
-        self.failed = Counter(
-            PREFIX + "requeue_nudges_failed",
-            "Nudges given up, by reason: forbidden (403: RBAC), rejected (another 4xx), "
-            "retries_exhausted (conflicts, 429, 5xx or connection errors every time).",
-            ["reason"],
-            registry=registry,
-        )
-        self.retries = Counter(
-            PREFIX + "requeue_patch_retries",
-            "PATCH attempts that will be retried (409, 429, 5xx, connection errors, timeouts).",
-            registry=registry,
-        )
-        pending_gauge = Gauge(
-            PREFIX + "requeue_pending_pods",
-            "Unscheduled pods the requeuer watches: they name a RuntimeClass and one of the "
-            "configured scheduler names.",
-            registry=registry,
-        )
-        pending_gauge.set_function(lambda: float(pending()))
-        queued_gauge = Gauge(
-            PREFIX + "requeue_queued_nudges",
-            "Nudges waiting for their turn under the rate limit or for a retry.",
-            registry=registry,
-        )
-        queued_gauge.set_function(lambda: float(queued()))
-        for reason in REQUEUE_SKIP_REASONS:
-            self.skipped.labels(reason)
-        for reason in REQUEUE_FAIL_REASONS:
-            self.failed.labels(reason)
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            if len(samples) != len(metric.samples):
+                metric.samples = samples
+            yield metric

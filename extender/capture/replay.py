@@ -1,6 +1,6 @@
 """Replay: re-decide captured filter requests and say which decisions changed.
 
-A capture file (``extender.capture``) holds a request, the answer given, and the state
+A capture file (``extender.capture.writer``) holds a request, the answer given, and the state
 it was decided against. Replaying decides the request again, by default against that
 captured state (which finds changes made by a new extender version or policy), or
 against a cluster file (which finds the effect of edited RuntimeClasses or nodes), and
@@ -8,27 +8,23 @@ compares the answers node by node: a node that moved between the passing list,
 ``FailedNodes`` and ``FailedAndUnresolvableNodes``, or whose reason text changed, is a
 difference; so is a changed ``Error``.
 
-Loading and comparing are pure functions here; reading the directory, POSTing to a
-running extender and printing live in ``extender.commands_tools``.
+Here: finding and reading the capture files of a directory, and the pure parts,
+re-deciding and comparing. POSTing to a running extender and printing live in
+``extender.tools.commands``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 
-from extender.capture import CAPTURE_API_VERSION, CAPTURE_KIND, FILE_PREFIX, FILE_SUFFIX
-from extender.cluster.objects import ObjectError, describe_validation_error
+from extender.capture.format import FILE_PREFIX, FILE_SUFFIX, Capture, CaptureFormatError, parse_capture
+from extender.cluster.objects import ObjectError
 from extender.cluster.state import ClusterState
 from extender.filtering import decide
-from extender.protocol import ExtenderArgs
-from extender.viewcodec import CodecError, node_from_json, runtime_class_from_json
-from policies.objects import NodeView, RuntimeClassView
 from policies.registry import Policy
 
 PASSING = "passing"
@@ -36,88 +32,10 @@ FAILED = "FailedNodes"
 UNRESOLVABLE = "FailedAndUnresolvableNodes"
 
 
-class CaptureFormatError(ValueError):
-    """A capture file cannot be read; the message names the file and the field."""
-
-
-@dataclass(frozen=True)
-class Capture:
-    path: Path
-    request: ExtenderArgs
-    request_json: bytes
-    response: Mapping[str, Any]
-    fingerprint: str
-    runtime_class_name: str | None
-    runtime_class: RuntimeClassView | None
-    # Names mode: the nodes asked about (None = the extender did not know it then).
-    # Full-nodes mode: None, the nodes are in the request.
-    nodes: Mapping[str, NodeView | None] | None
-
-    @property
-    def pod_name(self) -> str:
-        pod = self.request.Pod.view()
-        return f"{pod.namespace}/{pod.name}" if pod.namespace else pod.name
-
-
 def capture_files(directory: Path) -> list[Path]:
     """Capture files in ``directory``, oldest first. Raises OSError if unreadable."""
     return sorted(
         p for p in directory.iterdir() if p.name.startswith(FILE_PREFIX) and p.name.endswith(FILE_SUFFIX)
-    )
-
-
-def parse_capture(data: bytes, path: Path) -> Capture:
-    """One capture file's content -> Capture. Raises CaptureFormatError."""
-
-    def bad(problem: str) -> CaptureFormatError:
-        return CaptureFormatError(f"{path}: {problem}")
-
-    try:
-        record = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise bad(f"not JSON: {exc}") from None
-    if not isinstance(record, dict):
-        raise bad("expected a JSON object")
-    if record.get("apiVersion") != CAPTURE_API_VERSION or record.get("kind") != CAPTURE_KIND:
-        raise bad(f"expected apiVersion {CAPTURE_API_VERSION} and kind {CAPTURE_KIND}")
-    request_json = orjson.dumps(record.get("request"))
-    try:
-        request = ExtenderArgs.model_validate_json(request_json)
-    except ValidationError as exc:
-        raise bad(f"malformed request: {describe_validation_error(exc, 'request')}") from None
-    response = record.get("response")
-    if not isinstance(response, dict):
-        raise bad("response: expected an object")
-    state = record.get("state")
-    if not isinstance(state, dict):
-        raise bad("state: expected an object")
-    try:
-        rc_json = state.get("runtimeClass")
-        runtime_class = (
-            runtime_class_from_json(rc_json, "state.runtimeClass") if rc_json is not None else None
-        )
-        nodes_json = state.get("nodes")
-        nodes: dict[str, NodeView | None] | None = None
-        if nodes_json is not None:
-            if not isinstance(nodes_json, dict):
-                raise CodecError("state.nodes: expected an object")
-            nodes = {
-                str(name): node_from_json(view, f"state.nodes.{name}") if view is not None else None
-                for name, view in nodes_json.items()
-            }
-    except CodecError as exc:
-        raise bad(str(exc)) from None
-    rc_name = state.get("runtimeClassName")
-    fingerprint = state.get("fingerprint")
-    return Capture(
-        path=path,
-        request=request,
-        request_json=request_json,
-        response=response,
-        fingerprint=fingerprint if isinstance(fingerprint, str) else "",
-        runtime_class_name=rc_name if isinstance(rc_name, str) else None,
-        runtime_class=runtime_class,
-        nodes=nodes,
     )
 
 

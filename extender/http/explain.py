@@ -17,22 +17,21 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from extender.cluster.objects import describe_validation_error
-from extender.cluster.state import ClusterState
 from extender.explain import explain_nodes, explanation_to_json, runtime_class_pod
+from extender.http.keys import POLICY, STATE
 from extender.protocol import PodModel
 from policies.objects import PodView
-from policies.registry import Policy
 
 
 def _json(body: object, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 
 
-def explain_routes(state_key: web.AppKey[ClusterState], policy_key: web.AppKey[Policy]) -> list[web.RouteDef]:
-    """Routes reading the state and policy stored in the app under the given keys."""
+def explain_routes() -> list[web.RouteDef]:
+    """Routes reading the app's state and policy."""
 
     async def answer(request: web.Request, pod: PodView) -> web.Response:
-        state = request.app[state_key]
+        state = request.app[STATE]
         unsynced = state.unsynced_kinds()
         if unsynced:
             return _json({"error": "cluster state not synced", "unsynced": unsynced}, 503)
@@ -43,7 +42,7 @@ def explain_routes(state_key: web.AppKey[ClusterState], policy_key: web.AppKey[P
         name = pod.runtime_class_name
         runtime_class = state.runtime_classes.get(name) if name else None
         nodes = list(state.nodes.values())
-        policy = request.app[policy_key]
+        policy = request.app[POLICY]
 
         def work() -> bytes:
             return orjson.dumps(explanation_to_json(explain_nodes(pod, runtime_class, nodes, policy)))
@@ -52,7 +51,7 @@ def explain_routes(state_key: web.AppKey[ClusterState], policy_key: web.AppKey[P
 
     async def explain_runtime_class(request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        state = request.app[state_key]
+        state = request.app[STATE]
         if state.runtime_classes.synced and name not in state.runtime_classes:
             return _json({"error": f'RuntimeClass "{name}" not found'}, 404)
         return await answer(request, runtime_class_pod(name))

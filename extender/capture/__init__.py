@@ -1,0 +1,1 @@
+"""Capture and replay: the capture file format, the writer behind serve --capture-dir, replay."""

@@ -1,0 +1,1 @@
+"""The HTTP service: the aiohttp app, its handlers, metrics, TLS and the serve wiring."""

@@ -1,0 +1,34 @@
+"""Every key of the aiohttp application's typed state, in one place.
+
+Handlers read what they need from ``request.app[KEY]``; ``extender.http.app`` sets the
+keys every app has, and ``extender.http.serve`` the ones a feature adds (live cluster
+mode, capture). A key that is absent means its feature is off.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from extender.capture.writer import CaptureWriter
+from extender.cluster.health import SourceStats
+from extender.cluster.node_lookup import NodeLookup
+from extender.cluster.state import ClusterState
+from extender.decision_cache import DecisionCache
+from extender.http.metrics import Metrics
+from policies.registry import Policy
+
+STATE = web.AppKey("state", ClusterState)
+POLICY = web.AppKey("policy", Policy)
+# The filter's fast path over STATE (created with the app, never shared between apps).
+DECISIONS = web.AppKey("decisions", DecisionCache)
+METRICS = web.AppKey("metrics", Metrics)
+MAX_NODES = web.AppKey("max_nodes", int)
+BODY_READ_TIMEOUT = web.AppKey("body_read_timeout", float)
+# Set in live cluster mode, absent with a cluster file: the watch sources' health (for
+# /healthz), the liveness window in seconds, and the direct lookup of node names the
+# watch has not delivered yet.
+SOURCES = web.AppKey("sources", list[SourceStats])
+UNHEALTHY_AFTER = web.AppKey("unhealthy_after", float)
+NODE_LOOKUP = web.AppKey("node_lookup", NodeLookup)
+# Set with --capture-dir.
+CAPTURE = web.AppKey("capture", CaptureWriter)

@@ -1,0 +1,201 @@
+"""``serve``: everything the running extender is made of, wired in one place.
+
+From a ``ServeSettings`` this builds, in order: the policy, the cluster state with its
+selector-error log, the source (a cluster file, or a live cluster: connection, watch,
+node lookup), the app (``extender.http.app.create_app``, which makes the decision
+cache), and the optional parts: the pending-pod requeuer, the capture writer and the
+certificate reloader. Each background job is registered with
+``extender.tasks.background``, so it starts after the app is set up and is stopped in
+reverse order on shutdown (the API client closes last). The components themselves know
+nothing of aiohttp; the ``attach_*`` functions are the only place they meet the app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import signal
+import ssl
+from pathlib import Path
+
+from aiohttp import web
+
+from extender.capture.writer import CaptureWriter
+from extender.cluster.annotations import SelectorErrorLog
+from extender.cluster.file_source import load_cluster_file
+from extender.cluster.live import LiveCluster, LiveOptions
+from extender.cluster.state import ClusterState
+from extender.http.app import create_app
+from extender.http.keys import CAPTURE, METRICS, NODE_LOOKUP, POLICY, SOURCES, UNHEALTHY_AFTER
+from extender.http.metrics import CAPTURE_COUNTERS, NODE_LOOKUP_COUNTERS
+from extender.http.tls import (
+    RELOAD_INTERVAL_SECONDS,
+    CertificateReloader,
+    TLSFiles,
+    server_context,
+    tls_files,
+)
+from extender.policy_file import load_policy
+from extender.requeue.requeuer import RequeueOptions, Requeuer
+from extender.settings import ServeSettings, SettingsError
+from extender.tasks import background, on_shutdown
+
+log = logging.getLogger("extender")
+
+
+class ServeError(Exception):
+    """``serve`` cannot start; the message says why (printed without a trace)."""
+
+
+def attach_live(app: web.Application, live: LiveCluster) -> None:
+    """Live cluster mode: health sources, node lookup, and the watch as a background job.
+    The API client is closed last (cleanup contexts unwind in reverse)."""
+    app[SOURCES] = live.watch.stats
+    app[UNHEALTHY_AFTER] = live.options.unhealthy_after
+    app[NODE_LOOKUP] = live.lookup
+    app[METRICS].add_stats(live.lookup.stats, NODE_LOOKUP_COUNTERS)
+    app.cleanup_ctx.append(on_shutdown(live.api.close))
+    app.cleanup_ctx.append(on_shutdown(live.lookup.close))
+    app.cleanup_ctx.append(background("cluster-watch", live.watch.run))
+
+
+def attach_requeuer(app: web.Application, requeuer: Requeuer) -> None:
+    """After ``attach_live``: the requeuer stops before the API client closes."""
+    requeuer.register_metrics(app[METRICS].registry)
+    app.cleanup_ctx.append(background("requeuer", requeuer.run, drain=requeuer.drain))
+
+
+def attach_capture(app: web.Application, writer: CaptureWriter) -> None:
+    """Capture every filter call of ``app``; on shutdown what is queued is written first."""
+    app[CAPTURE] = writer
+    app[METRICS].add_stats(writer.stats, CAPTURE_COUNTERS)
+    app.cleanup_ctx.append(background("capture-writer", writer.run, drain=writer.close))
+
+
+def attach_certificate_reloader(
+    app: web.Application, context: ssl.SSLContext, files: TLSFiles, *, interval: float = RELOAD_INTERVAL_SECONDS
+) -> None:
+    reloader = CertificateReloader(context, files)
+    app.cleanup_ctx.append(background("tls-reloader", lambda: reloader.run(interval)))
+
+
+def capture_writer(settings: ServeSettings) -> CaptureWriter:
+    """The writer for the capture settings; the directory is created now, so a path that
+    cannot be used stops the process at start instead of dropping captures."""
+    assert settings.capture_dir is not None
+    directory = Path(settings.capture_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise PermissionError("not writable")
+    except OSError as exc:
+        raise SettingsError(f"capture-dir: cannot use {directory}: {exc}") from None
+    return CaptureWriter(directory, max_files=settings.capture_max_files, max_bytes=settings.capture_max_bytes)
+
+
+def requeue_options(settings: ServeSettings) -> RequeueOptions:
+    rate = settings.requeue_rate
+    return RequeueOptions(
+        scheduler_names=settings.requeue_scheduler_names,
+        window=settings.requeue_window,
+        rate=rate,
+        burst=max(1, min(5, int(rate))),
+    )
+
+
+async def connect_live(
+    settings: ServeSettings, state: ClusterState, selector_errors: SelectorErrorLog
+) -> LiveCluster:
+    """Live cluster mode: raises ServeError at once when no API server is configured."""
+    # Imported here: kubernetes-asyncio takes about a second to import, and only live
+    # mode needs it.
+    from extender.cluster.kube import KubeConfigError, connect
+
+    try:
+        connection = await connect(kubeconfig=settings.kubeconfig, context=settings.context)
+    except KubeConfigError as exc:
+        raise ServeError(str(exc)) from None
+    log.info("watching the API server", extra={"server": connection.host, "config": connection.source})
+    return LiveCluster(
+        connection.api,
+        state,
+        options=LiveOptions(unhealthy_after=settings.unhealthy_after),
+        selector_errors=selector_errors,
+    )
+
+
+async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLContext | None]:
+    """The app ``serve`` runs, with every part the settings ask for attached."""
+    tls = tls_files(settings)
+    ssl_context = server_context(tls) if tls is not None else None  # fail fast on bad TLS files
+    policy = load_policy(settings.policy_file)
+    state = ClusterState()
+    # Created here, not found in a module global: the file source and the watch report
+    # bad node-selector-term annotations to it, and it logs each class revision once.
+    selector_errors = SelectorErrorLog()
+    live = None
+    if settings.cluster_file:
+        load_cluster_file(settings.cluster_file, state, selector_errors=selector_errors)
+        log.info(
+            "loaded cluster file",
+            extra={
+                "path": settings.cluster_file,
+                "nodes": len(state.nodes),
+                "runtimeClasses": len(state.runtime_classes),
+            },
+        )
+    else:
+        live = await connect_live(settings, state, selector_errors)
+    app = create_app(
+        state=state,
+        policy=policy,
+        max_body_bytes=settings.max_body_bytes,
+        max_nodes_per_request=settings.max_nodes_per_request,
+        body_read_timeout=settings.body_read_timeout,
+        source_stats=live.source_stats if live is not None else None,
+    )
+    if live is not None:
+        attach_live(app, live)
+        if settings.requeue_pending_pods:
+            attach_requeuer(app, Requeuer(live.api, state, options=requeue_options(settings)))
+    if settings.capture_dir:
+        attach_capture(app, capture_writer(settings))
+    if tls is not None and ssl_context is not None:
+        attach_certificate_reloader(app, ssl_context, tls)
+    return app, ssl_context
+
+
+async def serve(settings: ServeSettings) -> None:
+    """Run until SIGINT or SIGTERM."""
+    app, ssl_context = await build_app(settings)
+    # What is loaded by now lives as long as the process: keep the cyclic collector
+    # from re-scanning it on every full collection (a pause some filter call waits out).
+    gc.freeze()
+    # No access log: one line per scheduler call costs time on every pod's critical path.
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, ssl_context=ssl_context)
+    await site.start()
+    addresses = [f"{addr[0]}:{addr[1]}" for addr in runner.addresses]
+    log.info(
+        "serving",
+        extra={
+            "listen": ",".join(addresses),
+            "scheme": "https" if ssl_context else "http",
+            "clientCertificates": bool(settings.client_ca_file),
+            "predicates": ",".join(app[POLICY].names),
+        },
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await runner.cleanup()

@@ -1,0 +1,1 @@
+"""Requeueing pending pods when their RuntimeClass changes (serve --requeue-pending-pods)."""

@@ -1,0 +1,69 @@
+"""Counters of the pending-pod requeuer (``serve --requeue-pending-pods``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from extender.cluster.metrics import PREFIX
+
+# Why a nudge was not sent (--requeue-pending-pods); a fixed set.
+REQUEUE_SKIP_REASONS = (
+    "already_nudged",  # the pod was already nudged for this RuntimeClass revision
+    "not_pending",  # bound or deleted before its turn (it left the unscheduled-pod informer)
+    "deleted",  # the PATCH found no pod (404)
+    "recreated",  # a new pod of the same name (another uid) took its place
+    "superseded",  # a newer change of its RuntimeClass queued a newer nudge first
+)
+# Why a nudge failed: the API server refused it for good, or it kept failing.
+REQUEUE_FAIL_REASONS = ("forbidden", "rejected", "retries_exhausted")
+
+
+class RequeueMetrics:
+    """Counters of the pending-pod requeuer (extender.requeue.requeuer), on the app's registry."""
+
+    def __init__(
+        self, registry: CollectorRegistry, *, pending: Callable[[], int], queued: Callable[[], int]
+    ) -> None:
+        self.sent = Counter(
+            PREFIX + "requeue_nudges_sent",
+            "Pending pods patched (annotation requeued-at) after a change of their RuntimeClass.",
+            registry=registry,
+        )
+        self.skipped = Counter(
+            PREFIX + "requeue_nudges_skipped",
+            "Nudges not sent, by reason: already_nudged, not_pending (bound or deleted first), "
+            "deleted (404), recreated (another uid), superseded (a newer change came first).",
+            ["reason"],
+            registry=registry,
+        )
+        self.failed = Counter(
+            PREFIX + "requeue_nudges_failed",
+            "Nudges given up, by reason: forbidden (403: RBAC), rejected (another 4xx), "
+            "retries_exhausted (conflicts, 429, 5xx or connection errors every time).",
+            ["reason"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            PREFIX + "requeue_patch_retries",
+            "PATCH attempts that will be retried (409, 429, 5xx, connection errors, timeouts).",
+            registry=registry,
+        )
+        pending_gauge = Gauge(
+            PREFIX + "requeue_pending_pods",
+            "Unscheduled pods the requeuer watches: they name a RuntimeClass and one of the "
+            "configured scheduler names.",
+            registry=registry,
+        )
+        pending_gauge.set_function(lambda: float(pending()))
+        queued_gauge = Gauge(
+            PREFIX + "requeue_queued_nudges",
+            "Nudges waiting for their turn under the rate limit or for a retry.",
+            registry=registry,
+        )
+        queued_gauge.set_function(lambda: float(queued()))
+        for reason in REQUEUE_SKIP_REASONS:
+            self.skipped.labels(reason)
+        for reason in REQUEUE_FAIL_REASONS:
+            self.failed.labels(reason)

@@ -1,0 +1,1 @@
+"""The operator commands: explain, classes, replay and the kubectl plugin."""
