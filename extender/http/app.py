@@ -23,8 +23,11 @@ from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.cluster.state import ClusterState
 from extender.decision_cache import DecisionCache
 from extender.filtering import Decision, decide, missing_node_names
+from extender.http.admission import PATH as ADMISSION_PATH
+from extender.http.admission import AdmissionMetrics, admission_handler
 from extender.http.explain import explain_routes
 from extender.http.keys import (
+    ADMISSION_METRICS,
     BODY_READ_TIMEOUT,
     CAPTURE,
     DECISIONS,
@@ -210,4 +213,6 @@ def create_app(
     app.router.add_get("/readyz", readyz, allow_head=True)
     app.router.add_get("/metrics", metrics.handler)
     app.router.add_routes(explain_routes())
+    app[ADMISSION_METRICS] = AdmissionMetrics(metrics.registry)
+    app.router.add_post(ADMISSION_PATH, admission_handler)
     return app

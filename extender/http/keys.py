@@ -7,6 +7,8 @@ mode, capture). A key that is absent means its feature is off.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiohttp import web
 
 from extender.capture.writer import CaptureWriter
@@ -16,6 +18,9 @@ from extender.cluster.state import ClusterState
 from extender.decision_cache import DecisionCache
 from extender.http.metrics import Metrics
 from policies.registry import Policy
+
+if TYPE_CHECKING:
+    from extender.http.admission import AdmissionMetrics
 
 STATE = web.AppKey("state", ClusterState)
 POLICY = web.AppKey("policy", Policy)
@@ -32,3 +37,5 @@ UNHEALTHY_AFTER = web.AppKey("unhealthy_after", float)
 NODE_LOOKUP = web.AppKey("node_lookup", NodeLookup)
 # Set with --capture-dir.
 CAPTURE = web.AppKey("capture", CaptureWriter)
+# The webhook's counters (POST /admission/runtimeclasses), on the app's registry.
+ADMISSION_METRICS: web.AppKey[AdmissionMetrics] = web.AppKey("admission_metrics")

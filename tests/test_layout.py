@@ -1,0 +1,40 @@
+"""The layering import-linter cannot state: only extender.http and extender.cli may
+import aiohttp's web framework (import-linter's contracts name no external
+subpackages). The other contracts are in pyproject.toml and run as ``lint-imports``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ALLOWED = ("extender/http/", "extender/cli.py")
+
+
+def _imports_aiohttp_web(path: Path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "aiohttp" and any(
+            alias.name == "web" for alias in node.names
+        ):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aiohttp.web"):
+            return True
+        if isinstance(node, ast.Import) and any(a.name.startswith("aiohttp.web") for a in node.names):
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in (REPO / "extender").rglob("*.py") if not str(p.relative_to(REPO)).startswith(ALLOWED)),
+    ids=lambda p: str(p.relative_to(REPO)),
+)
+def test_only_http_and_cli_import_aiohttp_web(path: Path) -> None:
+    assert not _imports_aiohttp_web(path), f"{path.relative_to(REPO)} imports aiohttp.web"
+
+
+def test_the_check_sees_an_import() -> None:
+    assert _imports_aiohttp_web(REPO / "extender" / "http" / "app.py")
