@@ -44,6 +44,7 @@ from extender.cluster.kube import connect
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.state import ClusterState
 from extender.http.app import create_app
+from extender.http.serve import attach_live
 from extender.policy_file import load_policy
 from tests.fake_apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
 
@@ -79,7 +80,7 @@ async def run(nodes: int, changes: int, poll_timeout: float) -> dict[str, Any]:
         state = ClusterState()
         live = LiveCluster(connection.api, state, options=LiveOptions())
         app = create_app(state=state, policy=load_policy(), source_stats=live.source_stats)
-        live.attach(app)
+        attach_live(app, live)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

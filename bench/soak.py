@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from extender.cluster import kube  # noqa: E402
 from extender.logs import setup_logging  # noqa: E402
+from extender.tasks import stop as stop_task  # noqa: E402
 from tests.fake_apiserver import FakeApiServer  # noqa: E402
 from tests.fault_harness import FAST, Harness, build_harness, churn, filter_calls, seed_cluster  # noqa: E402
 
@@ -127,7 +128,7 @@ async def soak(seconds: float, seed: int) -> int:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = int(runner.addresses[0][1])
-    harness.watch.start()
+    watch_task = asyncio.create_task(harness.watch.run())
 
     faults: collections.Counter[str] = collections.Counter()
     changes: collections.Counter[str] = collections.Counter()
@@ -172,7 +173,7 @@ async def soak(seconds: float, seed: int) -> int:
     finally:
         stop_calls.set()
         await asyncio.gather(calls, return_exceptions=True)
-        await harness.watch.stop()
+        await stop_task(watch_task)
         await session.close()
         await runner.cleanup()
         await conn.api.close()
