@@ -17,10 +17,8 @@ from typing import Any
 import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from extender.cluster.objects import ObjectMetaModel, TolerationModel, tolerations_from_models
+from extender.cluster.objects import STRICT, ObjectMetaModel, TolerationModel, tolerations_from_models
 from policies.objects import EMPTY_LABELS, PodView
-
-_STRICT = ConfigDict(strict=True, extra="ignore", frozen=True)
 
 
 def _go_key(name: str) -> Any:
@@ -28,14 +26,14 @@ def _go_key(name: str) -> Any:
 
 
 class PodSpecModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     runtimeClassName: str | None = None
     tolerations: list[TolerationModel] | None = None
     schedulerName: str = ""
 
 
 class PodModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     metadata: ObjectMetaModel | None = None
     spec: PodSpecModel
 
@@ -53,7 +51,7 @@ class PodModel(BaseModel):
 
 
 class NodeListModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     items: list[dict[str, Any]] | None = None
 
 

@@ -188,7 +188,13 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "(for replay); off by default",
         "DIR",
     ),
-    Setting("capture-max-files", _positive_int, DEFAULT_CAPTURE_MAX_FILES, "keep at most this many capture files", "N"),
+    Setting(
+        "capture-max-files",
+        _positive_int,
+        DEFAULT_CAPTURE_MAX_FILES,
+        "keep at most this many capture files",
+        "N",
+    ),
     Setting(
         "capture-max-bytes",
         _positive_int,
@@ -219,7 +225,13 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "RuntimeClass changes within this many seconds are coalesced into one nudge per pod",
         "SECONDS",
     ),
-    Setting("requeue-rate", _positive_float, DEFAULT_REQUEUE_RATE, "at most this many pod patches per second", "PER_SECOND"),
+    Setting(
+        "requeue-rate",
+        _positive_float,
+        DEFAULT_REQUEUE_RATE,
+        "at most this many pod patches per second",
+        "PER_SECOND",
+    ),
 )
 
 

@@ -114,3 +114,8 @@ class PodView:
     @property
     def wants_runtime_class(self) -> bool:
         return bool(self.runtime_class_name)
+
+    @property
+    def key(self) -> str:
+        """How logs and tools name the pod: "namespace/name" (just the name without one)."""
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name

@@ -31,7 +31,8 @@ from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch, runtime_class_resource
 from extender.requeue.metrics import RequeueMetrics
 from extender.requeue.planner import REQUEUE_ANNOTATION
-from extender.requeue.pods import pending_pod_from_api, pod_key
+from extender.cluster.pods import pod_key
+from extender.requeue.pods import pending_pod_from_api
 from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import SERVE_SETTINGS
 from extender.tasks import stop as stop_task

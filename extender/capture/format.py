@@ -166,8 +166,7 @@ class Capture:
 
     @property
     def pod_name(self) -> str:
-        pod = self.request.Pod.view()
-        return f"{pod.namespace}/{pod.name}" if pod.namespace else pod.name
+        return self.request.Pod.view().key
 
 
 def parse_capture(data: bytes, path: Path) -> Capture:

@@ -48,9 +48,7 @@ class LiveCluster:
     ) -> None:
         self.api = api
         self.options = options or LiveOptions()
-        self.watch = ClusterWatch(
-            api, state, options=self.options.reflector, selector_errors=selector_errors
-        )
+        self.watch = ClusterWatch(api, state, options=self.options.reflector, selector_errors=selector_errors)
         self.lookup = NodeLookup(api, options=self.options.lookup)
 
     def source_stats(self) -> list[SourceStats]:

@@ -30,6 +30,7 @@ from policies.objects import (
 )
 
 __all__ = [
+    "STRICT",
     "ObjectError",
     "ValidationError",
     "node_from_api",
@@ -38,7 +39,7 @@ __all__ = [
     "tolerations_from_models",
 ]
 
-_STRICT = ConfigDict(strict=True, extra="ignore", frozen=True)
+STRICT = ConfigDict(strict=True, extra="ignore", frozen=True)
 
 
 class ObjectError(ValueError):
@@ -46,7 +47,7 @@ class ObjectError(ValueError):
 
 
 class TolerationModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     key: str = ""
     operator: str = ""
     value: str = ""
@@ -55,14 +56,14 @@ class TolerationModel(BaseModel):
 
 
 class TaintModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     key: str
     value: str = ""
     effect: str
 
 
 class ObjectMetaModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     name: str = ""
     namespace: str = ""
     uid: str = ""
@@ -72,7 +73,7 @@ class ObjectMetaModel(BaseModel):
 
 
 class NodeSpecModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     taints: list[TaintModel] | None = None
 
 
@@ -83,31 +84,31 @@ class RuntimeHandlerFeaturesModel(BaseModel):
 
 
 class RuntimeHandlerModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     name: str = ""  # "" is the default handler
     features: RuntimeHandlerFeaturesModel | None = None
 
 
 class NodeStatusModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     runtimeHandlers: list[RuntimeHandlerModel] | None = None
 
 
 class NodeModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     metadata: ObjectMetaModel
     spec: NodeSpecModel | None = None
     status: NodeStatusModel | None = None
 
 
 class SchedulingModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     nodeSelector: dict[str, str] | None = None
     tolerations: list[TolerationModel] | None = None
 
 
 class RuntimeClassModel(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     metadata: ObjectMetaModel
     handler: str
     scheduling: SchedulingModel | None = None

@@ -288,7 +288,9 @@ class Reflector:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=options.request_timeout, sock_read=options.idle_timeout
         )
-        async with await request(self._api, "GET", self.resource.path, query=query, timeout=timeout) as response:
+        async with await request(
+            self._api, "GET", self.resource.path, query=query, timeout=timeout
+        ) as response:
             if response.status != 200:
                 raise await error_of(response)
             self._contact()

@@ -25,7 +25,9 @@ RUNTIME_CLASSES_PATH = "/apis/node.k8s.io/v1/runtimeclasses"
 def runtime_class_resource(selector_errors: SelectorErrorLog | None = None) -> WatchedResource:
     """RuntimeClasses, their bad node-selector-term annotations reported to ``selector_errors``."""
     return WatchedResource(
-        RUNTIME_CLASSES, RUNTIME_CLASSES_PATH, partial(runtime_class_from_api, selector_errors=selector_errors)
+        RUNTIME_CLASSES,
+        RUNTIME_CLASSES_PATH,
+        partial(runtime_class_from_api, selector_errors=selector_errors),
     )
 
 

@@ -46,7 +46,6 @@ from extender.settings import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_NODES_PER_REQUEST,
 )
-from policies.objects import PodView
 from policies.registry import Policy
 
 log = logging.getLogger("extender.http")
@@ -131,7 +130,7 @@ async def filter_handler(request: web.Request) -> web.Response:
     app[METRICS].filter.record_decision(decision)
     result = decision.result
     if result.Error:
-        log.warning("filter refused", extra={"pod": _pod_name(decision.pod), "error": result.Error})
+        log.warning("filter refused", extra={"pod": decision.pod.key, "error": result.Error})
     elif log.isEnabledFor(logging.DEBUG):
         _log_decision(decision)
     payload = result.to_json()
@@ -141,14 +140,10 @@ async def filter_handler(request: web.Request) -> web.Response:
     return web.Response(body=payload, content_type="application/json")
 
 
-def _pod_name(pod: PodView) -> str:
-    return f"{pod.namespace}/{pod.name}" if pod.namespace else pod.name
-
-
 def _log_decision(decision: Decision) -> None:
     """Debug detail of one filter call: a summary line, then one line per rejected node."""
     result = decision.result
-    pod = _pod_name(decision.pod)
+    pod = decision.pod.key
     rejected = {**result.FailedNodes, **result.FailedAndUnresolvableNodes}
     log.debug(
         "filter",

@@ -76,7 +76,11 @@ def attach_capture(app: web.Application, writer: CaptureWriter) -> None:
 
 
 def attach_certificate_reloader(
-    app: web.Application, context: ssl.SSLContext, files: TLSFiles, *, interval: float = RELOAD_INTERVAL_SECONDS
+    app: web.Application,
+    context: ssl.SSLContext,
+    files: TLSFiles,
+    *,
+    interval: float = RELOAD_INTERVAL_SECONDS,
 ) -> None:
     reloader = CertificateReloader(context, files)
     app.cleanup_ctx.append(background("tls-reloader", lambda: reloader.run(interval)))
@@ -93,7 +97,9 @@ def capture_writer(settings: ServeSettings) -> CaptureWriter:
             raise PermissionError("not writable")
     except OSError as exc:
         raise SettingsError(f"capture-dir: cannot use {directory}: {exc}") from None
-    return CaptureWriter(directory, max_files=settings.capture_max_files, max_bytes=settings.capture_max_bytes)
+    return CaptureWriter(
+        directory, max_files=settings.capture_max_files, max_bytes=settings.capture_max_bytes
+    )
 
 
 def requeue_options(settings: ServeSettings) -> RequeueOptions:

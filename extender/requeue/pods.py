@@ -12,22 +12,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from extender.cluster.objects import ObjectError
+from extender.cluster.pods import pod_key
 from extender.cluster.reflector import WatchedResource
 from extender.requeue.planner import REQUEUE_ANNOTATION, PendingPod
 
 PODS = "pods"
 DEFAULT_SCHEDULER = "default-scheduler"
-
-
-def pod_key(obj: Any) -> str:
-    """The store key of a raw Pod object: "namespace/name" (as ``PendingPod.name``)."""
-    metadata = obj.get("metadata") if isinstance(obj, dict) else None
-    if not isinstance(metadata, dict):
-        return ""
-    namespace, name = metadata.get("namespace"), metadata.get("name")
-    if not isinstance(namespace, str) or not isinstance(name, str):
-        return ""
-    return f"{namespace}/{name}"
 
 
 def _text(mapping: Mapping[str, Any], key: str, what: str) -> str:

@@ -90,6 +90,7 @@ from policies.objects import RuntimeClassView
 
 log = logging.getLogger("extender.requeue")
 
+
 @dataclass(frozen=True)
 class RequeueOptions:
     scheduler_names: tuple[str, ...] = DEFAULT_SCHEDULER_NAMES
