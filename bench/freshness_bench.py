@@ -3,7 +3,7 @@
     .venv/bin/python bench/freshness_bench.py                 # 300 changes, 500 nodes
     .venv/bin/python bench/freshness_bench.py --changes 1000 --nodes 5000 --json out.json
 
-One process runs the test API server (``tests/fake_apiserver``, the real list/watch
+One process runs the test API server (``tests/support/apiserver``, the real list/watch
 protocol), the extender's live-mode app exactly as ``serve`` builds it (connected
 through a kubeconfig file, reflectors started by the app's cleanup_ctx) on a loopback
 port, and a client. For each change it flips the label a RuntimeClass selects on one
@@ -46,7 +46,7 @@ from extender.cluster.state import ClusterState
 from extender.http.app import create_app
 from extender.http.serve import attach_live
 from extender.policy_file import load_policy
-from tests.fake_apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
+from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
 
 TARGET_MS = 100.0
 LABEL = "sandbox.example.dev/gvisor"

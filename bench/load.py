@@ -19,7 +19,7 @@ What it does, on 127.0.0.1 only, and it stops by itself:
    warm-up second, and at the end (and the peak, ``VmHWM``).
 
 An **error** is a failed connection, a timeout, a non-200 status, a non-empty
-``Error``, or an answer that differs from tests/reference_model.py evaluated on the
+``Error``, or an answer that differs from tests/support/reference_model.py evaluated on the
 generated cluster. Latency is reported twice: from the moment the request was sent
 (service time) and from the moment it was due (includes any queueing when the client
 or server falls behind, so a stall cannot hide: no coordinated omission).
@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 import cluster_gen  # noqa: E402
 from local import cpu_model, free_port  # noqa: E402
 
-from tests.reference_model import answer_names, class_from_api, node_from_api, normalise  # noqa: E402
+from tests.support.reference_model import answer_names, class_from_api, node_from_api, normalise  # noqa: E402
 
 WARMUP_SECONDS = 1.0
 

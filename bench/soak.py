@@ -6,10 +6,10 @@
 
 Runs, in one process and on 127.0.0.1 only:
 
-* the fake API server (tests/fake_apiserver) holding a small heterogeneous cluster;
+* the fake API server (tests/support/apiserver) holding a small heterogeneous cluster;
 * the production watch (``ClusterWatch``) and app (``create_app``), served over HTTP by
   aiohttp on an ephemeral loopback port, exactly as ``serve`` wires them minus the
-  node lookup (see tests/fault_harness.py);
+  node lookup (see tests/support/faults.py);
 * a churn task: about a hundred random object changes a second (nodes added, deleted,
   relabelled, retainted; RuntimeClasses edited, deleted, re-created);
 * a fault task: every 0.5-2 s one of: cut all watches; 500s on LIST/WATCH; 429 with
@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT))
 from extender.cluster import kube  # noqa: E402
 from extender.logs import setup_logging  # noqa: E402
 from extender.tasks import stop as stop_task  # noqa: E402
-from tests.fake_apiserver import FakeApiServer  # noqa: E402
-from tests.fault_harness import FAST, Harness, build_harness, churn, filter_calls, seed_cluster  # noqa: E402
+from tests.support.apiserver import FakeApiServer  # noqa: E402
+from tests.support.faults import FAST, Harness, build_harness, churn, filter_calls, seed_cluster  # noqa: E402
 
 FAULTS = ("drop", "500", "429", "410", "stall", "down", "fresh-history")
 

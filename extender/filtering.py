@@ -8,7 +8,7 @@ name a node that was not asked about. Duplicated names are answered once.
 Which node fails and why is the policy's business (``policies``); this module only
 looks nodes up and sorts verdicts into the two maps. In names mode the verdicts come
 from ``extender.decision_cache`` when the policy allows it (that is what keeps a
-15,000-node call cheap); ``decide_reference`` is the same answer by plain evaluation.
+15,000-node call cheap); ``decide`` without a cache is the same answer by plain evaluation.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def decide(
     Names mode answers from ``cache`` (``extender.decision_cache``, built over this
     same ``state``) when one is given and the policy allows it. Without it every node
     is judged by ``Policy.evaluate``: the plain rule the fast path is tested against
-    (tests/test_fast_path.py). The answer is the same either way.
+    (tests/test_decision_cache.py). The answer is the same either way.
     """
     pod = args.Pod.view()
     if not state.runtime_classes.synced or (args.names_mode and not state.nodes.synced):

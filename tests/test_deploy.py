@@ -30,8 +30,8 @@ from extender.cluster.objects import runtime_class_from_api
 from extender.cluster.state import ClusterState
 from extender.http.app import create_app
 from extender.policy_file import load_policy
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 KUSTOMIZATIONS = ["base", "overlays/predicate-mode", "overlays/alongside-admission", "overlays/tls"]
 PROFILE = "runtimeclass-scheduler"

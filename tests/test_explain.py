@@ -24,7 +24,8 @@ from policies.objects import (
     Toleration,
 )
 from policies.registry import BUILTIN_FACTORIES, Policy, build_policy
-from tests.conftest import EXAMPLE_CLUSTER, AppFactory
+from tests.support.apps import AppFactory
+from tests.support.paths import EXAMPLE_CLUSTER
 
 SANDBOX_TAINT = Taint("sandbox.gke.io/runtime", "NoSchedule", "gvisor")
 SANDBOX_TOLERATION = Toleration("sandbox.gke.io/runtime", "Equal", "gvisor", "NoSchedule")

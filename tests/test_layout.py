@@ -9,15 +9,18 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
+
 ALLOWED = ("extender/http/", "extender/cli.py")
 
 
 def _imports_aiohttp_web(path: Path) -> bool:
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "aiohttp" and any(
-            alias.name == "web" for alias in node.names
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "aiohttp"
+            and any(alias.name == "web" for alias in node.names)
         ):
             return True
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aiohttp.web"):
@@ -38,3 +41,25 @@ def test_only_http_and_cli_import_aiohttp_web(path: Path) -> None:
 
 def test_the_check_sees_an_import() -> None:
     assert _imports_aiohttp_web(REPO / "extender" / "http" / "app.py")
+
+
+# The tests' own layout (README "Layout"): helpers only in tests/support/, fixtures
+# registered once in tests/conftest.py, every test folder a package (so two folders may
+# hold a test module of the same name, and tests/http/ never shadows the stdlib's http).
+TEST_MODULES = sorted((REPO / "tests").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", TEST_MODULES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_test_imports_conftest_or_registers_plugins(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert "conftest" not in (node.module or ""), f"{path.name} imports from conftest"
+        if isinstance(node, ast.Assign) and path.name != "conftest.py":
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            assert "pytest_plugins" not in names, f"{path.name} sets pytest_plugins"
+
+
+def test_every_test_folder_is_a_package() -> None:
+    folders = {p.parent for p in TEST_MODULES}
+    assert [f for f in folders if not (f / "__init__.py").is_file()] == []

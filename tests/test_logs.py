@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +13,8 @@ from extender.cluster.file_source import load_cluster_file
 from extender.http.app import create_app
 from extender.logs import setup_logging
 from extender.policy_file import load_policy
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_CLUSTER = REPO / "deploy" / "examples" / "cluster.yaml"
 EXAMPLE_REQUEST = json.loads((REPO / "deploy" / "examples" / "filter-request.json").read_text())
 # The nodes the example gVisor pod cannot use (it fits gvisor-1 and gvisor-2).

@@ -19,8 +19,8 @@ from extender.policy_file import load_policy
 from policies.objects import NodeView, PodView, RuntimeClassView, Taint
 from policies.registry import POLICY_API_VERSION, POLICY_KIND, PolicyError, build_policy
 from policies.verdict import FITS, Verdict
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ORDER = ("RuntimeClassExists", "RuntimeClassNodeSelector", "TaintToleration")
 HEAD = {"apiVersion": POLICY_API_VERSION, "kind": POLICY_KIND}
 

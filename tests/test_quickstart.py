@@ -19,12 +19,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
+
 README = REPO / "README.md"
 # Generous: only reached if the server never comes up (the test then fails).
 STARTUP_DEADLINE_SECONDS = 60.0

@@ -11,8 +11,8 @@ import pytest
 
 from extender import cli
 from extender.settings import ENV_PREFIX, SERVE_SETTINGS, SettingsError, resolve
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_CLUSTER = REPO / "deploy" / "examples" / "cluster.yaml"
 
 

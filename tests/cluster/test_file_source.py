@@ -1,0 +1,306 @@
+"""The cluster file: Nodes and RuntimeClasses as ``kubectl get nodes,runtimeclasses``
+prints them (``-o yaml`` or ``-o json``): a ``List``, a typed list (``NodeList``,
+``RuntimeClassList``, whose items carry no ``kind``), or a multi-document YAML stream.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+import yaml
+
+from extender.cluster.file_source import ClusterFileError, load_cluster_file
+from extender.cluster.state import ClusterState
+from policies.objects import NodeView, RuntimeClassView, RuntimeHandler, Taint, Toleration
+from tests.support.paths import REPO
+
+LIST_YAML = """\
+apiVersion: v1
+kind: List
+metadata:
+  resourceVersion: ""
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: gvisor-1
+    resourceVersion: "210"
+    labels:
+      runtime/gvisor: "true"
+    managedFields:
+    - manager: kubectl
+      operation: Update
+  spec:
+    taints:
+    - key: sandbox
+      value: "true"
+      effect: NoSchedule
+    - key: dedicated
+      effect: PreferNoSchedule
+  status:
+    capacity: {cpu: "8"}
+    runtimeHandlers:
+    - name: runsc
+      features: {recursiveReadOnlyMounts: true, userNamespaces: false}
+    - name: ""
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: plain-1
+  spec: {}
+- apiVersion: node.k8s.io/v1
+  kind: RuntimeClass
+  metadata:
+    name: gvisor
+    resourceVersion: "7"
+  handler: runsc
+  scheduling:
+    nodeSelector:
+      runtime/gvisor: "true"
+    tolerations:
+    - key: sandbox
+      operator: Equal
+      value: "true"
+      effect: NoSchedule
+- apiVersion: node.k8s.io/v1
+  kind: RuntimeClass
+  metadata:
+    name: runc
+  handler: runc
+"""
+
+EXPECTED_NODES = {
+    "gvisor-1": NodeView(
+        name="gvisor-1",
+        labels=MappingProxyType({"runtime/gvisor": "true"}),
+        taints=(Taint("sandbox", "NoSchedule", "true"), Taint("dedicated", "PreferNoSchedule", "")),
+        runtime_handlers=(
+            RuntimeHandler("runsc", frozenset({"recursiveReadOnlyMounts"})),
+            RuntimeHandler("", frozenset()),
+        ),
+        resource_version="210",
+    ),
+    # No status.runtimeHandlers at all: None (does not report), not () (reports none).
+    "plain-1": NodeView(name="plain-1"),
+}
+EXPECTED_CLASSES = {
+    "gvisor": RuntimeClassView(
+        name="gvisor",
+        handler="runsc",
+        node_selector=MappingProxyType({"runtime/gvisor": "true"}),
+        tolerations=(Toleration("sandbox", "Equal", "true", "NoSchedule"),),
+        resource_version="7",
+    ),
+    "runc": RuntimeClassView(name="runc", handler="runc"),
+}
+
+
+def load(tmp_path: Path, text: str, name: str = "cluster.yaml") -> ClusterState:
+    path = tmp_path / name
+    path.write_text(text)
+    return load_cluster_file(path)
+
+
+def snapshot(state: ClusterState) -> tuple[dict[str, NodeView], dict[str, RuntimeClassView]]:
+    return dict(state.nodes.items()), dict(state.runtime_classes.items())
+
+
+def test_list(tmp_path: Path) -> None:
+    state = load(tmp_path, LIST_YAML)
+    assert snapshot(state) == (EXPECTED_NODES, EXPECTED_CLASSES)
+    assert state.synced
+    assert state.unsynced_kinds() == []
+
+
+def test_json_list(tmp_path: Path) -> None:
+    as_json = json.dumps(yaml.safe_load(LIST_YAML), indent=4)  # what kubectl -o json prints
+    assert snapshot(load(tmp_path, as_json, "cluster.json")) == (EXPECTED_NODES, EXPECTED_CLASSES)
+
+
+def test_typed_lists_in_a_multi_document_stream(tmp_path: Path) -> None:
+    text = """\
+---
+apiVersion: v1
+kind: NodeList
+items:
+- metadata:
+    name: gvisor-1
+    resourceVersion: "210"
+    labels: {runtime/gvisor: "true"}
+  spec:
+    taints:
+    - {key: sandbox, value: "true", effect: NoSchedule}
+    - {key: dedicated, effect: PreferNoSchedule}
+  status:
+    runtimeHandlers:
+    - name: runsc
+      features: {recursiveReadOnlyMounts: true, userNamespaces: false}
+    - name: ""
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClassList
+items:
+- metadata: {name: gvisor, resourceVersion: "7"}
+  handler: runsc
+  scheduling:
+    nodeSelector: {runtime/gvisor: "true"}
+    tolerations: [{key: sandbox, operator: Equal, value: "true", effect: NoSchedule}]
+---
+# a single object between lists
+apiVersion: v1
+kind: Node
+metadata: {name: plain-1}
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: runc}
+handler: runc
+---
+"""
+    assert snapshot(load(tmp_path, text)) == (EXPECTED_NODES, EXPECTED_CLASSES)
+
+
+def test_empty_list_is_synced_and_empty(tmp_path: Path) -> None:
+    state = load(tmp_path, "apiVersion: v1\nkind: List\nitems: []\n")
+    assert snapshot(state) == ({}, {})
+    assert state.synced
+
+
+def test_load_into_existing_state_replaces_contents(tmp_path: Path) -> None:
+    state = ClusterState()
+    assert state.unsynced_kinds() == ["nodes", "runtimeclasses"]
+    path = tmp_path / "c.yaml"
+    path.write_text(LIST_YAML)
+    assert load_cluster_file(path, state) is state
+    assert snapshot(state) == (EXPECTED_NODES, EXPECTED_CLASSES)
+
+
+NODE_A = "{kind: Node, metadata: {name: a}}"
+
+BAD_FILES = [
+    pytest.param("kind: [", "not valid YAML or JSON", id="not-yaml"),
+    pytest.param("just a string\n", "document 0: expected a Kubernetes object or List", id="scalar-document"),
+    pytest.param(
+        f"---\n{NODE_A}\n---\n- a\n", "document 1: expected a Kubernetes object or List", id="list-document"
+    ),
+    pytest.param("kind: List\nitems: {a: 1}\n", "document 0: items must be a list", id="items-not-a-list"),
+    pytest.param(
+        "kind: List\nitems: [1]\n", "document 0, item 0: expected an object", id="item-not-an-object"
+    ),
+    pytest.param(
+        f"kind: List\nitems:\n- {NODE_A}\n- {NODE_A}\n",
+        "document 0, item 1: Node 'a' appears twice",
+        id="duplicate-node",
+    ),
+    pytest.param(
+        f"{NODE_A}\n---\nkind: NodeList\nitems: [{{metadata: {{name: a}}}}]\n",
+        "document 1, item 0: Node 'a' appears twice",
+        id="duplicate-node-across-documents",
+    ),
+    pytest.param(
+        "kind: RuntimeClassList\nitems:\n- {metadata: {name: r}, handler: h}\n- {metadata: {name: r}, handler: h2}\n",
+        "document 0, item 1: RuntimeClass 'r' appears twice",
+        id="duplicate-runtimeclass",
+    ),
+    pytest.param(
+        f"{NODE_A}\n---\nkind: Pod\nmetadata: {{name: p}}\n",
+        "document 1: kind 'Pod' is not Node or RuntimeClass",
+        id="unknown-kind",
+    ),
+    pytest.param("metadata: {name: a}\n", "document 0: kind None is not Node or RuntimeClass", id="no-kind"),
+    pytest.param(
+        "kind: PodList\nitems: [{metadata: {name: p}}]\n",
+        "document 0, item 0: kind 'Pod' is not Node or RuntimeClass",
+        id="unknown-list-kind",
+    ),
+    pytest.param(
+        "kind: Node\nmetadata: {name: a}\nspec:\n  taints:\n  - {key: k, value: v}\n",
+        "document 0: Node.spec.taints[0].effect: Field required",
+        id="taint-without-effect",
+    ),
+    pytest.param(
+        "kind: Node\nmetadata: {name: a}\nspec:\n  taints:\n  - {value: v, effect: NoSchedule}\n",
+        "document 0: Node.spec.taints[0].key: Field required",
+        id="taint-without-key",
+    ),
+    pytest.param(
+        "kind: NodeList\nitems:\n- metadata: {name: a}\n- metadata:\n    name: b\n    labels: {ready: true}\n",
+        "document 0, item 1: Node.metadata.labels.ready: Input should be a valid string",
+        id="label-value-not-a-string",
+    ),
+    pytest.param(
+        "kind: Node\nmetadata: {}\n", "document 0: Node has no metadata.name", id="node-without-name"
+    ),
+    pytest.param(
+        "kind: Node\nspec: {}\n", "document 0: Node.metadata: Field required", id="node-without-metadata"
+    ),
+    pytest.param(
+        "kind: RuntimeClass\nmetadata: {name: r}\n",
+        "document 0: RuntimeClass.handler: Field required",
+        id="runtimeclass-without-handler",
+    ),
+    pytest.param(
+        "kind: RuntimeClass\nmetadata: {name: r}\nhandler: h\nscheduling: {nodeSelector: {zone: 1}}\n",
+        "document 0: RuntimeClass.scheduling.nodeSelector.zone: Input should be a valid string",
+        id="selector-value-not-a-string",
+    ),
+    pytest.param(
+        "kind: RuntimeClass\nmetadata: {name: r}\nhandler: h\nscheduling: {tolerations: {key: k}}\n",
+        "document 0: RuntimeClass.scheduling.tolerations: Input should be a valid list",
+        id="tolerations-not-a-list",
+    ),
+    pytest.param(
+        "kind: RuntimeClass\nmetadata: {name: ''}\nhandler: h\n",
+        "document 0: RuntimeClass has no metadata.name",
+        id="runtimeclass-without-name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_FILES)
+def test_bad_files_name_the_file_and_item(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    with pytest.raises(ClusterFileError) as caught:
+        load_cluster_file(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ClusterFileError, match="cannot read"):
+        load_cluster_file(tmp_path / "absent.yaml")
+
+
+def test_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_bytes(b"kind: Node\nmetadata: {name: \xff}\n")
+    with pytest.raises(ClusterFileError, match="cannot read"):
+        load_cluster_file(path)
+
+
+def test_example_cluster() -> None:
+    state = load_cluster_file(REPO / "deploy" / "examples" / "cluster.yaml")
+    nodes, classes = snapshot(state)
+    # At least what the README promises (the example may grow more nodes and classes).
+    assert {"gvisor-1", "gvisor-2", "kata-1", "runc-1", "runc-2", "win-1"} <= set(nodes)
+    assert {"gvisor", "kata-containers", "runc", "sandboxed", "windows-hyperv"} <= set(classes)
+    assert state.synced
+    # The README describes these: gVisor nodes labelled and tainted, a tainted Windows
+    # node, and `sandboxed` an alias of `gvisor` (same handler and rules).
+    sandbox_taint = Taint("sandbox.gke.io/runtime", "NoSchedule", "gvisor")
+    assert nodes["gvisor-1"].taints == nodes["gvisor-2"].taints == (sandbox_taint,)
+    assert nodes["gvisor-1"].labels["sandbox.gke.io/runtime"] == "gvisor"
+    assert nodes["win-1"].taints == (Taint("os", "NoSchedule", "windows"),)
+    assert nodes["runc-1"].taints == nodes["kata-1"].taints == ()
+    gvisor, sandboxed = classes["gvisor"], classes["sandboxed"]
+    assert (sandboxed.handler, sandboxed.node_selector, sandboxed.tolerations) == (
+        gvisor.handler,
+        gvisor.node_selector,
+        gvisor.tolerations,
+    )
+    assert gvisor.tolerations == (Toleration("sandbox.gke.io/runtime", "Equal", "gvisor", "NoSchedule"),)
+    assert dict(classes["kata-containers"].node_selector) == {"katacontainers.io/kata-runtime": "true"}

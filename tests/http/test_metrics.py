@@ -1,0 +1,349 @@
+"""GET /metrics: names, label bounds, and the values a real filter call produces."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from extender.capture.writer import CaptureWriter
+from extender.cluster.file_source import load_cluster_file
+from extender.cluster.health import SourceStats
+from extender.cluster.node_lookup import LookupStats
+from extender.cluster.state import ClusterState
+from extender.http.app import create_app
+from extender.http.keys import METRICS
+from extender.http.metrics import NODE_LOOKUP_COUNTERS, REASON_LABELS, reason_label
+from extender.http.serve import attach_capture
+from extender.policy_file import load_policy
+from policies.objects import NodeView, RuntimeClassView
+from policies.verdict import (
+    REASON_NODE_UNKNOWN,
+    REASON_RUNTIMECLASS_MISMATCH,
+    REASON_UNTOLERATED_TAINT,
+    reason_runtime_handler_features_unsupported,
+    reason_runtime_handler_unsupported,
+    reason_runtimeclass_not_found,
+    reason_runtimeclass_selector_invalid,
+)
+from tests.support.paths import REPO
+
+EXAMPLE_CLUSTER = REPO / "deploy" / "examples" / "cluster.yaml"
+EXAMPLE_REQUEST = json.loads((REPO / "deploy" / "examples" / "filter-request.json").read_text())
+ALL_NODES = ["runc-1", "runc-2", "gvisor-1", "gvisor-2", "kata-1", "win-1"]
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _app(state: ClusterState | None = None, **kwargs: Any) -> web.Application:
+    return create_app(
+        state=state if state is not None else load_cluster_file(EXAMPLE_CLUSTER),
+        policy=load_policy(),
+        **kwargs,
+    )
+
+
+def _request(runtime_class: str | None, nodes: list[str] = ALL_NODES) -> dict[str, Any]:
+    body = copy.deepcopy(EXAMPLE_REQUEST)
+    if runtime_class is None:
+        body["Pod"]["spec"].pop("runtimeClassName", None)
+    else:
+        body["Pod"]["spec"]["runtimeClassName"] = runtime_class
+    body["NodeNames"] = nodes
+    return body
+
+
+async def _scrape(client: TestClient[Any, Any]) -> tuple[str, Samples]:
+    response = await client.get("/metrics")
+    assert response.status == 200
+    assert response.headers["Content-Type"].startswith("text/plain;")
+    text = await response.text()
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return text, samples
+
+
+def _value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def test_every_metric_is_prefixed_and_has_no_node_label(aiohttp_client: Any) -> None:
+    client = await aiohttp_client(_app())
+    await client.post("/filter", json=_request("gvisor"))
+    text, samples = await _scrape(client)
+    families = list(text_string_to_metric_families(text))
+    assert families
+    for family in families:
+        assert family.name.startswith("runtimeclass_extender_"), family.name
+    for _, labels in samples:
+        assert "node" not in dict(labels)
+    # No node name appears anywhere in the exposition.
+    for node in ALL_NODES:
+        assert node not in text
+
+
+async def test_filter_call_counts_outcome_duration_and_rejections(aiohttp_client: Any) -> None:
+    client = await aiohttp_client(_app())
+    response = await client.post("/filter", json=_request("gvisor"))
+    assert response.status == 200
+    assert (await response.json())["NodeNames"] == ["gvisor-1", "gvisor-2"]
+    _, samples = await _scrape(client)
+    assert _value(samples, "runtimeclass_extender_filter_requests_total", outcome="ok") == 1
+    assert _value(samples, "runtimeclass_extender_filter_duration_seconds_count") == 1
+    assert (
+        _value(
+            samples,
+            "runtimeclass_extender_nodes_rejected_total",
+            reason="runtimeclass_mismatch",
+            runtime_class="gvisor",
+        )
+        == 4
+    )
+    # Two nodes passed: not a scheduling failure.
+    assert _value(samples, "runtimeclass_extender_runtime_rejections_total", runtime_class="gvisor") == 0
+    # Every outcome series exists from the start, at zero.
+    for outcome in ("not_synced", "bad_request", "too_large", "unsupported_media_type", "error"):
+        assert ("runtimeclass_extender_filter_requests_total", (("outcome", outcome),)) in samples
+
+
+async def test_pod_input_cannot_create_label_values(aiohttp_client: Any) -> None:
+    client = await aiohttp_client(_app())
+    await client.post("/filter", json=_request("made-up-class-4f9a"))
+    text, samples = await _scrape(client)
+    assert "made-up-class-4f9a" not in text
+    assert (
+        _value(
+            samples,
+            "runtimeclass_extender_nodes_rejected_total",
+            reason="runtimeclass_not_found",
+            runtime_class="unknown",
+        )
+        == 6
+    )
+    # No node left, all for a runtime reason: one scheduling rejection.
+    assert _value(samples, "runtimeclass_extender_runtime_rejections_total", runtime_class="unknown") == 1
+
+
+async def test_runtime_rejection_when_no_node_can_run_the_class(aiohttp_client: Any) -> None:
+    client = await aiohttp_client(_app())
+    await client.post("/filter", json=_request("kata-containers", ["runc-1", "gvisor-1", "win-1"]))
+    _, samples = await _scrape(client)
+    assert (
+        _value(samples, "runtimeclass_extender_runtime_rejections_total", runtime_class="kata-containers")
+        == 1
+    )
+
+
+async def test_pod_without_class_is_labelled_none_and_taints_are_not_runtime_rejections(
+    aiohttp_client: Any,
+) -> None:
+    client = await aiohttp_client(_app())
+    await client.post("/filter", json=_request(None, ["gvisor-1", "win-1"]))
+    _, samples = await _scrape(client)
+    assert (
+        _value(
+            samples,
+            "runtimeclass_extender_nodes_rejected_total",
+            reason="untolerated_taint",
+            runtime_class="none",
+        )
+        == 2
+    )
+    assert _value(samples, "runtimeclass_extender_runtime_rejections_total", runtime_class="none") == 0
+
+
+async def test_error_outcomes(aiohttp_client: Any) -> None:
+    client = await aiohttp_client(_app(max_body_bytes=64 * 1024))
+    assert (
+        await client.post("/filter", data=b"{not json", headers={"Content-Type": "application/json"})
+    ).status == 400
+    assert (await client.post("/filter", data=b"{}", headers={"Content-Type": "text/plain"})).status == 415
+    too_big = b'{"Pod": {}, "NodeNames": ["' + b"x" * (128 * 1024) + b'"]}'
+    assert (
+        await client.post("/filter", data=too_big, headers={"Content-Type": "application/json"})
+    ).status == 413
+    assert (await client.get("/filter")).status == 405
+    _, samples = await _scrape(client)
+    for outcome in ("bad_request", "unsupported_media_type", "too_large", "method_not_allowed"):
+        assert _value(samples, "runtimeclass_extender_filter_requests_total", outcome=outcome) == 1, outcome
+    assert _value(samples, "runtimeclass_extender_filter_requests_total", outcome="ok") == 0
+    # Other paths are not filter requests.
+    await client.get("/healthz")
+    _, again = await _scrape(client)
+    assert _value(again, "runtimeclass_extender_filter_duration_seconds_count") == 4
+
+
+async def test_not_synced_outcome(aiohttp_client: Any) -> None:
+    client = await aiohttp_client(_app(ClusterState()))
+    response = await client.post("/filter", json=_request("gvisor"))
+    assert (await response.json())["Error"] == "cluster state not synced"
+    _, samples = await _scrape(client)
+    assert _value(samples, "runtimeclass_extender_filter_requests_total", outcome="not_synced") == 1
+    assert _value(samples, "runtimeclass_extender_watch_synced", kind="nodes") == 0
+    assert _value(samples, "runtimeclass_extender_runtimeclasses") == 0
+
+
+def _small_cluster() -> ClusterState:
+    """Three runtimes over six nodes, built by hand so the expected counts are plain."""
+    linux = {"kubernetes.io/os": "linux"}
+    gvisor = {**linux, "sandbox/runtime": "gvisor"}
+    kata = {**linux, "kata": "true"}
+    state = ClusterState()
+    state.nodes.replace(
+        [
+            NodeView("plain-1", labels=linux),
+            NodeView("plain-2", labels=linux),
+            NodeView("gvisor-1", labels=gvisor),
+            NodeView("gvisor-2", labels=gvisor),
+            NodeView("kata-1", labels=kata),
+            NodeView("win-1", labels={"kubernetes.io/os": "windows"}),
+        ]
+    )
+    state.runtime_classes.replace(
+        [
+            RuntimeClassView("runc", "runc", node_selector=linux),
+            RuntimeClassView("gvisor", "runsc", node_selector={"sandbox/runtime": "gvisor"}),
+            RuntimeClassView("sandboxed", "runsc", node_selector={"sandbox/runtime": "gvisor"}),
+            RuntimeClassView("kata-containers", "kata", node_selector={"kata": "true"}),
+            RuntimeClassView("windows", "runhcs", node_selector={"kubernetes.io/os": "windows"}),
+        ]
+    )
+    return state
+
+
+async def test_runtimeclass_support_gauges(aiohttp_client: Any) -> None:
+    state = _small_cluster()
+    client = await aiohttp_client(_app(state))
+    _, samples = await _scrape(client)
+    assert _value(samples, "runtimeclass_extender_runtimeclasses") == 5
+    assert _value(samples, "runtimeclass_extender_nodes") == 6
+    expected = {"runc": 5, "gvisor": 2, "sandboxed": 2, "kata-containers": 1, "windows": 1}
+    for name, count in expected.items():
+        assert _value(samples, "runtimeclass_extender_runtimeclass_nodes", runtime_class=name) == count, name
+    # Classes per node: plain-1, plain-2, win-1 -> 1; kata-1 -> 2 (runc, kata);
+    # gvisor-1, gvisor-2 -> 3 (runc, gvisor, sandboxed).
+    histogram = "runtimeclass_extender_node_runtimeclasses"
+    assert _value(samples, histogram + "_bucket", le="0.0") == 0
+    assert _value(samples, histogram + "_bucket", le="1.0") == 3
+    assert _value(samples, histogram + "_bucket", le="2.0") == 4
+    assert _value(samples, histogram + "_bucket", le="3.0") == 6
+    assert _value(samples, histogram + "_bucket", le="+Inf") == 6
+    assert _value(samples, histogram + "_count") == 6
+    assert _value(samples, histogram + "_sum") == 11
+    assert _value(samples, "runtimeclass_extender_watch_synced", kind="runtimeclasses") == 1
+
+    # The gauges follow the state (the scrape-time cache is invalidated).
+    state.nodes.upsert(NodeView("gvisor-3", labels={"sandbox/runtime": "gvisor"}))
+    state.runtime_classes.delete("sandboxed")
+    _, after = await _scrape(client)
+    assert _value(after, "runtimeclass_extender_runtimeclasses") == 4
+    assert _value(after, "runtimeclass_extender_runtimeclass_nodes", runtime_class="gvisor") == 3
+    assert ("runtimeclass_extender_runtimeclass_nodes", (("runtime_class", "sandboxed"),)) not in after
+
+
+async def test_watch_health_from_source_stats(aiohttp_client: Any) -> None:
+    now = time.monotonic()
+    stats = [
+        SourceStats(
+            "nodes",
+            synced=True,
+            lists=2,
+            relists=1,
+            reconnects=3,
+            events=7,
+            last_event=now - 30,
+            last_contact=now,
+        ),
+        SourceStats("runtimeclasses", lists=0, failing_since=now - 12, last_error="connection refused"),
+    ]
+    client = await aiohttp_client(_app(source_stats=lambda: stats))
+    _, samples = await _scrape(client)
+    assert _value(samples, "runtimeclass_extender_watch_lists_total", kind="nodes") == 2
+    assert _value(samples, "runtimeclass_extender_watch_relists_total", kind="nodes") == 1
+    assert _value(samples, "runtimeclass_extender_watch_reconnects_total", kind="nodes") == 3
+    assert _value(samples, "runtimeclass_extender_watch_events_total", kind="nodes") == 7
+    assert _value(samples, "runtimeclass_extender_watch_last_event_age_seconds", kind="nodes") >= 30
+    assert (
+        "runtimeclass_extender_watch_last_event_age_seconds",
+        (("kind", "runtimeclasses"),),
+    ) not in samples
+    assert _value(samples, "runtimeclass_extender_watch_failing_seconds", kind="nodes") == 0
+    assert _value(samples, "runtimeclass_extender_watch_failing_seconds", kind="runtimeclasses") >= 12
+    # The record counts more than once a scrape: the counters are read, not kept.
+    stats[0].events = 9
+    _, again = await _scrape(client)
+    assert _value(again, "runtimeclass_extender_watch_events_total", kind="nodes") == 9
+
+
+async def test_apps_have_separate_registries(aiohttp_client: Any) -> None:
+    first = await aiohttp_client(_app())
+    second = await aiohttp_client(_app())
+    await first.post("/filter", json=_request("gvisor"))
+    _, samples = await _scrape(second)
+    assert _value(samples, "runtimeclass_extender_filter_requests_total", outcome="ok") == 0
+
+
+@pytest.mark.parametrize(
+    ("reason", "label"),
+    [
+        (REASON_RUNTIMECLASS_MISMATCH, "runtimeclass_mismatch"),
+        (REASON_UNTOLERATED_TAINT, "untolerated_taint"),
+        (REASON_NODE_UNKNOWN, "unknown_node"),
+        (reason_runtimeclass_not_found("anything-at-all"), "runtimeclass_not_found"),
+        (reason_runtimeclass_selector_invalid("gvisor"), "runtimeclass_invalid"),
+        (reason_runtime_handler_unsupported("runsc"), "handler_unsupported"),
+        (reason_runtime_handler_features_unsupported("runsc"), "handler_unsupported"),
+        ("a reason some plugin made up", "other"),
+    ],
+)
+def test_reason_labels_are_a_fixed_set(reason: str, label: str) -> None:
+    assert reason_label(reason) == label
+    assert label in REASON_LABELS
+
+
+async def test_every_metric_is_documented_in_the_readme(aiohttp_client: Any, tmp_path: Path) -> None:
+    stats = [
+        SourceStats("nodes", synced=True, lists=1, last_event=time.monotonic(), last_contact=time.monotonic())
+    ]
+    app = _app(source_stats=lambda: stats)
+    # The optional components export their counters too: capture and the node lookup.
+    attach_capture(app, CaptureWriter(tmp_path / "captures"))
+    app[METRICS].add_stats(LookupStats(), NODE_LOOKUP_COUNTERS)
+    client = await aiohttp_client(app)
+    await client.post("/filter", json=_request("made-up"))
+    text, _ = await _scrape(client)
+    readme = (REPO / "README.md").read_text()
+    names = set()
+    for family in text_string_to_metric_families(text):
+        # The README names counters with their _total suffix, as Prometheus shows them.
+        names.add(family.name + "_total" if family.type == "counter" else family.name)
+    missing = sorted(name for name in names if f"`{name}`" not in readme)
+    assert not missing, f"metrics missing from README's Metrics table: {missing}"
+
+
+async def test_component_stats_are_exported_as_counters(aiohttp_client: Any, tmp_path: Path) -> None:
+    """Capture and lookup counters are read from their stats records at scrape time."""
+    app = _app()
+    writer = CaptureWriter(tmp_path / "captures")
+    attach_capture(app, writer)
+    lookup = LookupStats(found=2, not_found=1, failed=3, cache_hits=5)
+    app[METRICS].add_stats(lookup, NODE_LOOKUP_COUNTERS)
+    client = await aiohttp_client(app)
+    writer.stats.written, writer.stats.dropped, writer.stats.removed = 7, 1, 4
+    _, samples = await _scrape(client)
+    assert _value(samples, "runtimeclass_extender_captures_total", result="written") == 7
+    assert _value(samples, "runtimeclass_extender_captures_total", result="dropped") == 1
+    assert ("runtimeclass_extender_captures_total", (("result", "failed"),)) in samples
+    assert _value(samples, "runtimeclass_extender_capture_files_removed_total") == 4
+    assert _value(samples, "runtimeclass_extender_node_lookups_total", result="failed") == 3
+    assert _value(samples, "runtimeclass_extender_node_lookups_total", result="not_found") == 1
+    assert _value(samples, "runtimeclass_extender_node_lookup_cache_hits_total") == 5

@@ -1,0 +1,14 @@
+"""Where the repository's files are, for every test: one copy of each path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TESTS_DATA = REPO / "tests" / "data"
+EXAMPLES = REPO / "deploy" / "examples"
+EXAMPLE_CLUSTER = EXAMPLES / "cluster.yaml"
+# The six-node cluster the captured kube-scheduler requests came from.
+CAPTURE_CLUSTER = TESTS_DATA / "capture-cluster.yaml"
+# Requests captured from a real kube-scheduler, kept beside the repository.
+KUBE_SCHEDULER_FIXTURES = REPO.parent / "shared" / "fixtures" / "kube-scheduler"

@@ -1,0 +1,397 @@
+"""The fake API server answers as Kubernetes API conventions say a real one does.
+
+Checked against api-conventions.md and the apiserver's behaviour: list metadata
+(resourceVersion, continue, remainingItemCount), watch events ``{"type", "object"}``
+with the object's ``metadata.resourceVersion``, bookmarks, and ``Status`` errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+import orjson
+import pytest
+import yaml
+
+from tests.support.apiserver import (
+    NODES,
+    PODS,
+    RUNTIME_CLASSES,
+    FakeApiServer,
+    ResourceType,
+    make_node,
+    make_pod,
+    make_runtime_class,
+)
+
+AUTH = {"Authorization": "Bearer fake-token"}
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(headers=AUTH) as session:
+        yield session
+
+
+async def get_json(http: aiohttp.ClientSession, url: str, **params: str) -> tuple[int, Any]:
+    async with http.get(url, params=params) as resp:
+        return resp.status, orjson.loads(await resp.read())
+
+
+class WatchStream:
+    """Reads watch events one line at a time."""
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self.resp = resp
+
+    async def next(self, timeout: float = 5.0) -> dict[str, Any]:
+        line = await asyncio.wait_for(self.resp.content.readline(), timeout)
+        assert line, "stream ended"
+        assert line.endswith(b"\n")
+        event = orjson.loads(line)
+        # Every watch event is exactly {"type", "object"} (watch.Event in apimachinery).
+        assert set(event) == {"type", "object"}
+        assert event["type"] in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
+        return dict(event)
+
+    async def ended(self, timeout: float = 5.0) -> bool:
+        line = await asyncio.wait_for(self.resp.content.readline(), timeout)
+        return line == b""
+
+
+async def open_watch(http: aiohttp.ClientSession, url: str, **params: str) -> WatchStream:
+    resp = await http.get(url, params={"watch": "true", **params})
+    assert resp.status == 200, await resp.text()
+    assert resp.headers["Content-Type"].startswith("application/json")
+    return WatchStream(resp)
+
+
+def nodes_url(server: FakeApiServer) -> str:
+    return server.url + NODES.collection_path()
+
+
+def assert_status(body: Any, code: int, reason: str) -> None:
+    assert body["kind"] == "Status"
+    assert body["apiVersion"] == "v1"
+    assert body["status"] == "Failure"
+    assert body["code"] == code
+    assert body["reason"] == reason
+    assert isinstance(body["message"], str) and body["message"]
+
+
+async def test_list_shape_and_global_resource_versions(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    fake_apiserver.add(NODES, make_node("a"))
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", handler="runsc"))
+    fake_apiserver.add(NODES, make_node("b"))
+    status, body = await get_json(http, nodes_url(fake_apiserver))
+    assert status == 200
+    assert body["kind"] == "NodeList" and body["apiVersion"] == "v1"
+    assert body["metadata"] == {"resourceVersion": "3"}
+    assert [i["metadata"]["name"] for i in body["items"]] == ["a", "b"]
+    # One counter across resources, like etcd's revision.
+    assert [i["metadata"]["resourceVersion"] for i in body["items"]] == ["1", "3"]
+    status, body = await get_json(http, fake_apiserver.url + RUNTIME_CLASSES.collection_path())
+    assert body["kind"] == "RuntimeClassList" and body["apiVersion"] == "node.k8s.io/v1"
+    assert body["items"][0]["handler"] == "runsc"
+
+
+async def test_pagination_is_a_consistent_snapshot(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    for i in range(5):
+        fake_apiserver.add(NODES, make_node(f"n{i}"))
+    status, first = await get_json(http, nodes_url(fake_apiserver), limit="2")
+    assert status == 200
+    assert [i["metadata"]["name"] for i in first["items"]] == ["n0", "n1"]
+    assert first["metadata"]["remainingItemCount"] == 3
+    token = first["metadata"]["continue"]
+    # Changes after the first page do not show up in later pages.
+    fake_apiserver.delete(NODES, "n3")
+    fake_apiserver.add(NODES, make_node("n9"))
+    names = []
+    while token:
+        status, page = await get_json(http, nodes_url(fake_apiserver), limit="2", **{"continue": token})
+        assert status == 200
+        assert page["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+        names += [i["metadata"]["name"] for i in page["items"]]
+        token = page["metadata"].get("continue", "")
+    assert names == ["n2", "n3", "n4"]
+
+
+async def test_continue_token_expires_with_compaction(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    for i in range(3):
+        fake_apiserver.add(NODES, make_node(f"n{i}"))
+    _, first = await get_json(http, nodes_url(fake_apiserver), limit="1")
+    fake_apiserver.add(NODES, make_node("later"))
+    fake_apiserver.compact()
+    status, body = await get_json(
+        http, nodes_url(fake_apiserver), limit="1", **{"continue": first["metadata"]["continue"]}
+    )
+    assert status == 410
+    assert_status(body, 410, "Expired")
+
+
+async def test_get_by_name_and_not_found(fake_apiserver: FakeApiServer, http: aiohttp.ClientSession) -> None:
+    fake_apiserver.add(NODES, make_node("a", labels={"x": "y"}))
+    status, body = await get_json(http, nodes_url(fake_apiserver) + "/a")
+    assert status == 200
+    assert body["kind"] == "Node" and body["metadata"]["labels"]["x"] == "y"
+    status, body = await get_json(http, nodes_url(fake_apiserver) + "/missing")
+    assert status == 404
+    assert_status(body, 404, "NotFound")
+    assert body["details"] == {"name": "missing", "kind": "nodes"}
+
+
+async def test_unauthenticated_requests_are_refused(fake_apiserver: FakeApiServer) -> None:
+    async with aiohttp.ClientSession() as anonymous:
+        status, body = await get_json(anonymous, nodes_url(fake_apiserver))
+    assert status == 401
+    assert_status(body, 401, "Unauthorized")
+
+
+async def test_watch_replays_from_resource_version_then_streams(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    fake_apiserver.add(NODES, make_node("a"))
+    _, listed = await get_json(http, nodes_url(fake_apiserver))
+    rv = listed["metadata"]["resourceVersion"]
+    fake_apiserver.modify(NODES, "a", {"metadata": {"labels": {"x": "1"}}})
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("kata"))  # another resource: not seen
+    stream = await open_watch(http, nodes_url(fake_apiserver), resourceVersion=rv)
+    event = await stream.next()
+    assert event["type"] == "MODIFIED"
+    assert event["object"]["kind"] == "Node" and event["object"]["apiVersion"] == "v1"
+    assert event["object"]["metadata"]["labels"]["x"] == "1"
+    assert event["object"]["metadata"]["resourceVersion"] == "2"
+    fake_apiserver.add(NODES, make_node("b"))
+    fake_apiserver.delete(NODES, "a")
+    added, deleted = await stream.next(), await stream.next()
+    assert (added["type"], added["object"]["metadata"]["name"]) == ("ADDED", "b")
+    assert (deleted["type"], deleted["object"]["metadata"]["name"]) == ("DELETED", "a")
+    # Strictly increasing, and the deletion is a revision of its own.
+    rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in (event, added, deleted)]
+    assert rvs == sorted(rvs) and len(set(rvs)) == 3
+    stream.resp.close()
+
+
+async def test_watch_without_resource_version_starts_with_synthetic_adds(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    fake_apiserver.add(NODES, make_node("a"))
+    fake_apiserver.add(NODES, make_node("b"))
+    stream = await open_watch(http, nodes_url(fake_apiserver))
+    names = [(await stream.next())["object"]["metadata"]["name"] for _ in range(2)]
+    assert names == ["a", "b"]
+    stream.resp.close()
+
+
+async def test_watch_timeout_ends_cleanly_with_a_bookmark(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    fake_apiserver.add(NODES, make_node("a"))
+    stream = await open_watch(
+        http, nodes_url(fake_apiserver), resourceVersion="1", allowWatchBookmarks="true", timeoutSeconds="1"
+    )
+    fake_apiserver.add(NODES, make_node("b"))
+    assert (await stream.next())["type"] == "ADDED"
+    bookmark = await stream.next()
+    assert bookmark == {
+        "type": "BOOKMARK",
+        "object": {"kind": "Node", "apiVersion": "v1", "metadata": {"resourceVersion": "2"}},
+    }
+    assert await stream.ended()
+
+
+async def test_bookmarks_on_request_only_when_allowed(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    with_bookmarks = await open_watch(
+        http, nodes_url(fake_apiserver), resourceVersion="0", allowWatchBookmarks="true"
+    )
+    without = await open_watch(http, nodes_url(fake_apiserver), resourceVersion="0")
+    await fake_apiserver.wait_for_watchers(NODES, 2)
+    fake_apiserver.send_bookmarks()
+    fake_apiserver.add(NODES, make_node("a"))
+    assert (await with_bookmarks.next())["type"] == "BOOKMARK"
+    assert (await with_bookmarks.next())["type"] == "ADDED"
+    assert (await without.next())["type"] == "ADDED"
+    with_bookmarks.resp.close()
+    without.resp.close()
+
+
+async def test_too_old_resource_version_is_410(http: aiohttp.ClientSession) -> None:
+    modes: tuple[Literal["event", "http"], ...] = ("event", "http")
+    for gone_as in modes:
+        server = FakeApiServer(gone_as=gone_as)
+        await server.start()
+        try:
+            server.add(NODES, make_node("a"))
+            server.add(NODES, make_node("b"))
+            server.compact()
+            url = server.url + NODES.collection_path()
+            resp = await http.get(url, params={"watch": "1", "resourceVersion": "1"})
+            if gone_as == "http":
+                assert resp.status == 410
+                assert_status(orjson.loads(await resp.read()), 410, "Expired")
+            else:
+                assert resp.status == 200
+                event = await WatchStream(resp).next()
+                assert event["type"] == "ERROR"
+                assert_status(event["object"], 410, "Expired")
+                assert await WatchStream(resp).ended()
+            resp.close()
+            # The current resourceVersion itself is still watchable.
+            stream = await open_watch(http, url, resourceVersion=str(server.resource_version))
+            stream.resp.close()
+        finally:
+            await server.stop()
+
+
+async def test_future_resource_version_is_too_large(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    resp = await http.get(nodes_url(fake_apiserver), params={"watch": "1", "resourceVersion": "99"})
+    body = orjson.loads(await resp.read())
+    assert resp.status == 504
+    assert_status(body, 504, "Timeout")
+    assert body["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+
+
+async def test_drop_cuts_streams_mid_way(fake_apiserver: FakeApiServer, http: aiohttp.ClientSession) -> None:
+    stream = await open_watch(http, nodes_url(fake_apiserver), resourceVersion="0")
+    await fake_apiserver.wait_for_watchers(NODES, 1)
+    assert fake_apiserver.drop_watches() == 1
+    with pytest.raises((aiohttp.ClientPayloadError, aiohttp.ClientConnectionError)):
+        await asyncio.wait_for(stream.resp.content.readline(), 5)
+    assert fake_apiserver.watcher_count() == 0
+
+
+async def test_stalled_stream_delivers_after_resume(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    stream = await open_watch(http, nodes_url(fake_apiserver), resourceVersion="0")
+    await fake_apiserver.wait_for_watchers(NODES, 1)
+    fake_apiserver.stall_watches()
+    fake_apiserver.add(NODES, make_node("a"))
+    with pytest.raises(TimeoutError):
+        await stream.next(timeout=0.2)
+    fake_apiserver.resume_watches()
+    assert (await stream.next())["object"]["metadata"]["name"] == "a"
+    stream.resp.close()
+
+
+async def test_injected_failures(fake_apiserver: FakeApiServer, http: aiohttp.ClientSession) -> None:
+    fake_apiserver.fail_next(1, status=429, retry_after=2, verbs={"list"})
+    fake_apiserver.fail_next(1, status=500)
+    async with http.get(nodes_url(fake_apiserver)) as resp:
+        assert resp.status == 429
+        assert resp.headers["Retry-After"] == "2"
+        assert_status(orjson.loads(await resp.read()), 429, "TooManyRequests")
+    status, body = await get_json(http, nodes_url(fake_apiserver) + "/x")
+    assert status == 500
+    assert_status(body, 500, "InternalError")
+    status, _ = await get_json(http, nodes_url(fake_apiserver))
+    assert status == 200
+
+
+async def test_restart_keeps_port_and_fresh_history_lowers_versions(
+    http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    server = FakeApiServer()
+    await server.start()
+    try:
+        port = server.port
+        for i in range(5):
+            server.add(NODES, make_node(f"n{i}"))
+        server.modify(NODES, "n4", {"metadata": {"labels": {"a": "b"}}})
+        await server.stop()
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await get_json(http, server.url + NODES.collection_path())
+        await server.restart(fresh_history=True)
+        assert server.port == port
+        status, body = await get_json(http, server.url + NODES.collection_path())
+        assert status == 200
+        assert int(body["metadata"]["resourceVersion"]) == 5 < 6
+        assert body["items"][4]["metadata"]["labels"]["a"] == "b"
+    finally:
+        await server.stop()
+
+
+async def test_namespaced_field_selector_and_merge_patch(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    fake_apiserver.add(PODS, make_pod("p1", node_name="n1"))
+    fake_apiserver.add(PODS, make_pod("p2"))
+    fake_apiserver.add(PODS, make_pod("p3", namespace="other", node_name="n1"))
+    all_pods = fake_apiserver.url + PODS.collection_path()
+    default_pods = fake_apiserver.url + PODS.collection_path("default")
+    _, body = await get_json(http, all_pods, fieldSelector="spec.nodeName=")
+    assert [p["metadata"]["name"] for p in body["items"]] == ["p2"]
+    _, body = await get_json(http, default_pods, fieldSelector="spec.nodeName=n1")
+    assert [p["metadata"]["name"] for p in body["items"]] == ["p1"]
+    status, body = await get_json(http, all_pods, fieldSelector="spec.bogus=1")
+    assert status == 400
+    assert_status(body, 400, "BadRequest")
+
+    unscheduled = await open_watch(
+        http, all_pods, resourceVersion=str(fake_apiserver.resource_version), fieldSelector="spec.nodeName="
+    )
+    patch = {"metadata": {"annotations": {"requeue": "1"}}}
+    async with http.patch(
+        default_pods + "/p2",
+        data=orjson.dumps(patch),
+        headers={"Content-Type": "application/merge-patch+json"},
+    ) as resp:
+        assert resp.status == 200
+        patched = orjson.loads(await resp.read())
+    assert patched["metadata"]["annotations"] == {"requeue": "1"}
+    assert patched["metadata"]["resourceVersion"] == "4"
+    event = await unscheduled.next()
+    assert (event["type"], event["object"]["metadata"]["resourceVersion"]) == ("MODIFIED", "4")
+    # Binding p2 to a node takes it out of the selector: the watcher sees DELETED.
+    fake_apiserver.modify(PODS, "p2", {"spec": {"nodeName": "n2"}})
+    assert (await unscheduled.next())["type"] == "DELETED"
+    unscheduled.resp.close()
+
+    # A stale resourceVersion precondition conflicts; a wrong patch type is refused.
+    stale = {"metadata": {"resourceVersion": "2", "labels": {"a": "b"}}}
+    async with http.patch(
+        default_pods + "/p1",
+        data=orjson.dumps(stale),
+        headers={"Content-Type": "application/merge-patch+json"},
+    ) as resp:
+        assert resp.status == 409
+        assert_status(orjson.loads(await resp.read()), 409, "Conflict")
+    async with http.patch(
+        default_pods + "/p1", data=b"[]", headers={"Content-Type": "application/json-patch+json"}
+    ) as resp:
+        assert resp.status == 415
+
+
+async def test_generic_resource_registration(http: aiohttp.ClientSession) -> None:
+    widgets = ResourceType("example.dev", "v1alpha1", "widgets", "Widget", namespaced=True)
+    server = FakeApiServer(resources=(widgets,))
+    await server.start()
+    try:
+        server.add(widgets, {"metadata": {"name": "w", "namespace": "ns"}, "spec": {"size": 1}})
+        status, body = await get_json(http, server.url + "/apis/example.dev/v1alpha1/namespaces/ns/widgets/w")
+        assert status == 200 and body["kind"] == "Widget" and body["apiVersion"] == "example.dev/v1alpha1"
+        status, _ = await get_json(http, server.url + "/api/v1/nodes")
+        assert status == 404
+    finally:
+        await server.stop()
+
+
+def test_kubeconfig_is_ordinary(fake_apiserver: FakeApiServer, fake_kubeconfig: Path) -> None:
+    config = yaml.safe_load(fake_kubeconfig.read_text())
+    assert config["current-context"] == "fake"
+    assert config["clusters"][0]["cluster"]["server"] == fake_apiserver.url
+    assert config["users"][0]["user"]["token"] == "fake-token"

@@ -1,0 +1,24 @@
+"""Bounded waiting for tests of asynchronous machinery (watches, requeueing)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+
+
+async def eventually(
+    condition: Callable[[], bool | Awaitable[bool]], *, timeout: float = 10.0, what: str = "condition"
+) -> None:
+    """Wait (bounded) for ``condition`` (a plain or an async callable); never a fixed sleep."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        outcome = condition()
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        if outcome:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)

@@ -1,0 +1,277 @@
+"""The explain and classes commands, the kubectl plugin executable, and the live one-shot LIST."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from extender.cli import main
+from extender.tools.commands import kubectl_main
+from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
+from tests.support.apiserver.objects import make_node, make_runtime_class
+from tests.support.apiserver.server import NODES, RUNTIME_CLASSES, FakeApiServer
+from tests.support.paths import EXAMPLE_CLUSTER
+
+CLUSTER = ["--cluster-file", str(EXAMPLE_CLUSTER)]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """Split a kubectl-style table on runs of 3+ spaces (cells contain single spaces)."""
+    import re
+
+    return [re.split(r" {3,}", line.rstrip()) for line in text.splitlines() if line.strip()]
+
+
+def test_explain_table(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "explain", "gvisor", *CLUSTER)
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["NODE", "FITS", "REASON", "DETAIL"]
+    rows = table_rows("\n".join(lines[1:-2]))
+    by_node = {row[0]: row for row in rows if row[0]}
+    assert by_node["gvisor-1"] == ["gvisor-1", "yes"]
+    assert by_node["runc-1"] == [
+        "runc-1",
+        "no",
+        "node(s) didn't match RuntimeClass",
+        "missing label sandbox.gke.io/runtime=gvisor",
+    ]
+    # win-1 fails two predicates: a continuation row follows it with the second one.
+    win = lines.index(next(line for line in lines if line.startswith("win-1")))
+    assert lines[win + 1].split("   ")[0] == ""
+    assert "untolerated taint os=windows:NoSchedule" in lines[win + 1]
+    assert lines[-2] == ""
+    assert lines[-1].startswith("2/") and "4 node(s) didn't match RuntimeClass" in lines[-1]
+
+
+def test_explain_json_and_yaml_agree(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "explain", "windows-hyperv", *CLUSTER, "-o", "json")
+    assert status == 0
+    doc = json.loads(out)
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert nodes["win-1"]["fits"] is True
+    assert nodes["gvisor-1"]["failures"][1]["predicate"] == "TaintToleration"
+    assert (
+        doc["summary"]
+        == f"1/{len(nodes)} nodes are available: {len(nodes) - 1} node(s) didn't match RuntimeClass."
+    )
+    status, out, _ = run(capsys, "explain", "windows-hyperv", *CLUSTER, "-o", "yaml")
+    assert status == 0
+    assert yaml.safe_load(out) == doc
+
+
+def test_explain_pod_file_tolerations_count(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  runtimeClassName: runc\n"
+        "  containers: [{name: c, image: x}]\n"
+        "  tolerations: [{key: sandbox.gke.io/runtime, operator: Exists, effect: NoSchedule}]\n"
+    )
+    status, out, _ = run(capsys, "explain", "--pod", str(pod), *CLUSTER, "-o", "json")
+    assert status == 0
+    fits = {n["name"]: n["fits"] for n in json.loads(out)["nodes"]}
+    assert fits["gvisor-1"] is True and fits["win-1"] is False
+    # RUNTIMECLASS replaces the pod's runtimeClassName; its tolerations still count.
+    status, out, _ = run(capsys, "explain", "kata-containers", "--pod", str(pod), *CLUSTER, "-o", "json")
+    doc = json.loads(out)
+    assert doc["pod"]["runtimeClassName"] == "kata-containers"
+    assert doc["pod"]["tolerations"][0]["operator"] == "Exists"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["explain", "nope", *CLUSTER], 'RuntimeClass "nope" not found (known: '),
+        (["explain", *CLUSTER], "name a RUNTIMECLASS, or give a pod with --pod FILE"),
+        (["explain", "gvisor", "--cluster-file", "/nonexistent.yaml"], "cannot read"),
+        (["explain", "gvisor", "--pod", "/nonexistent.yaml", *CLUSTER], "cannot read /nonexistent.yaml"),
+        (["classes", "--cluster-file", "/nonexistent.yaml"], "cannot read"),
+    ],
+)
+def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    status, out, err = run(capsys, *argv)
+    assert status == 2
+    assert out == ""
+    assert err.startswith("runtimeclass-extender: error: ")
+    assert message in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("kind: Node\n", "expected kind Pod"),
+        ("spec: {tolerations: 3}\n", "malformed Pod: pod.spec.tolerations"),
+        ("[1, 2]\n", "expected a Pod object"),
+    ],
+)
+def test_bad_pod_file_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, message: str
+) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(content)
+    status, _, err = run(capsys, "explain", "gvisor", "--pod", str(pod), *CLUSTER)
+    assert status == 2
+    assert message in err
+
+
+def test_no_cluster_at_all_exits_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    status, _, err = run(capsys, "explain", "gvisor")
+    assert status == 2
+    assert "no Kubernetes API server configured" in err
+    assert "--cluster-file" in err
+
+
+def test_classes_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "classes", *CLUSTER)
+    assert status == 0
+    rows = table_rows(out)
+    assert rows[0] == ["NAME", "HANDLER", "NODE-SELECTOR", "TOLERATIONS", "EXPRESSIONS", "NODES"]
+    by_name = {row[0]: row for row in rows[1:]}
+    assert by_name["gvisor"][1] == "runsc"
+    assert by_name["gvisor"][2] == "sandbox.gke.io/runtime=gvisor"
+    assert by_name["gvisor"][3] == "sandbox.gke.io/runtime Equal gvisor:NoSchedule"
+    assert by_name["kata-containers"][3] == "<none>"
+
+    status, out, _ = run(capsys, "classes", *CLUSTER, "-o", "json")
+    doc = json.loads(out)
+    classes = {rc["name"]: rc for rc in doc["runtimeClasses"]}
+    assert classes["gvisor"]["fitting"] == 2
+    assert by_name["gvisor"][5] == f"2/{doc['nodeCount']}"
+    assert classes["windows-hyperv"]["nodeSelector"]["kubernetes.io/os"] == "windows"
+    assert classes["gvisor"]["summary"].startswith(f"2/{doc['nodeCount']} nodes are available: ")
+
+
+def _plugin_executable() -> str:
+    path = Path(sys.executable).parent / "kubectl-runtimeclass"
+    assert path.exists(), f"{path} missing: install the project (pip install -e .) to get the console script"
+    return str(path)
+
+
+def test_kubectl_plugin_executable() -> None:
+    done = subprocess.run(
+        [_plugin_executable(), "explain", "gvisor", *CLUSTER, "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["fitting"] == 2
+
+    done = subprocess.run(
+        [_plugin_executable(), "explain", "nope", *CLUSTER],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith('kubectl runtimeclass: error: RuntimeClass "nope" not found')
+
+
+def test_kubectl_plugin_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        kubectl_main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: kubectl runtimeclass")
+    assert "explain" in out and "classes" in out and "replay" in out
+    assert "serve" not in out
+
+
+async def test_live_cluster_one_shot_list(
+    fake_apiserver: FakeApiServer,
+    fake_kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_apiserver.add(
+        NODES,
+        make_node("sandbox-1", labels={"sandbox": "yes"}, taints=[{"key": "s", "effect": "NoSchedule"}]),
+    )
+    fake_apiserver.add(NODES, make_node("plain-1"))
+    fake_apiserver.add(
+        RUNTIME_CLASSES,
+        make_runtime_class(
+            "sandboxed",
+            handler="runsc",
+            node_selector={"sandbox": "yes"},
+            tolerations=[{"key": "s", "operator": "Exists"}],
+        ),
+    )
+    monkeypatch.setenv("KUBECONFIG", str(fake_kubeconfig))
+    # The command runs its own event loop (asyncio.run), so it gets a thread of its own.
+    status = await asyncio.to_thread(main, ["explain", "sandboxed", "-o", "json"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    doc = json.loads(out)
+    assert {n["name"]: n["fits"] for n in doc["nodes"]} == {"plain-1": False, "sandbox-1": True}
+    assert doc["summary"] == "1/2 nodes are available: 1 node(s) didn't match RuntimeClass."
+    paths = {r.path for r in fake_apiserver.requests}
+    assert {"/api/v1/nodes", "/apis/node.k8s.io/v1/runtimeclasses"} <= paths
+
+
+async def test_live_cluster_unreachable_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = FakeApiServer()
+    await server.start()
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    await server.stop()
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    status = await asyncio.to_thread(main, ["classes", "--kubeconfig", str(kubeconfig)])
+    _, err = capsys.readouterr()
+    assert status == 2
+    assert "cannot list from http://127.0.0.1:" in err
+    assert os.path.exists(kubeconfig)
+
+
+def test_malformed_selector_annotation_is_shown(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": [
+                    make_node("n1", labels={"gpu": "yes"}),
+                    {
+                        **make_runtime_class("bad", handler="runsc"),
+                        "metadata": {
+                            "name": "bad",
+                            "annotations": {
+                                NODE_SELECTOR_TERM_ANNOTATION: '{"matchExpressions": [{"key": "gpu"}]}'
+                            },
+                        },
+                    },
+                ],
+            }
+        )
+    )
+    status, out, _ = run(capsys, "classes", "--cluster-file", str(cluster))
+    assert status == 0
+    (row,) = table_rows(out)[1:]
+    assert row[4].startswith("<invalid: ") and row[5] == "0/1"
+    status, out, _ = run(capsys, "explain", "bad", "--cluster-file", str(cluster), "-o", "json")
+    (node,) = json.loads(out)["nodes"]
+    assert node["reason"] == 'RuntimeClass "bad" has an invalid node selector annotation'
+    assert NODE_SELECTOR_TERM_ANNOTATION in node["failures"][0]["detail"]
