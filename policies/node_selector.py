@@ -21,7 +21,3 @@ def selector_mismatches(selector: Mapping[str, str], labels: Mapping[str, str]) 
         elif actual != wanted:
             problems.append(f"label {key} is {actual!r}, not {wanted!r}")
     return problems
-
-
-def matches_set(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    return all(labels.get(key) == wanted for key, wanted in selector.items())

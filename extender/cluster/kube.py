@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -431,7 +431,7 @@ async def connect(
     environ: Mapping[str, str] | None = None,
     home: Path | None = None,
 ) -> Connection:
-    """A configured ``ApiClient``; the caller closes it (see ``api_client_ctx``)."""
+    """A configured ``ApiClient``; the caller closes it (``serve`` does at shutdown)."""
     environ = os.environ if environ is None else environ
     home = Path.home() if home is None else home
     kind, paths = choose_source(kubeconfig=kubeconfig, context=context, environ=environ, home=home)
@@ -485,26 +485,10 @@ def _refresh_expiring_exec_tokens(loader: Any, configuration: Any) -> None:
     configuration.refresh_api_key_hook = refresh
 
 
-def api_client_ctx(api: Any) -> Callable[[Any], AsyncIterator[None]]:
-    """An aiohttp ``cleanup_ctx`` entry that closes ``api`` when the app shuts down.
-
-    Register it before the entries that use the client: cleanup runs in reverse.
-    """
-
-    async def ctx(_app: Any) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            await api.close()
-
-    return ctx
-
-
 __all__ = [
     "NO_CLUSTER_HELP",
     "Connection",
     "KubeConfigError",
-    "api_client_ctx",
     "choose_source",
     "connect",
     "resolve_kubeconfig",

@@ -174,12 +174,8 @@ class RequeuePlanner:
         self._changed[class_name] = revision
         return True
 
-    @property
-    def has_changes(self) -> bool:
-        return bool(self._changed)
-
     def plan(self, pods: PendingPods) -> Plan:
-        """Close the window: the net changes since the last flush and the nudges due."""
+        """Close the window: the net changes since the last plan and the nudges due."""
         changed, self._changed = self._changed, {}
         plan = Plan()
         nudges: dict[str, Nudge] = {}
@@ -197,10 +193,6 @@ class RequeuePlanner:
                     nudges[pod.uid] = nudge
         plan.nudges.extend(nudges.values())
         return plan
-
-    def flush(self, pods: PendingPods) -> list[Nudge]:
-        """The nudges due for the changes seen since the last flush (one per pod)."""
-        return self.plan(pods).nudges
 
     def done(self, nudge: Nudge) -> None:
         """The nudge was applied (or is moot): never repeat it for this revision."""

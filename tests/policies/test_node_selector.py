@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from policies.node_selector import matches_set, selector_mismatches
+from policies.node_selector import selector_mismatches
 
 SFS = "k8s.io/apimachinery/pkg/labels SelectorFromSet"
 
@@ -75,8 +75,3 @@ def test_selector_mismatches(
     selector: Mapping[str, str], labels: Mapping[str, str], problems: list[str]
 ) -> None:
     assert selector_mismatches(selector, labels) == problems, SFS
-
-
-@pytest.mark.parametrize(("selector", "labels", "problems"), CASES)
-def test_matches_set(selector: Mapping[str, str], labels: Mapping[str, str], problems: list[str]) -> None:
-    assert matches_set(selector, labels) is (not problems), SFS

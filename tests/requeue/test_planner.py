@@ -80,7 +80,10 @@ def test_pending_pods_keep_only_ours_with_a_class() -> None:
 def test_initial_list_is_a_baseline_not_a_change() -> None:
     planner = RequeuePlanner()
     assert planner.observe("gvisor", class_revision(gvisor()), initial=True) is False
-    assert not planner.has_changes
+    pods = PendingPods([SCHED])
+    pods.upsert(pod("a"))
+    plan = planner.plan(pods)
+    assert plan.changes == [] and plan.nudges == []
 
 
 def test_burst_of_edits_coalesces_into_one_nudge_per_pod() -> None:
@@ -92,10 +95,10 @@ def test_burst_of_edits_coalesces_into_one_nudge_per_pod() -> None:
     planner.observe("gvisor", ABSENT, initial=True)
     for handler in ("h1", "h2", "h3"):
         planner.observe("gvisor", class_revision(gvisor(handler=handler)))
-    nudges = planner.flush(pods)
+    nudges = planner.plan(pods).nudges
     assert sorted(n.pod.pod_name for n in nudges) == ["a", "b"]
     assert {n.revision for n in nudges} == {class_revision(gvisor(handler="h3"))}
-    assert planner.flush(pods) == []  # nothing new since
+    assert planner.plan(pods).nudges == []  # nothing new since
 
 
 def test_never_twice_for_the_same_revision_but_again_for_a_new_one() -> None:
@@ -104,21 +107,21 @@ def test_never_twice_for_the_same_revision_but_again_for_a_new_one() -> None:
     planner = RequeuePlanner()
     first = class_revision(gvisor())
     planner.observe("gvisor", first)
-    (nudge,) = planner.flush(pods)
+    (nudge,) = planner.plan(pods).nudges
     planner.done(nudge)
     # Deleted and recreated identically: the pod was already nudged for this revision
     # ... unless something in between changed it: A -> absent -> A is a new change to A.
     planner.observe("gvisor", ABSENT)
-    (deleted,) = planner.flush(pods)
+    (deleted,) = planner.plan(pods).nudges
     assert deleted.revision == ABSENT
     planner.done(deleted)
     planner.observe("gvisor", first)
-    (again,) = planner.flush(pods)
+    (again,) = planner.plan(pods).nudges
     assert again.revision == first
     planner.done(again)
     # A no-op update (same revision) is not a change at all.
     assert planner.observe("gvisor", first) is False
-    assert planner.flush(pods) == []
+    assert planner.plan(pods).nudges == []
 
 
 def test_undone_nudges_are_offered_again_after_the_next_change_only_if_still_due() -> None:
@@ -127,12 +130,12 @@ def test_undone_nudges_are_offered_again_after_the_next_change_only_if_still_due
     planner = RequeuePlanner()
     rev = class_revision(gvisor())
     planner.observe("gvisor", rev)
-    (nudge,) = planner.flush(pods)
+    (nudge,) = planner.plan(pods).nudges
     planner.done(nudge)
     # The same revision observed through a relist after a reconnect: no second patch.
     planner.observe("gvisor", ABSENT, initial=True)
     planner.observe("gvisor", rev)
-    assert planner.flush(pods) == []
+    assert planner.plan(pods).nudges == []
 
 
 def test_forgetting_a_pod_drops_its_history() -> None:
@@ -141,12 +144,12 @@ def test_forgetting_a_pod_drops_its_history() -> None:
     planner = RequeuePlanner()
     rev = class_revision(gvisor())
     planner.observe("gvisor", rev)
-    (nudge,) = planner.flush(pods)
+    (nudge,) = planner.plan(pods).nudges
     planner.done(nudge)
     planner.forget_pod("uid-a")
     planner.observe("gvisor", ABSENT, initial=True)
     planner.observe("gvisor", rev)
-    assert [n.pod.pod_name for n in planner.flush(pods)] == ["a"]
+    assert [n.pod.pod_name for n in planner.plan(pods).nudges] == ["a"]
 
 
 def test_pods_kube_scheduler_skips_are_not_indexed() -> None:
@@ -183,9 +186,9 @@ def test_changed_back_within_one_window_is_no_change() -> None:
     planner = RequeuePlanner()
     rev = class_revision(gvisor())
     planner.observe("gvisor", rev, initial=True)
-    planner.observe("gvisor", class_revision(gvisor(handler="debug")))
-    planner.observe("gvisor", rev)
-    assert planner.has_changes
+    # Both edits are seen as changes; only their net effect is none.
+    assert planner.observe("gvisor", class_revision(gvisor(handler="debug"))) is True
+    assert planner.observe("gvisor", rev) is True
     plan = planner.plan(pods)
     assert plan.changes == [] and plan.nudges == []
     # Added and deleted again before the window closed: nothing either.
