@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.cluster.state import ClusterState
-from extender.view_json import pod_to_json, to_json
+from extender.view_json import pod_to_json, runtime_class_to_json
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.registry import Policy
 
@@ -132,7 +132,9 @@ def explanation_to_json(explanation: Explanation) -> dict[str, Any]:
     """The JSON form served by ``/explain`` and printed by ``explain -o json|yaml``."""
     return {
         "pod": pod_to_json(explanation.pod),
-        "runtimeClass": to_json(explanation.runtime_class) if explanation.runtime_class else None,
+        "runtimeClass": runtime_class_to_json(explanation.runtime_class)
+        if explanation.runtime_class
+        else None,
         "predicates": list(explanation.predicates),
         "summary": explanation.summary,
         "nodeCount": len(explanation.nodes),

@@ -56,6 +56,31 @@ def _text_value(value: Any) -> str:
     return repr(text) if "\n" in text or "\r" in text else text
 
 
+class CommandFormatter(logging.Formatter):
+    """For the operator commands: ``prog: warning: message key=value ...``, like their
+    error lines, without the timestamp and logger name a service log needs."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__()
+        self._prog = prog
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{self._prog}: {record.levelname.lower()}: {record.getMessage()}"
+        extras = {k: v for k, v in _extras(record).items() if v not in ("", None)}
+        if extras:
+            line += " " + " ".join(f"{k}={_text_value(v)}" for k, v in extras.items())
+        return line
+
+
+def setup_command_logging(prog: str, level: str = "warning") -> None:
+    """Warnings of the operator commands (explain, classes, ...) as one line each on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(CommandFormatter(prog))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
 def setup_logging(level: str = "info", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())

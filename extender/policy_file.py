@@ -5,8 +5,7 @@ from __future__ import annotations
 from importlib import metadata, resources
 from pathlib import Path
 
-import yaml
-
+from extender.documents import DocumentError, load_document
 from policies.registry import ENTRY_POINT_GROUP, Policy, PolicyError, PredicateFactory, build_policy
 
 
@@ -36,7 +35,7 @@ def load_policy(path: str | Path | None = None) -> Policy:
         except (OSError, UnicodeDecodeError) as exc:
             raise PolicyError(f"{source}: cannot read: {exc}") from None
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PolicyError(f"{source}: not valid YAML: {exc}") from None
+        document = load_document(text)
+    except DocumentError as exc:
+        raise PolicyError(f"{source}: {exc}") from None
     return build_policy(document, extra_factories=plugin_factories(), source=source)

@@ -17,7 +17,13 @@ from typing import Any
 import orjson
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from extender.cluster.objects import STRICT, ObjectMetaModel, TolerationModel, tolerations_from_models
+from extender.cluster.objects import (
+    STRICT,
+    ObjectError,
+    ObjectMetaModel,
+    TolerationModel,
+    tolerations_from_models,
+)
 from policies.objects import EMPTY_LABELS, PodView
 
 
@@ -48,6 +54,33 @@ class PodModel(BaseModel):
             scheduler_name=self.spec.schedulerName,
             labels=meta.labels or EMPTY_LABELS,
         )
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    return "null" if value is None else type(value).__name__
+
+
+def check_pod_document(document: Any) -> None:
+    """Refuse a decoded document that is not a Pod, saying what it is instead.
+
+    A Pod may come without ``kind`` (``{"spec": {...}}``, or the Pod of an ExtenderArgs
+    as kube-scheduler embeds it). An ExtenderArgs body is the likely mix-up between
+    ``/filter`` and ``/explain``, so it gets a hint of its own. Raises ObjectError.
+    """
+    if not isinstance(document, dict):
+        raise ObjectError(f"expected a Pod object, got {_type_name(document)}")
+    if "spec" not in document and any(key in document for key in ("Pod", "pod")):
+        raise ObjectError(
+            "expected a Pod, got an ExtenderArgs (a filter request: it has a Pod key); "
+            "explain takes the Pod itself, and ExtenderArgs go to POST /filter"
+        )
+    kind = document.get("kind", "Pod")
+    if kind != "Pod":
+        raise ObjectError(f"expected kind Pod, got {kind}")
 
 
 class NodeListModel(BaseModel):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from extender.documents import DocumentError, load_document
 
 ENV_PREFIX = "RUNTIMECLASS_EXTENDER_"
 
@@ -120,6 +120,9 @@ DEFAULT_SCHEDULER_NAMES = ("default-scheduler",)
 DEFAULT_REQUEUE_WINDOW = 1.0
 DEFAULT_REQUEUE_RATE = 20.0
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+
 SERVE_SETTINGS: tuple[Setting, ...] = (
     Setting("host", str, "0.0.0.0", "address to listen on"),
     Setting("port", _port, 8888, "port to listen on (0 picks a free one)"),
@@ -169,8 +172,10 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "seconds to receive a whole filter request body; slower ones get 408",
         "SECONDS",
     ),
-    Setting("log-level", _choice("debug", "info", "warning", "error"), "info", "log level"),
-    Setting("log-format", _choice("text", "json"), "text", "log line format"),
+    Setting("log-level", _choice(*LOG_LEVELS), "info", "log level", "{" + ",".join(LOG_LEVELS) + "}"),
+    Setting(
+        "log-format", _choice(*LOG_FORMATS), "text", "log line format", "{" + ",".join(LOG_FORMATS) + "}"
+    ),
     Setting("tls-cert-file", _path, None, "serve HTTPS with this certificate (PEM)", "PATH"),
     Setting("tls-key-file", _path, None, "private key of tls-cert-file (PEM)", "PATH"),
     Setting(
@@ -178,6 +183,28 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         _path,
         None,
         "require client certificates signed by these CAs (PEM; kube-scheduler's tlsConfig certFile/keyFile)",
+        "PATH",
+    ),
+    Setting(
+        "admission-port",
+        _port,
+        None,
+        "also serve the admission webhook (POST /admission/runtimeclasses, plus /healthz and /readyz) "
+        "over HTTPS on this port, without client certificates; off by default",
+        "PORT",
+    ),
+    Setting(
+        "admission-tls-cert-file",
+        _path,
+        None,
+        "certificate (PEM) of the admission-port listener; default: tls-cert-file",
+        "PATH",
+    ),
+    Setting(
+        "admission-tls-key-file",
+        _path,
+        None,
+        "private key (PEM) of admission-tls-cert-file; default: tls-key-file",
         "PATH",
     ),
     Setting(
@@ -232,6 +259,14 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "at most this many pod patches per second",
         "PER_SECOND",
     ),
+    Setting(
+        "audit-running-pods",
+        _bool,
+        False,
+        "watch running pods and export runtimeclass_extender_misplaced_pods: pods on nodes that no "
+        "longer fit their RuntimeClass, each logged when it becomes misplaced (live mode only; needs "
+        "RBAC to list/watch pods)",
+    ),
 )
 
 
@@ -240,8 +275,7 @@ def add_arguments(parser: argparse.ArgumentParser, settings: Sequence[Setting]) 
         "--config", metavar="PATH", help=f"YAML file of settings by name (env {ENV_PREFIX}CONFIG)"
     )
     for setting in settings:
-        default = ",".join(setting.default) if isinstance(setting.default, tuple) else repr(setting.default)
-        help_text = f"{setting.help} (env {setting.env}; default {default})"
+        help_text = f"{setting.help} (env {setting.env}{_default_text(setting.default)})"
         if setting.is_flag:
             parser.add_argument(
                 f"--{setting.name}", dest=setting.attr, action="store_const", const="true", help=help_text
@@ -252,10 +286,22 @@ def add_arguments(parser: argparse.ArgumentParser, settings: Sequence[Setting]) 
             )
 
 
+def _default_text(default: Any) -> str:
+    # A setting that is off (or taken from elsewhere) unless given says so in its help.
+    if default is None:
+        return ""
+    shown = ",".join(default) if isinstance(default, tuple) else repr(default)
+    return f"; default {shown}"
+
+
 def _load_config_file(path: str) -> Mapping[str, Any]:
     try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"config file {path}: cannot read: {exc}") from None
+    try:
+        document = load_document(text)
+    except DocumentError as exc:
         raise SettingsError(f"config file {path}: {exc}") from None
     if document is None:
         return {}
@@ -283,6 +329,9 @@ class ServeSettings:
     tls_cert_file: str | None
     tls_key_file: str | None
     client_ca_file: str | None
+    admission_port: int | None
+    admission_tls_cert_file: str | None
+    admission_tls_key_file: str | None
     capture_dir: str | None
     capture_max_files: int
     capture_max_bytes: int
@@ -290,8 +339,15 @@ class ServeSettings:
     requeue_scheduler_names: tuple[str, ...]
     requeue_window: float
     requeue_rate: float
+    audit_running_pods: bool
 
     def __post_init__(self) -> None:
+        if self.audit_running_pods and self.cluster_file:
+            raise SettingsError(
+                "--audit-running-pods needs a live cluster: it watches running pods through the API "
+                "server, and --cluster-file has none to watch (for a file with pods, run "
+                "runtimeclass-extender audit --cluster-file). Drop one of the two."
+            )
         if self.requeue_pending_pods and self.cluster_file:
             raise SettingsError(
                 "--requeue-pending-pods needs a live cluster: it watches unscheduled pods and patches "

@@ -115,6 +115,17 @@ def runtime_class_from_json(value: Any, path: str = "$") -> RuntimeClassView:
     return from_json(RuntimeClassView, value, path)
 
 
+def runtime_class_to_json(rc: RuntimeClassView) -> dict[str, Any]:
+    """A class as the tools and ``/explain`` show it: the annotation's term is either
+    absent (``matchExpressions`` and ``matchFields`` both null) or present (both
+    lists, possibly empty), never half of each. (Capture files keep ``to_json``'s form,
+    which ``from_json`` reads back.)"""
+    document: dict[str, Any] = to_json(rc)
+    if rc.match_expressions is None:
+        document["matchFields"] = None
+    return document
+
+
 def pod_to_json(pod: PodView) -> dict[str, Any]:
     """The parts of a pod that a decision reads."""
     return {

@@ -201,7 +201,7 @@ BAD_ANNOTATIONS = [
     pytest.param("", "the annotation is empty; expected a NodeSelectorTerm as JSON or YAML", id="empty"),
     pytest.param(
         "not: [valid",
-        "not valid JSON or YAML: expected ',' or ']', but got '<stream end>' at line 1, column 12",
+        "not valid JSON or YAML (line 1, column 12: expected ',' or ']', but got '<stream end>')",
         id="not-yaml",
     ),
     pytest.param(

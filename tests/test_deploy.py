@@ -4,18 +4,20 @@ The manifests are rendered with ``kubectl kustomize`` exactly as ``kubectl apply
 would, then checked for the invariants a reader cannot see at a glance: the
 scheduler's extender URL reaches the sidecar's flags and probes, the extender's RBAC
 is read-only on Nodes and RuntimeClasses (plus, where --requeue-pending-pods is on,
-a separate role to list/watch/patch pods), the profile name matches the sample
-workload, each mode's plugin set, and the TLS files are mounted where the
-configuration says.
+a separate role to list/watch/patch pods; with the audit component, one to list/watch
+them), the profile name matches the sample workload, each mode's plugin set, and the
+TLS files are mounted where the configuration says.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from functools import cache
@@ -26,10 +28,16 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from extender.audit.auditor import scheduled_pod_resource
+from extender.cli import build_parser
 from extender.cluster.objects import runtime_class_from_api
 from extender.cluster.state import ClusterState
+from extender.http.admission import PATH as ADMISSION_PATH
+from extender.http.admission_listener import create_admission_app
 from extender.http.app import create_app
+from extender.http.tls import admission_tls_files
 from extender.policy_file import load_policy
+from extender.settings import ServeSettings, resolve_serve
 from tests.support.paths import REPO
 
 DEPLOY = REPO / "deploy"
@@ -641,3 +649,233 @@ def test_dockerfile_entrypoint_runs() -> None:
     ).stdout
     for flag in _flags(sidecar):
         assert f"--{flag}" in serve_help, flag
+
+
+# --- the admission webhook component ------------------------------------------------
+
+WEBHOOK_COMPONENT = "components/admission-webhook"
+WEBHOOK_CERT_MANAGER = "components/admission-webhook/cert-manager"
+# The overlays the component is meant to be added to (README: "Admission webhook").
+WEBHOOK_OVERLAYS = ["overlays/predicate-mode", "overlays/alongside-admission", "overlays/tls"]
+WEBHOOK_KINDS = {
+    ("v1", "Service"),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+}
+CERT_MANAGER_KINDS = {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer")}
+
+
+@cache
+def _render_with(overlay: str, *components: str) -> tuple[Manifest, ...]:
+    """``overlay`` plus ``components``, rendered from an overlay of our own as a user's
+    kustomization would list them (kustomize accepts relative paths only)."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: cannot render the kustomizations (kubectl kustomize)")
+    with tempfile.TemporaryDirectory() as directory:
+        kustomization = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": [os.path.relpath(DEPLOY / overlay, directory)],
+            "components": [os.path.relpath(DEPLOY / c, directory) for c in components],
+        }
+        (Path(directory) / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+        result = subprocess.run(
+            [kubectl, "kustomize", directory], capture_output=True, text=True, check=False
+        )
+    assert result.returncode == 0, f"kubectl kustomize of {overlay} + {components} failed:\n{result.stderr}"
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc is not None)
+
+
+def _webhook(docs: tuple[Manifest, ...]) -> Manifest:
+    hooks = _one(docs, "ValidatingWebhookConfiguration")["webhooks"]
+    assert len(hooks) == 1
+    hook: Manifest = hooks[0]
+    return hook
+
+
+def _serve_settings(container: Manifest) -> ServeSettings:
+    """The container's args as ``serve`` parses and resolves them: fails on a flag or
+    value it does not accept."""
+    try:
+        namespace = build_parser().parse_args(container["args"])
+    except SystemExit:
+        raise AssertionError(f"serve does not accept {container['args']}") from None
+    assert namespace.command == "serve"
+    return resolve_serve(namespace, environ={})
+
+
+def _container_port(container: Manifest, target: int | str) -> int:
+    """A Service targetPort (number or port name) as the container's port number."""
+    ports = container.get("ports", [])
+    if isinstance(target, int):
+        assert target in [p["containerPort"] for p in ports], f"the container does not open {target}"
+        return target
+    named = [p["containerPort"] for p in ports if p.get("name") == target]
+    assert len(named) == 1, f"the container has no port named {target!r}"
+    port: int = named[0]
+    return port
+
+
+@pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
+def test_webhook_reaches_the_listener_the_extender_opens(overlay: str) -> None:
+    docs = _render_with(overlay, WEBHOOK_COMPONENT)
+    kinds = {(d["apiVersion"], d["kind"]) for d in docs}
+    assert kinds <= EXPECTED_KINDS | WEBHOOK_KINDS, kinds - EXPECTED_KINDS - WEBHOOK_KINDS
+    reference = _webhook(docs)["clientConfig"]["service"]
+    service = _one(docs, "Service", reference["name"])
+    assert service["metadata"]["namespace"] == reference["namespace"]
+    deployment = _deployment(docs)
+    assert service["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    # The Service picks the extender's pods.
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    # clientConfig.service.port (443 when absent) -> the Service port -> the container
+    # port -> the port --admission-port opens.
+    matching = [p for p in service["spec"]["ports"] if p["port"] == reference.get("port", 443)]
+    assert len(matching) == 1, "the webhook's port is not a port of the Service"
+    extender = _container(docs, "extender")
+    target = _container_port(extender, matching[0].get("targetPort", matching[0]["port"]))
+    settings = _serve_settings(extender)
+    assert settings.admission_port == target
+    # The path is the one the admission listener serves.
+    assert reference["path"] == ADMISSION_PATH
+    admission_routes = {
+        (route.method, route.resource.canonical)
+        for route in create_admission_app(
+            create_app(state=ClusterState(), policy=load_policy())
+        ).router.routes()
+        if route.resource is not None
+    }
+    assert ("POST", reference["path"]) in admission_routes
+
+
+def test_webhook_policy_and_rules() -> None:
+    hook = _webhook(_render_with("overlays/predicate-mode", WEBHOOK_COMPONENT))
+    # The API server requires a fully qualified name (at least three segments).
+    assert len(hook["name"].split(".")) >= 3
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["sideEffects"] == "None"
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert 1 <= hook["timeoutSeconds"] <= 5
+    assert hook["matchPolicy"] == "Equivalent"
+    assert hook["rules"] == [
+        {
+            "apiGroups": ["node.k8s.io"],
+            "apiVersions": ["v1"],
+            "resources": ["runtimeclasses"],
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Cluster",
+        }
+    ]
+    # The manual path sets caBundle itself; the component leaves it out.
+    assert "caBundle" not in hook["clientConfig"]
+    assert "url" not in hook["clientConfig"]
+
+
+@pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
+def test_webhook_flags_are_serve_settings_with_a_mounted_certificate(overlay: str) -> None:
+    docs = _render_with(overlay, WEBHOOK_COMPONENT)
+    extender = _container(docs, "extender")
+    settings = _serve_settings(extender)
+    files = admission_tls_files(settings)
+    assert files is not None
+    # Its own pair, from the Secret the README has you create (or cert-manager write).
+    assert (files.cert_setting, files.key_setting) == ("admission-tls-cert-file", "admission-tls-key-file")
+    secrets = {
+        _mounted_path(docs, extender, path)["secret"]["secretName"]
+        for path in (files.cert_file, files.key_file)
+    }
+    assert secrets == {"runtimeclass-extender-webhook-tls"}
+    # No client certificates on the webhook's listener, even where the main one wants them.
+    assert files.client_ca_file is None
+    assert (settings.client_ca_file is not None) == (overlay == "overlays/tls")
+
+
+@pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
+def test_webhook_component_leaves_the_scheduler_path_alone(overlay: str) -> None:
+    plain = _render(overlay)
+    docs = _render_with(overlay, WEBHOOK_COMPONENT)
+    assert _scheduler_config(docs) == _scheduler_config(plain)
+    before, after = _container(plain, "extender"), _container(docs, "extender")
+    # Appended, not replaced: the main listener's flags and probes are as they were.
+    assert after["args"][: len(before["args"])] == before["args"]
+    assert after["ports"][: len(before["ports"])] == before["ports"]
+    assert after["livenessProbe"] == before["livenessProbe"]
+    assert after["readinessProbe"] == before["readinessProbe"]
+    assert _container(docs, "kube-scheduler") == _container(plain, "kube-scheduler")
+    assert not {(d["apiVersion"], d["kind"]) for d in docs} & CERT_MANAGER_KINDS
+
+
+def test_webhook_with_cert_manager_injects_the_ca_of_the_mounted_certificate() -> None:
+    docs = _render_with("overlays/predicate-mode", WEBHOOK_COMPONENT, WEBHOOK_CERT_MANAGER)
+    webhook_config = _one(docs, "ValidatingWebhookConfiguration")
+    certificate = _one(docs, "Certificate")
+    namespace, name = certificate["metadata"]["namespace"], certificate["metadata"]["name"]
+    assert (
+        webhook_config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{namespace}/{name}"
+    )
+    # The certificate names the Service the webhook calls...
+    service = _webhook(docs)["clientConfig"]["service"]
+    assert f"{service['name']}.{service['namespace']}.svc" in certificate["spec"]["dnsNames"]
+    # ... is written to the Secret the extender reads its admission pair from ...
+    extender = _container(docs, "extender")
+    files = admission_tls_files(_serve_settings(extender))
+    assert files is not None
+    volume = _mounted_path(docs, extender, files.cert_file)
+    assert volume["secret"]["secretName"] == certificate["spec"]["secretName"]
+    assert PurePosixPath(files.cert_file).name == "tls.crt"  # cert-manager's key names
+    assert PurePosixPath(files.key_file).name == "tls.key"
+    # ... in the extender's namespace, by an Issuer the render defines.
+    assert namespace == _deployment(docs)["metadata"]["namespace"]
+    issuer = certificate["spec"]["issuerRef"]
+    found = _one(docs, issuer.get("kind", "Issuer"), issuer["name"])
+    assert found["metadata"]["namespace"] == namespace
+
+
+# --- deploy/components/audit-running-pods (opt-in: no overlay includes it) --------------
+
+AUDIT_ROLE = "runtimeclass-extender-audit"
+AUDIT_COMPONENT = DEPLOY / "components" / "audit-running-pods"
+
+
+def _informer_grants() -> set[tuple[str, str, str]]:
+    """What the audit reads: its informer LISTs and WATCHes one core collection."""
+    parts = scheduled_pod_resource().path.strip("/").split("/")
+    assert parts[:2] == ["api", "v1"] and len(parts) == 3, "a core, cluster-wide collection"
+    return {("", parts[2], "list"), ("", parts[2], "watch")}
+
+
+@pytest.mark.parametrize("overlay", ["base", "overlays/predicate-mode"])
+def test_audit_component_adds_the_flag_and_only_list_watch_pods(overlay: str) -> None:
+    docs = _render_with(overlay, "components/audit-running-pods")
+    namespace = _deployment(docs)["metadata"]["namespace"]
+    args = _container(docs, "extender")["args"]
+    # Appended: the flags the overlay sets survive.
+    assert args == [*_container(_render(overlay), "extender")["args"], "--audit-running-pods"]
+    # serve's real parser accepts the arguments and turns the feature on.
+    settings = resolve_serve(build_parser().parse_args(args), environ={})
+    assert settings.audit_running_pods and settings.cluster_file is None
+    role = _one(docs, "ClusterRole", AUDIT_ROLE)
+    granted = {
+        (g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert granted == _informer_grants()
+    assert all(set(rule) <= {"apiGroups", "resources", "verbs"} for rule in role["rules"])
+    binding = _one(docs, "ClusterRoleBinding", AUDIT_ROLE)
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": AUDIT_ROLE,
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
+    # Everything else the extender may do is unchanged.
+    others = _rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, AUDIT_ROLE}))
+    _assert_read_only_nodes_and_runtimeclasses(list(others))
+    # The plain manifest (kubectl apply -f) is what the component installs.
+    plain = _load_file(AUDIT_COMPONENT / "rbac.yaml")
+    assert _one(plain, "ClusterRole", AUDIT_ROLE)["rules"] == role["rules"]
+    assert _one(plain, "ClusterRoleBinding", AUDIT_ROLE)["subjects"] == binding["subjects"]

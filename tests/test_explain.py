@@ -287,7 +287,10 @@ async def test_get_unknown_runtime_class_is_404(aiohttp_client: AiohttpClient, m
     client = await aiohttp_client(make_app(cluster_file=EXAMPLE_CLUSTER))
     response = await client.get("/explain/runtimeclasses/nope")
     assert response.status == 404
-    assert await response.json() == {"error": 'RuntimeClass "nope" not found'}
+    assert await response.json() == {
+        "error": "RuntimeClass not found",
+        "detail": 'RuntimeClass "nope" not found',
+    }
 
 
 async def test_post_pod_with_own_tolerations(aiohttp_client: AiohttpClient, make_app: AppFactory) -> None:

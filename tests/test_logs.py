@@ -100,7 +100,8 @@ async def test_bad_request_logs_one_line_without_traceback(
         assert entry["msg"] == "rejected request"
         assert entry["status"] == 400
         assert entry["path"] == "/filter"
-        assert "request.Pod" in entry["error"]
+        assert entry["error"] == "malformed ExtenderArgs"
+        assert "request.Pod" in entry["detail"]
     else:
         assert "rejected request" in lines[0] and "status=400" in lines[0]
 

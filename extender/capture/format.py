@@ -33,6 +33,9 @@ from policies.objects import NodeView, RuntimeClassView
 CAPTURE_API_VERSION = "runtimeclass-extender.dev/v1alpha1"
 CAPTURE_KIND = "FilterCapture"
 FILE_PREFIX = "capture-"
+# Set by ``replay --url`` on every request it sends; ``serve`` does not capture requests
+# that carry it, so replaying against the capturing server leaves its directory alone.
+REPLAY_HEADER = "X-Runtimeclass-Extender-Replay"
 FILE_SUFFIX = ".json"
 
 

@@ -1,8 +1,9 @@
 """The RuntimeClass node-selector-term annotation: decoding, and logging bad ones once.
 
 The annotation ``runtimeclass-extender.dev/node-selector-term`` holds one core/v1
-NodeSelectorTerm as JSON or YAML. Decoding the text happens here, at the edge; the
-validation and the matching are pure and live in ``policies.node_affinity``.
+NodeSelectorTerm as JSON or YAML, decoded here (by ``extender.documents``, whose
+one-line errors become the class's ``selector_error``); the validation and the
+matching are pure and live in ``policies.node_affinity``.
 
 A malformed annotation is not an error of the object: the RuntimeClass is kept, with
 ``selector_error`` set, and the ``RuntimeClassNodeSelector`` predicate fails it closed on
@@ -19,9 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-import orjson
-import yaml
-
+from extender.documents import DocumentError, load_document
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION, TermError, parse_term
 from policies.objects import SelectorRequirement
 
@@ -48,26 +47,12 @@ NO_ANNOTATION = SelectorAnnotation()
 
 
 def _decode(text: str) -> Any:
-    stripped = text.strip()
-    if not stripped:
+    if not text.strip():
         raise TermError("the annotation is empty; expected a NodeSelectorTerm as JSON or YAML")
-    if stripped.startswith("{"):
-        try:
-            return orjson.loads(stripped)
-        except orjson.JSONDecodeError:
-            pass  # YAML flow style also starts with "{"; let the YAML parser judge it.
     try:
-        return yaml.safe_load(stripped)
-    except yaml.MarkedYAMLError as exc:
-        # One line: the problem and where, without PyYAML's multi-line snippet.
-        where = (
-            f" at line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}"
-            if exc.problem_mark
-            else ""
-        )
-        raise TermError(f"not valid JSON or YAML: {exc.problem or exc.context}{where}") from None
-    except yaml.YAMLError as exc:
-        raise TermError(f"not valid JSON or YAML: {exc}") from None
+        return load_document(text.strip(), what="JSON or YAML")
+    except DocumentError as exc:
+        raise TermError(str(exc)) from None
 
 
 def selector_from_annotations(annotations: Mapping[str, str] | None) -> SelectorAnnotation:

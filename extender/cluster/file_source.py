@@ -19,31 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-import yaml
-
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
 from extender.cluster.pods import ScheduledPod, TolerationInterner, scheduled_pod_from_api
 from extender.cluster.state import ClusterState
+from extender.documents import DocumentError, load_documents
 from policies.objects import NodeView, RuntimeClassView
 
 
 class ClusterFileError(ValueError):
     """The cluster file cannot be used; the message names the file and the item."""
-
-
-def _documents(text: str) -> list[Any]:
-    stripped = text.lstrip()
-    if stripped.startswith(("{", "[")):
-        try:
-            return [orjson.loads(stripped)]
-        except orjson.JSONDecodeError:
-            pass  # YAML flow style also starts with "{"; let the YAML parser judge it.
-    # CSafeLoader where libyaml is present: the example files are small, but users
-    # point this at dumps of large clusters.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [doc for doc in yaml.load_all(text, Loader=loader) if doc is not None]
 
 
 def _objects(documents: list[Any]) -> Iterator[tuple[str, Any]]:
@@ -76,9 +61,9 @@ class ClusterContents:
 
 def _parse(text: str, *, with_pods: bool, selector_errors: SelectorErrorLog | None = None) -> ClusterContents:
     try:
-        documents = _documents(text)
-    except yaml.YAMLError as exc:
-        raise ClusterFileError(f"not valid YAML or JSON: {exc}") from None
+        documents = load_documents(text)
+    except DocumentError as exc:
+        raise ClusterFileError(str(exc)) from None
     nodes: dict[str, NodeView] = {}
     classes: dict[str, RuntimeClassView] = {}
     pods: dict[str, ScheduledPod] = {}
@@ -122,7 +107,7 @@ def parse_cluster(
 
 def parse_cluster_with_pods(text: str, *, selector_errors: SelectorErrorLog | None = None) -> ClusterContents:
     """Nodes, RuntimeClasses and Pods from a cluster file's text. Every Pod is returned,
-    bound or not (``extender.audit.is_audited`` picks the ones the audit judges).
+    bound or not (``extender.cluster.pods.is_audited`` picks the ones the audit judges).
     Raises ClusterFileError."""
     return _parse(text, with_pods=True, selector_errors=selector_errors)
 

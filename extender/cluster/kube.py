@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import ConfigException, load_kube_config_from_dict
 from kubernetes_asyncio.config.incluster_config import (
@@ -47,6 +46,8 @@ from kubernetes_asyncio.config.incluster_config import (
     SERVICE_TOKEN_FILENAME,
     InClusterConfigLoader,
 )
+
+from extender.documents import DocumentError, load_document
 
 NO_CLUSTER_HELP = (
     "no Kubernetes API server configured: not running in a pod with a service account, "
@@ -157,14 +158,11 @@ def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    if isinstance(exc, yaml.reader.ReaderError):
-        # Bytes that are not text: there is no line to point at, only an offset.
-        return f"not valid YAML: not UTF-8 text ({exc.reason} at byte {exc.position})"
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or "cannot parse"
-    line = f" (line {mark.line + 1})" if mark is not None else ""
-    return f"not valid YAML{line}: {problem}"
+def _yaml_problem(exc: DocumentError) -> str:
+    # kubectl users know this form; the column adds little to a short file.
+    if exc.line is None:
+        return str(exc)
+    return f"not valid YAML (line {exc.line}): {exc.problem}"
 
 
 def _read_kubeconfig(path: str) -> dict[str, Any]:
@@ -174,11 +172,9 @@ def _read_kubeconfig(path: str) -> dict[str, Any]:
     except OSError as exc:
         raise KubeConfigError(f"kubeconfig {path}: cannot read it ({exc.strerror or exc})") from None
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        document = load_document(text)
+    except DocumentError as exc:
         raise KubeConfigError(f"kubeconfig {path}: {_yaml_problem(exc)}") from None
-    except RecursionError:
-        raise KubeConfigError(f"kubeconfig {path}: not valid YAML: nested too deeply") from None
     if document is None:
         return {}
     if not isinstance(document, dict):

@@ -1,9 +1,11 @@
 """Gauges computed at scrape time from the cluster state and the watch sources' health.
 
-KEP-585's "future monitoring": how many RuntimeClasses, how many nodes support each,
-how many classes each node supports, and whether the watch is healthy. The per-class
-node counts cost one selector check per (node, class) pair, so they are cached until
-the state's generation counters move. Nothing here touches the request path.
+KEP-585's "future monitoring": how many RuntimeClasses, how many nodes each selects
+and each fits (``extender.cluster.class_nodes``, the same counts as the ``classes``
+table), how many classes each node supports, and whether the watch is healthy. The
+per-class node counts cost a policy evaluation per (node, class) pair, so they are
+cached until the state's generation counters move. Nothing here touches the request
+path.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from extender.cluster.class_nodes import ClassNodeCounts, class_node_counts, selects
 from extender.cluster.health import SourceStats
 from extender.cluster.state import KINDS, ClusterState
-from policies.objects import PodView
-from policies.predicates import RuntimeClassNodeSelector
+from policies.registry import Policy
 
 # Every metric this project exports starts with this.
 PREFIX = "runtimeclass_extender_"
@@ -35,22 +37,21 @@ class _Support:
     """Scrape-time results derived from the state, valid for one pair of generations."""
 
     key: tuple[int, int, int, int]
-    nodes_per_class: dict[str, int]
+    per_class: dict[str, ClassNodeCounts]
     # classes_per_node histogram: cumulative bucket counts and the sum.
     buckets: list[tuple[str, float]]
     total: float
 
 
-_NO_POD = PodView()
-
-
 class ClusterCollector(Collector):
     """Gauges read from the cluster state and the sources' health at scrape time."""
 
-    def __init__(self, state: ClusterState, sources: SourceStatsProvider | None = None) -> None:
+    def __init__(
+        self, state: ClusterState, policy: Policy, sources: SourceStatsProvider | None = None
+    ) -> None:
         self._state = state
+        self._policy = policy
         self._sources = sources
-        self._selector = RuntimeClassNodeSelector()
         self._support: _Support | None = None
 
     def _compute_support(self) -> _Support:
@@ -61,17 +62,11 @@ class ClusterCollector(Collector):
         key = (nodes.generation, classes.generation, len(nodes), len(classes))
         if self._support is not None and self._support.key == key:
             return self._support
-        check = self._selector.check
         class_list = list(classes.values())
-        per_class = dict.fromkeys((rc.name for rc in class_list), 0)
-        per_node_counts: Tally[int] = Tally()
-        for node in nodes.values():
-            supported = 0
-            for rc in class_list:
-                if check(_NO_POD, rc, node).fits:
-                    per_class[rc.name] += 1
-                    supported += 1
-            per_node_counts[supported] += 1
+        per_class = class_node_counts(class_list, nodes.values(), self._policy)
+        per_node_counts: Tally[int] = Tally(
+            sum(1 for rc in class_list if selects(rc, node)) for node in nodes.values()
+        )
         buckets: list[tuple[str, float]] = []
         for bound in NODE_RUNTIMECLASS_BUCKETS:
             buckets.append(
@@ -89,15 +84,23 @@ class ClusterCollector(Collector):
         )
         yield GaugeMetricFamily(PREFIX + "nodes", "Nodes in the extender's cache.", value=len(state.nodes))
         support = self._compute_support()
-        per_class = GaugeMetricFamily(
-            PREFIX + "runtimeclass_nodes",
-            "Nodes that currently satisfy each RuntimeClass's node selector (scheduling.nodeSelector "
-            "and the node-selector-term annotation).",
+        selected = GaugeMetricFamily(
+            PREFIX + "runtimeclass_nodes_selected",
+            "Nodes that satisfy each RuntimeClass's node selector (scheduling.nodeSelector and the "
+            "node-selector-term annotation), taints aside: the SELECTED column of the classes command.",
             labels=["runtime_class"],
         )
-        for name, count in sorted(support.nodes_per_class.items()):
-            per_class.add_metric([name], count)
-        yield per_class
+        fitting = GaugeMetricFamily(
+            PREFIX + "runtimeclass_nodes_fitting",
+            "Nodes that pass the whole policy for a pod naming each RuntimeClass with no tolerations of "
+            "its own (selector, taints, handler): the FITTING column of the classes command.",
+            labels=["runtime_class"],
+        )
+        for name, counts in sorted(support.per_class.items()):
+            selected.add_metric([name], counts.selected)
+            fitting.add_metric([name], counts.fitting)
+        yield selected
+        yield fitting
         yield HistogramMetricFamily(
             PREFIX + "node_runtimeclasses",
             "How many RuntimeClasses each node supports (satisfies the node selector of).",

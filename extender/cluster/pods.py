@@ -1,9 +1,11 @@
 """Pods as the audit keeps them: bound pods, their RuntimeClass and their own tolerations.
 
 ``ScheduledPod`` is the slim view (a few strings and the tolerations, shared between
-pods by ``TolerationInterner``); ``SCHEDULED_POD_RESOURCE`` is the informer's resource
-(bound pods only, ``spec.nodeName!=``). ``pod_key`` is the store key of a raw Pod,
-"namespace/name", which every pod view's ``name`` also returns.
+pods by ``TolerationInterner``); ``RUNNING_POD_SELECTOR`` is the field selector that
+asks the API server for running pods only (the audit's informer in
+``extender.audit.auditor`` and the one-shot LIST in ``extender.cluster.snapshot``).
+``pod_key`` is the store key of a raw Pod, "namespace/name", which every pod view's
+``name`` also returns.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from extender.cluster.objects import (
 from policies.objects import Toleration
 
 __all__ = [
+    "RUNNING_POD_SELECTOR",
     "ScheduledPod",
     "TolerationInterner",
     "TolerationsIntern",
@@ -47,6 +50,13 @@ def pod_key(obj: Any) -> str:
 
 # Pod phases after which nothing runs (isPodTerminated in pkg/controller/podgc).
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+# Bound to a node and not terminated, as a field selector for LIST and WATCH. No field
+# selector can ask for "has a runtimeClassName" (pods' field labels are in
+# kubernetes/kubernetes pkg/registry/core/pod/strategy.go, ToSelectableFields), so
+# pods without one are filtered after reading. A watch with it reports a pod that
+# terminates as DELETED.
+RUNNING_POD_SELECTOR = "spec.nodeName!=," + ",".join(f"status.phase!={p}" for p in sorted(_TERMINAL_PHASES))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """A one-shot LIST of Nodes and RuntimeClasses from a live cluster, for the CLI tools.
 
-``explain`` and ``classes`` need the cluster as it is right now, once; they do not need
+``explain``, ``classes`` and ``audit`` need the cluster as it is right now, once; they do not need
 the watch that ``serve`` keeps. Credentials are found exactly as ``serve`` finds them
 (``extender.cluster.kube``: ``--kubeconfig``, ``KUBECONFIG``, in-cluster, then
 ``~/.kube/config``); both kinds are LISTed page by page (``extender.cluster.api``, the
@@ -12,8 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.cluster.api import ApiError, list_pages
+from extender.cluster.api import ApiError, ListOptions, list_pages
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
+from extender.cluster.pods import (
+    RUNNING_POD_SELECTOR,
+    ScheduledPod,
+    TolerationInterner,
+    scheduled_pod_from_api,
+)
 from extender.cluster.state import ClusterState
 
 
@@ -21,11 +27,11 @@ class ClusterUnavailable(Exception):
     """No way to reach a cluster, or the cluster refused; the message says which."""
 
 
-async def _list_all(api: Any, path: str) -> list[dict[str, Any]]:
-    """Every item of a cluster-scoped collection."""
+async def _list_all(api: Any, path: str, field_selector: str = "") -> list[dict[str, Any]]:
+    """Every item of a collection."""
     items: list[dict[str, Any]] = []
     try:
-        async for page in list_pages(api, path):
+        async for page in list_pages(api, path, ListOptions(field_selector=field_selector)):
             if page.restarted:
                 items = []
             items.extend(page.items)
@@ -38,6 +44,30 @@ async def _list_all(api: Any, path: str) -> list[dict[str, Any]]:
 
 async def list_cluster(*, kubeconfig: str | None = None, context: str | None = None) -> ClusterState:
     """Nodes and RuntimeClasses as the API server lists them now. Raises ClusterUnavailable."""
+    state, _ = await _snapshot(kubeconfig=kubeconfig, context=context, pods_path=None)
+    return state
+
+
+async def list_cluster_with_pods(
+    *, kubeconfig: str | None = None, context: str | None = None, namespace: str | None = None
+) -> tuple[ClusterState, list[ScheduledPod]]:
+    """Nodes, RuntimeClasses and the running pods (bound, not terminated; of
+    ``namespace``, or of every namespace) as the API server lists them now.
+
+    The pods are listed first: a pod in that list was bound to a node that existed then,
+    so the Nodes listed after it still hold that node unless it was deleted in between,
+    which is a real ``node-not-found``. Listing nodes first would report every pod bound
+    to a node that joined during the LISTs as bound to a missing node.
+    Raises ClusterUnavailable.
+    """
+    path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+    state, pods = await _snapshot(kubeconfig=kubeconfig, context=context, pods_path=path)
+    return state, pods
+
+
+async def _snapshot(
+    *, kubeconfig: str | None, context: str | None, pods_path: str | None
+) -> tuple[ClusterState, list[ScheduledPod]]:
     # Imported here: kubernetes-asyncio takes about a second to import, and only the
     # live mode of the tools needs it (not --cluster-file, not serve).
     from extender.cluster.kube import KubeConfigError, connect
@@ -45,9 +75,10 @@ async def list_cluster(*, kubeconfig: str | None = None, context: str | None = N
     try:
         connection = await connect(kubeconfig=kubeconfig, context=context)
     except KubeConfigError as exc:
-        raise ClusterUnavailable(f"{exc} (e.g. --cluster-file deploy/examples/cluster.yaml)") from None
+        raise ClusterUnavailable(str(exc)) from None
     try:
         async with connection.api as api:
+            pod_items = await _list_all(api, pods_path, RUNNING_POD_SELECTOR) if pods_path else []
             node_items = await _list_all(api, "/api/v1/nodes")
             class_items = await _list_all(api, "/apis/node.k8s.io/v1/runtimeclasses")
     except ClusterUnavailable:
@@ -58,6 +89,8 @@ async def list_cluster(*, kubeconfig: str | None = None, context: str | None = N
     try:
         state.nodes.replace(node_from_api(item) for item in node_items)
         state.runtime_classes.replace(runtime_class_from_api(item) for item in class_items)
+        intern = TolerationInterner()
+        pods = [scheduled_pod_from_api(item, intern=intern) for item in pod_items]
     except ObjectError as exc:
         raise ClusterUnavailable(f"unexpected object from {connection.host}: {exc}") from None
-    return state
+    return state, pods

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from extender.admission import OPERATIONS, RESULTS, ReviewError, review
 from extender.cluster.metrics import PREFIX
+from extender.http.bodies import RequestRefused, read_body, require_json
 from extender.http.keys import ADMISSION_METRICS, STATE
 
 log = logging.getLogger("extender.admission")
@@ -50,18 +51,15 @@ class AdmissionMetrics:
 
 
 async def admission_handler(request: web.Request) -> web.Response:
-    if request.content_type != "application/json":
-        raise web.HTTPUnsupportedMediaType(
-            text=f"Content-Type must be application/json, got {request.content_type or 'none'!r}"
-        )
+    require_json(request)
     metrics = request.app[ADMISSION_METRICS]
     start = time.perf_counter()
-    body = await request.read()
+    body = await read_body(request)
     try:
         outcome = review(body, request.app[STATE])
     except ReviewError as exc:
         metrics.malformed.inc()
-        raise web.HTTPBadRequest(text=f"malformed AdmissionReview: {exc}") from None
+        raise RequestRefused(400, "malformed AdmissionReview", str(exc)) from None
     metrics.reviews.labels(outcome.operation, outcome.result).inc()
     metrics.duration.observe(time.perf_counter() - start)
     if outcome.result in ("denied", "warned"):

@@ -4,19 +4,21 @@
 kubelet. Handlers do I/O only: parsing, lookups and the decision itself live in
 ``extender.protocol``, ``extender.filtering`` and ``policies``.
 
-Bad input never reaches the caller as a stack trace: every error response is JSON
-``{"error": "...", ...}`` with a 4xx status, logged as one line.
+Bad input never reaches the caller as a stack trace: every error response of every
+endpoint is JSON ``{"error": "<short>", "detail": "<one line>"}`` (``error`` a stable
+phrase to match on, ``detail`` what exactly was wrong), logged as one line.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
+from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 from pydantic import ValidationError
 
+from extender.capture.format import REPLAY_HEADER
 from extender.cluster.health import failing_too_long, failure_report
 from extender.cluster.metrics import SourceStatsProvider
 from extender.cluster.objects import ObjectError, describe_validation_error
@@ -25,12 +27,20 @@ from extender.decision_cache import DecisionCache
 from extender.filtering import Decision, decide, missing_node_names
 from extender.http.admission import PATH as ADMISSION_PATH
 from extender.http.admission import AdmissionMetrics, admission_handler
+from extender.http.bodies import (
+    ClientDisconnected,
+    RequestRefused,
+    read_body,
+    refuse_declared_oversize,
+    require_json,
+)
 from extender.http.explain import explain_routes
 from extender.http.keys import (
     ADMISSION_METRICS,
     BODY_READ_TIMEOUT,
     CAPTURE,
     DECISIONS,
+    MAX_BODY_BYTES,
     MAX_NODES,
     METRICS,
     NODE_LOOKUP,
@@ -38,8 +48,9 @@ from extender.http.keys import (
     SOURCES,
     STATE,
     UNHEALTHY_AFTER,
+    WARNINGS,
 )
-from extender.http.metrics import Handler, Metrics
+from extender.http.metrics import CLIENT_CLOSED_REQUEST, Handler, Metrics
 from extender.protocol import ExtenderArgs
 from extender.settings import (
     DEFAULT_BODY_READ_TIMEOUT,
@@ -56,49 +67,77 @@ log = logging.getLogger("extender.http")
 JSON_DEPTH_LIMIT = 201
 
 
-def json_error(status: int, message: str, **fields: object) -> web.Response:
-    return web.json_response({"error": message, **fields}, status=status)
+def json_error(
+    status: int, error: str, detail: str, *, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    """The one error body of every endpoint."""
+    return web.json_response({"error": error, "detail": detail}, status=status, headers=headers)
+
+
+# Short errors for the refusals aiohttp raises itself (routing, client_max_size).
+_HTTP_ERRORS = {
+    404: "not found",
+    405: "method not allowed",
+    413: "request body too large",
+}
+
+
+def _http_error_detail(request: web.Request, exc: web.HTTPException) -> str:
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        return f"{request.method} {request.path}: allowed methods are {allowed}"
+    if exc.status == 404:
+        return f"no endpoint {request.path}"
+    text = exc.text or ""
+    return text if text and not text.startswith(f"{exc.status}:") else exc.reason
+
+
+def _refused(request: web.Request, status: int, error: str, detail: str) -> None:
+    log.info(
+        "rejected request",
+        extra={
+            "method": request.method,
+            "path": request.path,
+            "status": status,
+            "error": error,
+            "detail": detail,
+        },
+    )
 
 
 @web.middleware
 async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except RequestRefused as exc:
+        _refused(request, exc.status, exc.error, exc.detail)
+        return json_error(exc.status, exc.error, exc.detail, headers=exc.headers)
+    except ClientDisconnected:
+        # The client's doing, not ours: no answer can reach it, and nothing to alert on.
+        log.info(
+            "client disconnected before sending the whole body",
+            extra={"method": request.method, "path": request.path, "contentLength": request.content_length},
+        )
+        return web.Response(status=CLIENT_CLOSED_REQUEST)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        message = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
-        log.info(
-            "rejected request",
-            extra={"method": request.method, "path": request.path, "status": exc.status, "error": message},
-        )
-        response = json_error(exc.status, message)
-        for header in ("Allow", "Connection"):
-            if header in exc.headers:
-                response.headers[header] = exc.headers[header]
-        return response
+        error = _HTTP_ERRORS.get(exc.status, exc.reason.lower())
+        detail = _http_error_detail(request, exc)
+        _refused(request, exc.status, error, detail)
+        headers = {h: exc.headers[h] for h in ("Allow", "Connection") if h in exc.headers}
+        return json_error(exc.status, error, detail, headers=headers)
     except Exception:
         # A bug of ours, not the caller's: the trace goes to our log only.
         log.exception("internal error", extra={"method": request.method, "path": request.path})
-        return json_error(500, "internal error")
+        return json_error(500, "internal error", "the extender failed to answer; its log has the details")
 
 
 async def filter_handler(request: web.Request) -> web.Response:
-    if request.content_type != "application/json":
-        # aiohttp reports a missing header as application/octet-stream; say what was sent.
-        sent = repr(request.content_type) if "Content-Type" in request.headers else "none"
-        raise web.HTTPUnsupportedMediaType(text=f"Content-Type must be application/json, got {sent}")
+    require_json(request)
     # A body that trickles in must not hold a handler (and a connection) forever;
     # kube-scheduler gives up on the whole call after its httpTimeout (5 s) anyway.
-    read_timeout = request.app[BODY_READ_TIMEOUT]
-    try:
-        async with asyncio.timeout(read_timeout):
-            body = await request.read()  # raises 413 beyond client_max_size
-    except TimeoutError:
-        raise web.HTTPRequestTimeout(
-            text=f"request body not received within body-read-timeout ({read_timeout:g} s)",
-            headers={"Connection": "close"},
-        ) from None
+    body = await read_body(request, timeout=request.app[BODY_READ_TIMEOUT])
     try:
         args = ExtenderArgs.model_validate_json(body)
     except ValidationError as exc:
@@ -135,7 +174,9 @@ async def filter_handler(request: web.Request) -> web.Response:
         _log_decision(decision)
     payload = result.to_json()
     capture = app.get(CAPTURE)
-    if capture is not None and not result.Error:
+    # A replayed request is not captured again: replaying a capture directory against
+    # the server that writes it would otherwise grow it by itself on every run.
+    if capture is not None and not result.Error and REPLAY_HEADER not in request.headers:
         capture.submit_decision(body, payload, args, decision, app[STATE], app[POLICY], extra_nodes)
     return web.Response(body=payload, content_type="application/json")
 
@@ -156,11 +197,8 @@ def _log_decision(decision: Decision) -> None:
 
 
 def _bad_request(request: web.Request, problem: str) -> web.Response:
-    log.info(
-        "rejected request",
-        extra={"method": request.method, "path": request.path, "status": 400, "error": problem},
-    )
-    return json_error(400, "malformed ExtenderArgs", detail=problem)
+    _refused(request, 400, "malformed ExtenderArgs", problem)
+    return json_error(400, "malformed ExtenderArgs", problem)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -179,9 +217,13 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     unsynced = state.unsynced_kinds()
+    # Ready or not, the configuration warnings stay visible to whoever checks readiness.
+    warnings = request.app.get(WARNINGS) or ()
     if unsynced:
-        return web.json_response({"status": "not ready", "unsynced": unsynced}, status=503)
-    return web.json_response({"status": "ready"})
+        return web.json_response(
+            {"status": "not ready", "unsynced": unsynced, "warnings": list(warnings)}, status=503
+        )
+    return web.json_response({"status": "ready", "warnings": list(warnings)})
 
 
 def create_app(
@@ -193,11 +235,17 @@ def create_app(
     body_read_timeout: float = DEFAULT_BODY_READ_TIMEOUT,
     source_stats: SourceStatsProvider | None = None,
     decisions: DecisionCache | None = None,
+    warnings: Sequence[str] = (),
 ) -> web.Application:
     # Per app, not the global registry: tests build many apps in one process.
-    metrics = Metrics(state, source_stats)
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[metrics.middleware, errors_as_json])
+    metrics = Metrics(state, policy, source_stats)
+    app = web.Application(
+        client_max_size=max_body_bytes,
+        middlewares=[metrics.middleware, errors_as_json, refuse_declared_oversize],
+    )
     app[METRICS] = metrics
+    app[MAX_BODY_BYTES] = max_body_bytes
+    app[WARNINGS] = tuple(warnings)
     app[MAX_NODES] = max_nodes_per_request
     app[BODY_READ_TIMEOUT] = body_read_timeout
     app[STATE] = state

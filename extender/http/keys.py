@@ -28,6 +28,8 @@ POLICY = web.AppKey("policy", Policy)
 DECISIONS = web.AppKey("decisions", DecisionCache)
 METRICS = web.AppKey("metrics", Metrics)
 MAX_NODES = web.AppKey("max_nodes", int)
+# The body limit (max-body-bytes), also checked against a declared Content-Length.
+MAX_BODY_BYTES = web.AppKey("max_body_bytes", int)
 BODY_READ_TIMEOUT = web.AppKey("body_read_timeout", float)
 # Set in live cluster mode, absent with a cluster file: the watch sources' health (for
 # /healthz), the liveness window in seconds, and the direct lookup of node names the
@@ -37,5 +39,8 @@ UNHEALTHY_AFTER = web.AppKey("unhealthy_after", float)
 NODE_LOOKUP = web.AppKey("node_lookup", NodeLookup)
 # Set with --capture-dir.
 CAPTURE = web.AppKey("capture", CaptureWriter)
+# What the configuration means that the operator may not have intended (an empty
+# cluster file, a policy without predicates): logged at start, listed by /readyz.
+WARNINGS = web.AppKey("warnings", tuple[str, ...])
 # The webhook's counters (POST /admission/runtimeclasses), on the app's registry.
 ADMISSION_METRICS: web.AppKey[AdmissionMetrics] = web.AppKey("admission_metrics")

@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 from extender.cluster.metrics import PREFIX, ClusterCollector, SourceStatsProvider
 from extender.cluster.state import ClusterState
 from extender.filtering import ERROR_NOT_SYNCED, Decision
+from policies.registry import Policy
 from policies.verdict import REASON_NODE_UNKNOWN, REASON_RUNTIMECLASS_MISMATCH, REASON_UNTOLERATED_TAINT
 
 # 100 µs (an in-process decision for a small cluster) to 10 s (past kube-scheduler's
@@ -60,11 +61,18 @@ FILTER_DURATION_BUCKETS = (
 OUTCOME_OK = "ok"
 OUTCOME_NOT_SYNCED = "not_synced"
 OUTCOME_ERROR = "error"  # an answer with any other Error, or a 5xx
+OUTCOME_CLIENT_DISCONNECTED = "client_disconnected"
+# nginx's "client closed request": the status a request whose client hung up mid-body
+# ends with (no answer reaches the client; the middleware and the logs see it).
+CLIENT_CLOSED_REQUEST = 499
 OUTCOME_BY_STATUS = {
     400: "bad_request",
     405: "method_not_allowed",
+    408: "timeout",
     413: "too_large",
     415: "unsupported_media_type",
+    # The client hung up mid-body (extender.http.bodies): its doing, not a server error.
+    CLIENT_CLOSED_REQUEST: OUTCOME_CLIENT_DISCONNECTED,
 }
 OUTCOME_OTHER = "other"
 OUTCOMES = (OUTCOME_OK, OUTCOME_NOT_SYNCED, OUTCOME_ERROR, *OUTCOME_BY_STATUS.values(), OUTCOME_OTHER)
@@ -151,8 +159,9 @@ class FilterMetrics:
         )
         self.requests = Counter(
             PREFIX + "filter_requests",
-            "POST /filter requests by outcome: ok, not_synced (answered with Error), error, "
-            "bad_request, method_not_allowed, too_large, unsupported_media_type, other.",
+            "POST /filter requests by outcome: ok, not_synced (answered with Error), error (a server "
+            "fault), bad_request, method_not_allowed, timeout, too_large, unsupported_media_type, "
+            "client_disconnected (the client hung up mid-body), other.",
             ["outcome"],
             registry=registry,
         )
@@ -161,6 +170,13 @@ class FilterMetrics:
             "Nodes the extender rejected, by reason (a fixed set) and by the pod's RuntimeClass "
             "(none: no class; unknown: the pod names a class that does not exist).",
             ["reason", "runtime_class"],
+            registry=registry,
+        )
+        self.by_runtime_class = Counter(
+            PREFIX + "filter_requests_by_runtimeclass",
+            "POST /filter requests answered with a decision, by the pod's RuntimeClass (none: no "
+            "class; unknown: the pod names a class that does not exist).",
+            ["runtime_class"],
             registry=registry,
         )
         self.runtime_rejections = Counter(
@@ -187,6 +203,7 @@ class FilterMetrics:
     def record_decision(self, decision: Decision) -> None:
         """The answer the filter handler is about to send (status 200)."""
         self.requests.labels(self._outcome_of(decision)).inc()
+        self.by_runtime_class.labels(runtime_class_label(decision)).inc()
 
     def _outcome_of(self, decision: Decision) -> str:
         result = decision.result
@@ -272,10 +289,12 @@ NODE_LOOKUP_COUNTERS = (
 class Metrics:
     """The metrics of one application: a registry, the filter metrics, the collector."""
 
-    def __init__(self, state: ClusterState, sources: SourceStatsProvider | None = None) -> None:
+    def __init__(
+        self, state: ClusterState, policy: Policy, sources: SourceStatsProvider | None = None
+    ) -> None:
         self.registry = CollectorRegistry()
         self.filter = FilterMetrics(self.registry)
-        self.cluster = ClusterCollector(state, sources)
+        self.cluster = ClusterCollector(state, policy, sources)
         self.registry.register(self.cluster)
 
     def add_stats(self, stats: object, families: Iterable[StatsCounter]) -> None:

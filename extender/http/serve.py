@@ -3,8 +3,10 @@
 From a ``ServeSettings`` this builds, in order: the policy, the cluster state with its
 selector-error log, the source (a cluster file, or a live cluster: connection, watch,
 node lookup), the app (``extender.http.app.create_app``, which makes the decision
-cache), and the optional parts: the pending-pod requeuer, the capture writer and the
-certificate reloader. Each background job is registered with
+cache), and the optional parts: the pending-pod requeuer, the running-pod audit
+(``extender.audit.auditor``), the capture writer, the
+certificate reloader, and with ``admission-port`` the webhook's own HTTPS listener
+(``extender.http.admission_listener``). Each background job is registered with
 ``extender.tasks.background``, so it starts after the app is set up and is stopped in
 reverse order on shutdown (the API client closes last). The components themselves know
 nothing of aiohttp; the ``attach_*`` functions are the only place they meet the app.
@@ -18,18 +20,23 @@ import gc
 import logging
 import os
 import signal
+import socket
 import ssl
 from pathlib import Path
 
 from aiohttp import web
 
+from extender.audit.auditor import Auditor
 from extender.capture.writer import CaptureWriter
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.state import ClusterState
+from extender.http.admission import PATH as ADMISSION_PATH
+from extender.http.admission_listener import AdmissionListener, admission_listener, create_admission_app
 from extender.http.app import create_app
 from extender.http.keys import CAPTURE, METRICS, NODE_LOOKUP, POLICY, SOURCES, UNHEALTHY_AFTER
+from extender.http.listen import bind_listener
 from extender.http.metrics import CAPTURE_COUNTERS, NODE_LOOKUP_COUNTERS
 from extender.http.tls import (
     RELOAD_INTERVAL_SECONDS,
@@ -41,6 +48,7 @@ from extender.http.tls import (
 from extender.policy_file import load_policy
 from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import ServeSettings, SettingsError
+from extender.startup_checks import configuration_warnings
 from extender.tasks import background, on_shutdown
 
 log = logging.getLogger("extender")
@@ -68,6 +76,13 @@ def attach_requeuer(app: web.Application, requeuer: Requeuer) -> None:
     app.cleanup_ctx.append(background("requeuer", requeuer.run, drain=requeuer.drain))
 
 
+def attach_audit(app: web.Application, auditor: Auditor) -> None:
+    """After ``attach_live``: the misplaced-pod gauge, and the pod informer as a job that
+    stops before the API client closes."""
+    auditor.register_metrics(app[METRICS].registry)
+    app.cleanup_ctx.append(background("audit", auditor.run))
+
+
 def attach_capture(app: web.Application, writer: CaptureWriter) -> None:
     """Capture every filter call of ``app``; on shutdown what is queued is written first."""
     app[CAPTURE] = writer
@@ -81,9 +96,28 @@ def attach_certificate_reloader(
     files: TLSFiles,
     *,
     interval: float = RELOAD_INTERVAL_SECONDS,
+    name: str = "tls-reloader",
 ) -> None:
     reloader = CertificateReloader(context, files)
-    app.cleanup_ctx.append(background("tls-reloader", lambda: reloader.run(interval)))
+    app.cleanup_ctx.append(background(name, lambda: reloader.run(interval)))
+
+
+async def start_admission_listener(app: web.Application, listener: AdmissionListener) -> web.AppRunner:
+    """The webhook's HTTPS listener over ``app``'s state, on the socket
+    ``admission_listener`` bound."""
+    runner = web.AppRunner(create_admission_app(app), handle_signals=False, access_log=None)
+    await runner.setup()
+    await web.SockSite(runner, listener.sock, ssl_context=listener.context).start()
+    log.info(
+        "serving admission webhook",
+        extra={
+            "listen": ",".join(f"{addr[0]}:{addr[1]}" for addr in runner.addresses),
+            "scheme": "https",
+            "path": ADMISSION_PATH,
+            "certFile": listener.files.cert_file,
+        },
+    )
+    return runner
 
 
 def capture_writer(settings: ServeSettings) -> CaptureWriter:
@@ -138,6 +172,9 @@ async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLCo
     tls = tls_files(settings)
     ssl_context = server_context(tls) if tls is not None else None  # fail fast on bad TLS files
     policy = load_policy(settings.policy_file)
+    # Before anything is loaded or logged as done: a capture directory that cannot be
+    # used is a bad setting like any other.
+    capture = capture_writer(settings) if settings.capture_dir else None
     state = ClusterState()
     # Created here, not found in a module global: the file source and the watch report
     # bad node-selector-term annotations to it, and it logs each class revision once.
@@ -155,6 +192,9 @@ async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLCo
         )
     else:
         live = await connect_live(settings, state, selector_errors)
+    warnings = configuration_warnings(cluster_file=settings.cluster_file, state=state, policy=policy)
+    for warning in warnings:
+        log.warning(warning)
     app = create_app(
         state=state,
         policy=policy,
@@ -162,13 +202,16 @@ async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLCo
         max_nodes_per_request=settings.max_nodes_per_request,
         body_read_timeout=settings.body_read_timeout,
         source_stats=live.source_stats if live is not None else None,
+        warnings=warnings,
     )
     if live is not None:
         attach_live(app, live)
         if settings.requeue_pending_pods:
             attach_requeuer(app, Requeuer(live.api, state, options=requeue_options(settings)))
-    if settings.capture_dir:
-        attach_capture(app, capture_writer(settings))
+        if settings.audit_running_pods:
+            attach_audit(app, Auditor(live.api, state))
+    if capture is not None:
+        attach_capture(app, capture)
     if tls is not None and ssl_context is not None:
         attach_certificate_reloader(app, ssl_context, tls)
     return app, ssl_context
@@ -176,15 +219,30 @@ async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLCo
 
 async def serve(settings: ServeSettings) -> None:
     """Run until SIGINT or SIGTERM."""
+    # First, before anything is loaded or logged: an unusable port, host, webhook
+    # certificate or webhook port stops the start with one line.
+    sock = bind_listener(settings.host, settings.port)
+    with contextlib.closing(sock):
+        admission = admission_listener(settings)
+        with contextlib.closing(admission.sock) if admission else contextlib.nullcontext():
+            await _serve_until_stopped(settings, sock, admission)
+
+
+async def _serve_until_stopped(
+    settings: ServeSettings, sock: socket.socket, admission: AdmissionListener | None
+) -> None:
     app, ssl_context = await build_app(settings)
+    if admission is not None:
+        attach_certificate_reloader(app, admission.context, admission.files, name="admission-tls-reloader")
     # What is loaded by now lives as long as the process: keep the cyclic collector
     # from re-scanning it on every full collection (a pause some filter call waits out).
     gc.freeze()
     # No access log: one line per scheduler call costs time on every pod's critical path.
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, ssl_context=ssl_context)
+    site = web.SockSite(runner, sock, ssl_context=ssl_context)
     await site.start()
+    admission_runner = await start_admission_listener(app, admission) if admission is not None else None
     addresses = [f"{addr[0]}:{addr[1]}" for addr in runner.addresses]
     log.info(
         "serving",
@@ -204,4 +262,6 @@ async def serve(settings: ServeSettings) -> None:
         await stop.wait()
     finally:
         log.info("shutting down")
+        if admission_runner is not None:
+            await admission_runner.cleanup()
         await runner.cleanup()

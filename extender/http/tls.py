@@ -14,6 +14,10 @@ connections use them (a Kubernetes Secret volume is updated in place by the kube
 rotation needs no restart). A changed file that does not load is logged and the old
 certificate stays in use. Client CAs can only be added this way, never removed: drop
 a CA by restarting.
+
+The admission webhook's listener (``admission-port``) has a pair of its own
+(``admission-tls-cert-file``/``admission-tls-key-file``, by default the main pair) and
+never a client CA; it gets a reloader of its own too.
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ class TLSFiles:
     cert_file: str
     key_file: str
     client_ca_file: str | None = None
+    # The settings the pair came from, so that an unusable file is reported under the
+    # name the operator has to fix (the admission listener has its own pair).
+    cert_setting: str = "tls-cert-file"
+    key_setting: str = "tls-key-file"
 
 
 def tls_files(settings: ServeSettings) -> TLSFiles | None:
@@ -60,6 +68,47 @@ def tls_files(settings: ServeSettings) -> TLSFiles | None:
     return TLSFiles(cert, key, client_ca or None)
 
 
+def admission_tls_files(settings: ServeSettings) -> TLSFiles | None:
+    """The admission listener's certificate, or None when ``admission-port`` is not set.
+
+    Its own ``admission-tls-cert-file``/``admission-tls-key-file`` when given, else the
+    main listener's pair. Never a client CA: the API server presents no client
+    certificate to a webhook unless its admission configuration names one, so requiring
+    one (as ``client-ca-file`` does on the main listener) would refuse every review.
+    Raises SettingsError for a half-given pair, a pair without the port, no certificate
+    at all (the API server calls webhooks over HTTPS only), or the main port reused.
+    """
+    cert, key = settings.admission_tls_cert_file, settings.admission_tls_key_file
+    port = settings.admission_port
+    if port is None:
+        if cert or key:
+            given = "admission-tls-cert-file" if cert else "admission-tls-key-file"
+            raise SettingsError(
+                f"{given} is set but admission-port is not: set the port to serve the webhook"
+            )
+        return None
+    if cert and not key:
+        raise SettingsError(
+            "admission-tls-cert-file is set but admission-tls-key-file is not: both are needed"
+        )
+    if key and not cert:
+        raise SettingsError(
+            "admission-tls-key-file is set but admission-tls-cert-file is not: both are needed"
+        )
+    if port != 0 and port == settings.port:
+        raise SettingsError(f"admission-port {port} is also port: the webhook needs a port of its own")
+    if cert and key:
+        return TLSFiles(
+            cert, key, cert_setting="admission-tls-cert-file", key_setting="admission-tls-key-file"
+        )
+    if settings.tls_cert_file and settings.tls_key_file:
+        return TLSFiles(settings.tls_cert_file, settings.tls_key_file)
+    raise SettingsError(
+        "admission-port needs a certificate (the API server calls webhooks over HTTPS only): "
+        "set admission-tls-cert-file and admission-tls-key-file, or tls-cert-file and tls-key-file"
+    )
+
+
 def server_context(files: TLSFiles) -> ssl.SSLContext:
     """An SSLContext serving ``files``; raises SettingsError naming the unusable file."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -69,7 +118,7 @@ def server_context(files: TLSFiles) -> ssl.SSLContext:
         context.load_cert_chain(certfile=files.cert_file, keyfile=files.key_file)
     except (OSError, ssl.SSLError) as exc:
         raise SettingsError(
-            f"tls-cert-file {files.cert_file!r} / tls-key-file {files.key_file!r}: "
+            f"{files.cert_setting} {files.cert_file!r} / {files.key_setting} {files.key_file!r}: "
             f"cannot load the certificate and key: {_describe(exc)}"
         ) from None
     if files.client_ca_file is not None:

@@ -1,7 +1,8 @@
-"""Operator commands: ``explain``, ``classes`` and ``replay`` (also the kubectl plugin).
+"""Operator commands: ``explain``, ``classes``, ``replay`` and ``audit`` (also the kubectl plugin).
 
-``runtimeclass-extender explain|classes|replay`` and ``kubectl runtimeclass
-explain|classes|replay`` (the ``kubectl-runtimeclass`` executable) share these parsers.
+``runtimeclass-extender explain|classes|replay|audit`` and ``kubectl runtimeclass
+explain|classes|replay|audit`` (the ``kubectl-runtimeclass`` executable) share these
+parsers; ``audit`` lives in ``extender.tools.audit``.
 Each command reads its inputs (a cluster file or a one-shot LIST of a live cluster, a
 pod file, capture files), hands them to the pure modules (``extender.explain``,
 ``extender.capture.replay``) and prints. Problems the user can fix print one line on stderr
@@ -14,17 +15,17 @@ import argparse
 import asyncio
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+import urllib.parse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
-import yaml
 from pydantic import ValidationError
 
 from extender import __version__
-from extender.capture.format import Capture, CaptureFormatError, state_fingerprint
+from extender.capture.format import REPLAY_HEADER, Capture, state_fingerprint
 from extender.capture.replay import (
     capture_files,
     captured_state,
@@ -32,35 +33,30 @@ from extender.capture.replay import (
     load_capture,
     redecide,
 )
-from extender.cluster.file_source import ClusterFileError, load_cluster_file
+from extender.cluster.annotations import SelectorErrorLog
+from extender.cluster.class_nodes import ClassNodeCounts, class_node_counts
+from extender.cluster.file_source import load_cluster_file
 from extender.cluster.objects import ObjectError, describe_validation_error
-from extender.cluster.snapshot import ClusterUnavailable, list_cluster
+from extender.cluster.snapshot import list_cluster
 from extender.cluster.state import ClusterState
+from extender.documents import DocumentError, load_document
 from extender.explain import Explanation, explain, explanation_to_json, runtime_class_pod
 from extender.filtering import decide
 from extender.policy_file import load_policy
-from extender.protocol import ExtenderArgs, PodModel
-from extender.tools.output import UsageError, explanation_table, format_table, print_error, print_structured
-from extender.view_json import to_json
+from extender.protocol import ExtenderArgs, PodModel, check_pod_document
+from extender.tools.audit import add_audit_command
+from extender.tools.output import (
+    UsageError,
+    explanation_table,
+    format_table,
+    guarded,
+    print_structured,
+)
+from extender.view_json import runtime_class_to_json
 from policies.objects import PodView, RuntimeClassView
-from policies.registry import Policy, PolicyError
+from policies.registry import Policy
 
 KUBECTL_PROG = "kubectl runtimeclass"
-
-
-Runner = Callable[[argparse.Namespace], int]
-
-
-def _guarded(run: Runner) -> Runner:
-    """Turn the errors a user can fix into one line on stderr and exit status 2."""
-
-    def guarded(args: argparse.Namespace) -> int:
-        try:
-            return run(args)
-        except (UsageError, ClusterFileError, PolicyError, ClusterUnavailable, CaptureFormatError) as exc:
-            return print_error(getattr(args, "prog", "runtimeclass-extender"), exc)
-
-    return guarded
 
 
 # ----- inputs -----------------------------------------------------------------------
@@ -74,7 +70,9 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
         help="Nodes and RuntimeClasses (kubectl get nodes,runtimeclasses -o yaml)",
     )
     source.add_argument(
-        "--kubeconfig", metavar="PATH", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config)"
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig (default: $KUBECONFIG, then the in-cluster service account, then ~/.kube/config)",
     )
     source.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
     parser.add_argument("--policy-file", metavar="PATH", help="policy file (default: the bundled policy)")
@@ -84,16 +82,35 @@ def _add_output_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        choices=("table", "json", "yaml"),
+        choices=("table", "wide", "json", "yaml"),
         default="table",
-        help="output format (default: table)",
+        help="output format: table, wide (a table with more columns, as kubectl's -o wide), json or yaml "
+        "(default: table)",
     )
+
+
+def _load_cluster_file(path: str) -> ClusterState:
+    return _warn_about_annotations(load_cluster_file(path))
 
 
 def _load_state(args: argparse.Namespace) -> ClusterState:
     if args.cluster_file:
-        return load_cluster_file(args.cluster_file)
-    return asyncio.run(list_cluster(kubeconfig=args.kubeconfig, context=args.context))
+        return _load_cluster_file(args.cluster_file)
+    return _warn_about_annotations(
+        asyncio.run(list_cluster(kubeconfig=args.kubeconfig, context=args.context))
+    )
+
+
+def _warn_about_annotations(state: ClusterState) -> ClusterState:
+    """One warning per class whose node-selector-term annotation is unusable, worded as
+    ``serve`` logs it: such a class fits no node, which the output alone does not say."""
+    errors = SelectorErrorLog()
+    for rc in state.runtime_classes.values():
+        if rc.selector_error is not None:
+            errors.report(
+                name=rc.name, resource_version=rc.resource_version, annotation="", error=rc.selector_error
+            )
+    return state
 
 
 def _read_pod(path: str) -> PodView:
@@ -102,15 +119,12 @@ def _read_pod(path: str) -> PodView:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from None
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{path}: not valid YAML or JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise UsageError(f"{path}: expected a Pod object")
-    kind = document.get("kind", "Pod")
-    if kind != "Pod":
-        raise UsageError(f"{path}: expected kind Pod, got {kind!r}")
+        document = load_document(text)
+        check_pod_document(document)
+    except (DocumentError, ObjectError) as exc:
+        raise UsageError(f"{path}: {exc}") from None
     try:
+        # Through JSON: YAML decodes timestamps to datetimes, which the strict model refuses.
         return PodModel.model_validate_json(orjson.dumps(document, default=str)).view()
     except ValidationError as exc:
         raise UsageError(f"{path}: malformed Pod: {describe_validation_error(exc, 'pod')}") from None
@@ -128,7 +142,7 @@ def _read_input(path: str) -> bytes:
 
 def run_filter(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy_file)
-    state = load_cluster_file(args.cluster_file)
+    state = _load_cluster_file(args.cluster_file)
     body = _read_input(args.request)
     try:
         request = ExtenderArgs.model_validate_json(body)
@@ -161,8 +175,9 @@ def run_explain(args: argparse.Namespace) -> int:
     elif args.runtimeclass is not None:
         pod = dataclasses.replace(pod, runtime_class_name=args.runtimeclass)
     explanation = explain(pod, state, policy)
-    if args.output == "table":
-        sys.stdout.write(explanation_table(explanation))
+    if args.output in ("table", "wide"):
+        nodes = state.nodes if args.output == "wide" else None
+        sys.stdout.write(explanation_table(explanation, wide_nodes=nodes))
     else:
         print_structured(explanation_to_json(explanation), args.output)
     return 0
@@ -188,9 +203,12 @@ def _expressions_text(rc: RuntimeClassView) -> str:
     return ", ".join(parts) or "<none>"
 
 
-def class_summaries(state: ClusterState, policy: Policy) -> list[tuple[RuntimeClassView, Explanation]]:
+def class_summaries(
+    state: ClusterState, policy: Policy
+) -> list[tuple[RuntimeClassView, ClassNodeCounts, Explanation]]:
+    counts = class_node_counts(state.runtime_classes.values(), state.nodes.values(), policy)
     return [
-        (rc, explain(runtime_class_pod(name), state, policy))
+        (rc, counts[name], explain(runtime_class_pod(name), state, policy))
         for name, rc in sorted(state.runtime_classes.items())
     ]
 
@@ -199,26 +217,32 @@ def run_classes(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy_file)
     state = _load_state(args)
     summaries = class_summaries(state, policy)
-    if args.output == "table":
+    total = len(state.nodes)
+    if args.output in ("table", "wide"):
+        header = ["NAME", "HANDLER", "SELECTED", "FITTING"]
         rows = [
-            [
-                rc.name,
-                rc.handler,
-                _selector_text(rc),
-                ",".join(str(t) for t in rc.tolerations) or "<none>",
-                _expressions_text(rc),
-                f"{e.fitting}/{len(e.nodes)}",
-            ]
-            for rc, e in summaries
+            [rc.name, rc.handler, f"{c.selected}/{total}", f"{c.fitting}/{total}"] for rc, c, _ in summaries
         ]
-        sys.stdout.write(
-            format_table(["NAME", "HANDLER", "NODE-SELECTOR", "TOLERATIONS", "EXPRESSIONS", "NODES"], rows)
-        )
+        if args.output == "wide":
+            header += ["NODE-SELECTOR", "TOLERATIONS", "EXPRESSIONS"]
+            for row, (rc, _, _) in zip(rows, summaries, strict=True):
+                row += [
+                    _selector_text(rc),
+                    ",".join(str(t) for t in rc.tolerations) or "<none>",
+                    _expressions_text(rc),
+                ]
+        sys.stdout.write(format_table(header, rows))
     else:
         document = {
-            "nodeCount": len(state.nodes),
+            "nodeCount": total,
             "runtimeClasses": [
-                {**to_json(rc), "fitting": e.fitting, "summary": e.summary} for rc, e in summaries
+                {
+                    **runtime_class_to_json(rc),
+                    "selected": c.selected,
+                    "fitting": c.fitting,
+                    "summary": e.summary,
+                }
+                for rc, c, e in summaries
             ],
         }
         print_structured(document, args.output)
@@ -228,23 +252,56 @@ def run_classes(args: argparse.Namespace) -> int:
 # ----- replay -----------------------------------------------------------------------
 
 
+def _check_url(url: str) -> None:
+    """Refuse a --url that cannot name an extender, before any capture is sent."""
+    scheme, separator, _ = url.partition("://")
+    if not separator:
+        raise UsageError(f"--url {url}: the scheme is missing: start it with http:// or https://")
+    if scheme.lower() not in ("http", "https"):
+        raise UsageError(f"--url {url}: {scheme}:// is not supported: use http:// or https://")
+    try:
+        host = urllib.parse.urlsplit(url).hostname
+    except ValueError as exc:
+        raise UsageError(f"--url {url}: not a URL ({exc})") from None
+    if not host:
+        raise UsageError(f"--url {url}: no host")
+
+
+def _is_filter_result(answer: Any) -> bool:
+    return isinstance(answer, dict) and "Error" in answer and ("NodeNames" in answer or "Nodes" in answer)
+
+
 async def _post_all(url: str, captures: Sequence[Capture]) -> list[dict[str, Any]]:
-    """POST each captured request to a running extender; its answers, in order."""
+    """POST each captured request to a running extender; its answers, in order.
+
+    Each request carries REPLAY_HEADER, so a capturing server does not capture it
+    again. A URL that has no filter verb (404, 405) or answers 200 with something that
+    is not an ExtenderFilterResult is not an extender at all: a UsageError, not a
+    changed decision per capture.
+    """
     endpoint = url.rstrip("/") + "/filter"
+    headers = {"Content-Type": "application/json", REPLAY_HEADER: "1"}
     answers: list[dict[str, Any]] = []
     async with aiohttp.ClientSession() as session:
         for capture in captures:
             try:
-                async with session.post(
-                    endpoint, data=capture.request_json, headers={"Content-Type": "application/json"}
-                ) as response:
+                async with session.post(endpoint, data=capture.request_json, headers=headers) as response:
                     body = await response.read()
-            except (aiohttp.ClientError, OSError) as exc:
+            except (aiohttp.ClientError, OSError, ValueError) as exc:
                 raise UsageError(f"cannot reach the extender at {endpoint}: {exc}") from None
+            if response.status in (404, 405):
+                raise UsageError(
+                    f"{url} is not a RuntimeClass extender (HTTP {response.status}): POST {endpoint}"
+                )
             try:
                 answer = orjson.loads(body) if response.status == 200 else None
             except orjson.JSONDecodeError:
                 answer = None
+            if response.status == 200 and not _is_filter_result(answer):
+                raise UsageError(
+                    f"{url} is not a RuntimeClass extender (HTTP 200): POST {endpoint} did not answer "
+                    "with an ExtenderFilterResult"
+                )
             if not isinstance(answer, dict):
                 text = body.decode("utf-8", "replace")[:200]
                 answer = {"Error": f"HTTP {response.status}: {text}"}
@@ -253,6 +310,8 @@ async def _post_all(url: str, captures: Sequence[Capture]) -> list[dict[str, Any
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    if args.url:
+        _check_url(args.url)
     directory = Path(args.dir)
     try:
         paths = capture_files(directory)
@@ -269,7 +328,7 @@ def run_replay(args: argparse.Namespace) -> int:
         fingerprint = None
     elif args.cluster_file:
         against = f"cluster file {args.cluster_file}"
-        state = load_cluster_file(args.cluster_file)
+        state = _load_cluster_file(args.cluster_file)
         answers = [redecide(c, state, policy) for c in captures]
         fingerprint = state_fingerprint(state.nodes, state.runtime_classes)
     else:
@@ -312,11 +371,11 @@ def add_filter_command(commands: Any, *, prog: str = "runtimeclass-extender") ->
     filt.add_argument("request", metavar="REQUEST.json", help="the request body; - reads standard input")
     filt.add_argument("--cluster-file", required=True, metavar="PATH", help="Nodes and RuntimeClasses")
     filt.add_argument("--policy-file", metavar="PATH", help="policy file (default: the bundled policy)")
-    filt.set_defaults(run=_guarded(run_filter), prog=prog)
+    filt.set_defaults(run=guarded(run_filter), prog=prog)
 
 
 def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> None:
-    """Register explain, classes and replay on an argparse subparsers object."""
+    """Register explain, classes, replay and audit on an argparse subparsers object."""
     exp = commands.add_parser(
         "explain",
         help="which nodes can run a RuntimeClass (or a pod), and why not the others",
@@ -328,7 +387,7 @@ def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> 
     exp.add_argument("--pod", metavar="FILE", help="a Pod (YAML or JSON; - reads standard input)")
     _add_cluster_arguments(exp)
     _add_output_argument(exp)
-    exp.set_defaults(run=_guarded(run_explain), prog=prog)
+    exp.set_defaults(run=guarded(run_explain), prog=prog)
 
     cls = commands.add_parser(
         "classes",
@@ -338,7 +397,7 @@ def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> 
     )
     _add_cluster_arguments(cls)
     _add_output_argument(cls)
-    cls.set_defaults(run=_guarded(run_classes), prog=prog)
+    cls.set_defaults(run=guarded(run_classes), prog=prog)
 
     rep = commands.add_parser(
         "replay",
@@ -352,7 +411,10 @@ def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> 
     target.add_argument("--cluster-file", metavar="PATH", help="decide against this cluster file instead")
     target.add_argument("--url", metavar="URL", help="POST to the extender at URL (its urlPrefix) instead")
     rep.add_argument("--policy-file", metavar="PATH", help="policy file (default: the bundled policy)")
-    rep.set_defaults(run=_guarded(run_replay), prog=prog)
+    rep.set_defaults(run=guarded(run_replay), prog=prog)
+
+    # Running pods on nodes that no longer fit their RuntimeClass (extender.tools.audit).
+    add_audit_command(commands, prog=prog)
 
 
 def build_kubectl_parser() -> argparse.ArgumentParser:

@@ -7,14 +7,22 @@ kubectl plugin ends that way.
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
 import yaml
 
+from extender.capture.format import CaptureFormatError
+from extender.cluster.file_source import ClusterFileError
+from extender.cluster.snapshot import ClusterUnavailable
 from extender.explain import Explanation
+from extender.logs import setup_command_logging
+from policies.objects import NodeView, PodView, RuntimeClassView
+from policies.registry import PolicyError
+from policies.tolerations import FILTERED_EFFECTS, tolerated_by_any
 
 EXIT_USAGE = 2
 
@@ -26,6 +34,24 @@ class UsageError(Exception):
 def print_error(prog: str, message: object) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     return EXIT_USAGE
+
+
+Runner = Callable[[argparse.Namespace], int]
+
+
+def guarded(run: Runner) -> Runner:
+    """Every operator command's wrapper: warnings as one line each on stderr, and the
+    errors a user can fix as one line on stderr with exit status 2, never a trace."""
+
+    def command(args: argparse.Namespace) -> int:
+        prog = getattr(args, "prog", "runtimeclass-extender")
+        setup_command_logging(prog)
+        try:
+            return run(args)
+        except (UsageError, ClusterFileError, PolicyError, ClusterUnavailable, CaptureFormatError) as exc:
+            return print_error(prog, exc)
+
+    return command
 
 
 def print_structured(value: Any, output: str) -> None:
@@ -46,14 +72,58 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def explanation_table(explanation: Explanation) -> str:
-    """One row per node (its filter reason), one more row per further failing predicate."""
+def explanation_table(explanation: Explanation, *, wide_nodes: Mapping[str, NodeView] | None = None) -> str:
+    """One row per node (its filter reason), one more row per further failing predicate.
+
+    With ``wide_nodes`` (``-o wide``), three more columns: the failing PREDICATE, the
+    node's labels under the keys the RuntimeClass selects on (SELECTOR), and how each of
+    its NoSchedule/NoExecute taints is tolerated (TOLERATIONS).
+    """
+    wide = wide_nodes is not None
+    rc = explanation.runtime_class
     rows: list[list[str]] = []
     for node in explanation.nodes:
+        extra: list[str] = []
+        if wide_nodes is not None:
+            view = wide_nodes.get(node.node)
+            extra = [
+                node.failures[0].predicate if node.failures else "",
+                _selector_labels(rc, view),
+                _taint_tolerations(explanation.pod, rc, view),
+            ]
         if node.fits:
-            rows.append([node.node, "yes", "", ""])
+            rows.append([node.node, "yes", "", "", *extra])
             continue
         first, *rest = node.failures
-        rows.append([node.node, "no", first.reason, first.detail])
-        rows.extend(["", "", f.reason, f.detail] for f in rest)
-    return format_table(["NODE", "FITS", "REASON", "DETAIL"], rows) + "\n" + explanation.summary + "\n"
+        rows.append([node.node, "no", first.reason, first.detail, *extra])
+        rows.extend(["", "", f.reason, f.detail, *([f.predicate, "", ""] if wide else [])] for f in rest)
+    header = ["NODE", "FITS", "REASON", "DETAIL", *(["PREDICATE", "SELECTOR", "TOLERATIONS"] if wide else [])]
+    return format_table(header, rows) + "\n" + explanation.summary + "\n"
+
+
+def _selector_labels(rc: RuntimeClassView | None, node: NodeView | None) -> str:
+    """The node's values of the labels the class selects on (nodeSelector and annotation keys)."""
+    if rc is None or node is None:
+        return "<none>"
+    keys = dict.fromkeys([*sorted(rc.node_selector), *(r.key for r in rc.match_expressions or ())])
+    return ",".join(f"{key}={node.labels.get(key, '<absent>')}" for key in keys) or "<none>"
+
+
+def _taint_tolerations(pod: PodView, rc: RuntimeClassView | None, node: NodeView | None) -> str:
+    """Each taint that filters, and whose toleration lets the pod past it (as the
+    TaintToleration predicate judges: NoExecute only by the pod's own)."""
+    if node is None:
+        return ""
+    class_tolerations = rc.tolerations if rc is not None else ()
+    parts = []
+    for taint in node.taints:
+        if taint.effect not in FILTERED_EFFECTS:
+            continue
+        if tolerated_by_any(taint, pod.tolerations):
+            by = "by pod"
+        elif taint.effect == "NoSchedule" and tolerated_by_any(taint, class_tolerations):
+            by = "by RuntimeClass"
+        else:
+            by = "untolerated"
+        parts.append(f"{taint} {by}")
+    return ", ".join(parts) or "<no taints>"

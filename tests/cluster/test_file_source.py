@@ -181,7 +181,11 @@ def test_load_into_existing_state_replaces_contents(tmp_path: Path) -> None:
 NODE_A = "{kind: Node, metadata: {name: a}}"
 
 BAD_FILES = [
-    pytest.param("kind: [", "not valid YAML or JSON", id="not-yaml"),
+    pytest.param(
+        "kind: [",
+        "not valid YAML (line 1, column 8: expected the node content, but found '<stream end>')",
+        id="not-yaml",
+    ),
     pytest.param("just a string\n", "document 0: expected a Kubernetes object or List", id="scalar-document"),
     pytest.param(
         f"---\n{NODE_A}\n---\n- a\n", "document 1: expected a Kubernetes object or List", id="list-document"

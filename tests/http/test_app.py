@@ -428,7 +428,10 @@ async def test_non_json_content_type_gets_415(client: Client, headers: dict[str,
     text = await response.text()
     assert response.status == 415, text
     assert response.content_type == "application/json"
-    assert json.loads(text)["error"] == f"Content-Type must be application/json, {got}"
+    assert json.loads(text) == {
+        "error": "unsupported media type",
+        "detail": f"Content-Type must be application/json, {got}",
+    }
     assert "Traceback" not in text
     await _still_serving(client)
 
@@ -481,7 +484,10 @@ async def test_internal_error_is_500_json_without_traceback(
     response = await client.post("/filter", json=GOOD)
     text = await response.text()
     assert response.status == 500
-    assert json.loads(text) == {"error": "internal error"}
+    assert json.loads(text) == {
+        "error": "internal error",
+        "detail": "the extender failed to answer; its log has the details",
+    }
     assert "plugin bug" not in text and "Traceback" not in text
     # The trace is ours to read, in the log.
     assert any(r.exc_info and "plugin bug" in str(r.exc_info[1]) for r in caplog.records)

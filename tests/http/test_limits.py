@@ -134,7 +134,10 @@ async def test_a_body_that_trickles_gets_408_and_frees_the_connection(
         writer.close()
     head, _, payload = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408")
-    assert json.loads(payload)["error"] == "request body not received within body-read-timeout (0.2 s)"
+    assert json.loads(payload) == {
+        "error": "request timeout",
+        "detail": "request body not received within body-read-timeout (0.2 s)",
+    }
     await still_serving(client)
 
 

@@ -23,7 +23,7 @@ from extender.http.keys import METRICS
 from extender.http.metrics import NODE_LOOKUP_COUNTERS, REASON_LABELS, reason_label
 from extender.http.serve import attach_capture
 from extender.policy_file import load_policy
-from policies.objects import NodeView, RuntimeClassView
+from policies.objects import NodeView, RuntimeClassView, Taint, Toleration
 from policies.verdict import (
     REASON_NODE_UNKNOWN,
     REASON_RUNTIMECLASS_MISMATCH,
@@ -192,6 +192,11 @@ async def test_not_synced_outcome(aiohttp_client: Any) -> None:
     assert _value(samples, "runtimeclass_extender_runtimeclasses") == 0
 
 
+# gvisor-2 carries a taint that only the "sandboxed" class tolerates: it is selected by
+# runc, gvisor and sandboxed, but fits a pod of runc or gvisor (no tolerations of its own) no more.
+SANDBOX_TAINT = Taint("sandbox/runtime", "NoSchedule", "gvisor")
+
+
 def _small_cluster() -> ClusterState:
     """Three runtimes over six nodes, built by hand so the expected counts are plain."""
     linux = {"kubernetes.io/os": "linux"}
@@ -203,7 +208,7 @@ def _small_cluster() -> ClusterState:
             NodeView("plain-1", labels=linux),
             NodeView("plain-2", labels=linux),
             NodeView("gvisor-1", labels=gvisor),
-            NodeView("gvisor-2", labels=gvisor),
+            NodeView("gvisor-2", labels=gvisor, taints=(SANDBOX_TAINT,)),
             NodeView("kata-1", labels=kata),
             NodeView("win-1", labels={"kubernetes.io/os": "windows"}),
         ]
@@ -212,12 +217,21 @@ def _small_cluster() -> ClusterState:
         [
             RuntimeClassView("runc", "runc", node_selector=linux),
             RuntimeClassView("gvisor", "runsc", node_selector={"sandbox/runtime": "gvisor"}),
-            RuntimeClassView("sandboxed", "runsc", node_selector={"sandbox/runtime": "gvisor"}),
+            RuntimeClassView(
+                "sandboxed",
+                "runsc",
+                node_selector={"sandbox/runtime": "gvisor"},
+                tolerations=(Toleration("sandbox/runtime", "Equal", "gvisor", "NoSchedule"),),
+            ),
             RuntimeClassView("kata-containers", "kata", node_selector={"kata": "true"}),
             RuntimeClassView("windows", "runhcs", node_selector={"kubernetes.io/os": "windows"}),
         ]
     )
     return state
+
+
+SELECTED = "runtimeclass_extender_runtimeclass_nodes_selected"
+FITTING = "runtimeclass_extender_runtimeclass_nodes_fitting"
 
 
 async def test_runtimeclass_support_gauges(aiohttp_client: Any) -> None:
@@ -226,9 +240,13 @@ async def test_runtimeclass_support_gauges(aiohttp_client: Any) -> None:
     _, samples = await _scrape(client)
     assert _value(samples, "runtimeclass_extender_runtimeclasses") == 5
     assert _value(samples, "runtimeclass_extender_nodes") == 6
-    expected = {"runc": 5, "gvisor": 2, "sandboxed": 2, "kata-containers": 1, "windows": 1}
-    for name, count in expected.items():
-        assert _value(samples, "runtimeclass_extender_runtimeclass_nodes", runtime_class=name) == count, name
+    selected = {"runc": 5, "gvisor": 2, "sandboxed": 2, "kata-containers": 1, "windows": 1}
+    for name, count in selected.items():
+        assert _value(samples, SELECTED, runtime_class=name) == count, name
+    # Fitting also judges taints: gvisor-2's taint is tolerated by "sandboxed" only.
+    fitting = {**selected, "runc": 4, "gvisor": 1}
+    for name, count in fitting.items():
+        assert _value(samples, FITTING, runtime_class=name) == count, name
     # Classes per node: plain-1, plain-2, win-1 -> 1; kata-1 -> 2 (runc, kata);
     # gvisor-1, gvisor-2 -> 3 (runc, gvisor, sandboxed).
     histogram = "runtimeclass_extender_node_runtimeclasses"
@@ -246,8 +264,10 @@ async def test_runtimeclass_support_gauges(aiohttp_client: Any) -> None:
     state.runtime_classes.delete("sandboxed")
     _, after = await _scrape(client)
     assert _value(after, "runtimeclass_extender_runtimeclasses") == 4
-    assert _value(after, "runtimeclass_extender_runtimeclass_nodes", runtime_class="gvisor") == 3
-    assert ("runtimeclass_extender_runtimeclass_nodes", (("runtime_class", "sandboxed"),)) not in after
+    assert _value(after, SELECTED, runtime_class="gvisor") == 3
+    assert _value(after, FITTING, runtime_class="gvisor") == 2
+    assert (SELECTED, (("runtime_class", "sandboxed"),)) not in after
+    assert (FITTING, (("runtime_class", "sandboxed"),)) not in after
 
 
 async def test_watch_health_from_source_stats(aiohttp_client: Any) -> None:

@@ -395,3 +395,32 @@ def test_kubeconfig_is_ordinary(fake_apiserver: FakeApiServer, fake_kubeconfig: 
     assert config["current-context"] == "fake"
     assert config["clusters"][0]["cluster"]["server"] == fake_apiserver.url
     assert config["users"][0]["user"]["token"] == "fake-token"
+
+
+async def test_not_equal_field_selectors_are_anded_for_list_and_watch(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    """The running-pod audit's selector: bound, and neither Succeeded nor Failed."""
+    running = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+    fake_apiserver.add(PODS, make_pod("bound", node_name="n1", phase="Running"))
+    fake_apiserver.add(PODS, make_pod("pending"))
+    fake_apiserver.add(PODS, make_pod("done", node_name="n1", phase="Succeeded"))
+    fake_apiserver.add(PODS, make_pod("failed", namespace="other", node_name="n2", phase="Failed"))
+    all_pods = fake_apiserver.url + PODS.collection_path()
+    _, body = await get_json(http, all_pods, fieldSelector=running)
+    assert [p["metadata"]["name"] for p in body["items"]] == ["bound"]
+    _, body = await get_json(http, all_pods, fieldSelector="spec.nodeName!=")
+    assert sorted(p["metadata"]["name"] for p in body["items"]) == ["bound", "done", "failed"]
+
+    watch = await open_watch(
+        http, all_pods, resourceVersion=str(fake_apiserver.resource_version), fieldSelector=running
+    )
+    # Bound: it starts matching (ADDED); terminated: it stops (DELETED).
+    fake_apiserver.modify(PODS, "pending", {"spec": {"nodeName": "n2"}, "status": {"phase": "Running"}})
+    event = await watch.next()
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "pending")
+    fake_apiserver.modify(PODS, "done", {"metadata": {"labels": {"a": "b"}}})  # never matches
+    fake_apiserver.modify(PODS, "bound", {"status": {"phase": "Succeeded"}})
+    event = await watch.next()
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("DELETED", "bound")
+    watch.resp.close()

@@ -144,18 +144,35 @@ def test_classes_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "classes", *CLUSTER)
     assert status == 0
     rows = table_rows(out)
-    assert rows[0] == ["NAME", "HANDLER", "NODE-SELECTOR", "TOLERATIONS", "EXPRESSIONS", "NODES"]
+    assert rows[0] == ["NAME", "HANDLER", "SELECTED", "FITTING"]
+    narrow = {row[0]: row for row in rows[1:]}
+    status, out, _ = run(capsys, "classes", *CLUSTER, "-o", "wide")
+    assert status == 0
+    rows = table_rows(out)
+    assert rows[0] == [
+        "NAME",
+        "HANDLER",
+        "SELECTED",
+        "FITTING",
+        "NODE-SELECTOR",
+        "TOLERATIONS",
+        "EXPRESSIONS",
+    ]
     by_name = {row[0]: row for row in rows[1:]}
+    assert {name: row[:4] for name, row in by_name.items()} == narrow
     assert by_name["gvisor"][1] == "runsc"
-    assert by_name["gvisor"][2] == "sandbox.gke.io/runtime=gvisor"
-    assert by_name["gvisor"][3] == "sandbox.gke.io/runtime Equal gvisor:NoSchedule"
-    assert by_name["kata-containers"][3] == "<none>"
+    assert by_name["gvisor"][4] == "sandbox.gke.io/runtime=gvisor"
+    assert by_name["gvisor"][5] == "sandbox.gke.io/runtime Equal gvisor:NoSchedule"
+    assert by_name["kata-containers"][5] == "<none>"
 
     status, out, _ = run(capsys, "classes", *CLUSTER, "-o", "json")
     doc = json.loads(out)
     classes = {rc["name"]: rc for rc in doc["runtimeClasses"]}
     assert classes["gvisor"]["fitting"] == 2
-    assert by_name["gvisor"][5] == f"2/{doc['nodeCount']}"
+    # Three nodes carry the gvisor label; one of them has a taint the class does not tolerate.
+    assert classes["gvisor"]["selected"] == 3
+    assert by_name["gvisor"][2] == f"3/{doc['nodeCount']}"
+    assert by_name["gvisor"][3] == f"2/{doc['nodeCount']}"
     assert classes["windows-hyperv"]["nodeSelector"]["kubernetes.io/os"] == "windows"
     assert classes["gvisor"]["summary"].startswith(f"2/{doc['nodeCount']} nodes are available: ")
 
@@ -267,10 +284,10 @@ def test_malformed_selector_annotation_is_shown(capsys: pytest.CaptureFixture[st
             }
         )
     )
-    status, out, _ = run(capsys, "classes", "--cluster-file", str(cluster))
+    status, out, _ = run(capsys, "classes", "--cluster-file", str(cluster), "-o", "wide")
     assert status == 0
     (row,) = table_rows(out)[1:]
-    assert row[4].startswith("<invalid: ") and row[5] == "0/1"
+    assert row[6].startswith("<invalid: ") and row[2:4] == ["0/1", "0/1"]
     status, out, _ = run(capsys, "explain", "bad", "--cluster-file", str(cluster), "-o", "json")
     (node,) = json.loads(out)["nodes"]
     assert node["reason"] == 'RuntimeClass "bad" has an invalid node selector annotation'

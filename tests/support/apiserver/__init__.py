@@ -9,9 +9,12 @@ What it serves (any registered resource, cluster-scoped or namespaced):
 - ``GET <collection>``: LIST, ordered by namespace/name, with ``limit``/``continue``
   pagination served from a snapshot taken at the first page (like an etcd read at the
   list's revision), ``metadata.resourceVersion``, ``metadata.continue`` and
-  ``metadata.remainingItemCount``; ``fieldSelector`` (``metadata.name=``,
-  ``metadata.namespace=``, ``spec.nodeName=`` and ``!=``) and ``labelSelector``
-  (equality terms only).
+  ``metadata.remainingItemCount``; ``fieldSelector`` (``metadata.name``,
+  ``metadata.namespace``, ``spec.nodeName`` and ``status.phase``, each with ``=``,
+  ``==`` or ``!=``; comma-separated terms are ANDed, as in
+  ``spec.nodeName!=,status.phase!=Succeeded``) and ``labelSelector`` (equality terms
+  only). A watch applies the same selectors: an object that stops matching is
+  reported as ``DELETED``, one that starts matching as ``ADDED``.
 - ``GET <collection>?watch=1``: WATCH as chunked JSON lines ``{"type", "object"}``,
   replaying history after ``resourceVersion``; without one (or ``"0"``) synthetic
   ``ADDED`` events for the current objects come first. ``allowWatchBookmarks=true``

@@ -60,6 +60,7 @@ def make_pod(
     runtime_class: str | None = None,
     scheduler_name: str = "default-scheduler",
     phase: str = "Pending",
+    tolerations: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """A core/v1 Pod; ``node_name`` None means not yet scheduled."""
     spec: dict[str, Any] = {
@@ -70,6 +71,8 @@ def make_pod(
         spec["nodeName"] = node_name
     if runtime_class is not None:
         spec["runtimeClassName"] = runtime_class
+    if tolerations:
+        spec["tolerations"] = [dict(t) for t in tolerations]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from extender.audit import (
+from extender.audit.check import (
     PROBLEM_NODE_NOT_FOUND,
     PROBLEM_NOEXECUTE_TAINT,
     PROBLEM_RUNTIMECLASS_DELETED,

@@ -1,0 +1,41 @@
+"""Configurations that start, but can only answer one way: warnings for the operator.
+
+An empty cluster file and a policy without predicates are valid (a test setup may want
+either), so they do not stop ``serve``; but in production each means every filter call
+gets the same answer whatever the pod, which an operator should hear about at start
+(a WARNING log line) and whenever readiness is checked (``/readyz`` lists them).
+
+Pure: the loaded state and policy in, sentences out.
+"""
+
+from __future__ import annotations
+
+from extender.cluster.state import ClusterState
+from policies.registry import Policy
+
+
+def configuration_warnings(*, cluster_file: str | None, state: ClusterState, policy: Policy) -> list[str]:
+    """What the configuration means that was likely not intended, one sentence each."""
+    warnings: list[str] = []
+    if cluster_file is not None:
+        nodes, classes = len(state.nodes), len(state.runtime_classes)
+        rejects_names = (
+            "every node a filter request names (nodeCacheCapable: true) is unknown to the extender "
+            "and rejected"
+        )
+        fits_no_class = "every pod that names a RuntimeClass fits no node"
+        if nodes == 0 and classes == 0:
+            warnings.append(
+                f"cluster file {cluster_file} holds 0 nodes and 0 RuntimeClasses: {rejects_names}, and "
+                f"{fits_no_class}"
+            )
+        elif nodes == 0:
+            warnings.append(f"cluster file {cluster_file} holds 0 nodes: {rejects_names}")
+        elif classes == 0:
+            warnings.append(f"cluster file {cluster_file} holds 0 RuntimeClasses: {fits_no_class}")
+    if not policy.predicates:
+        warnings.append(
+            "the policy enables no predicates: every node passes every filter call, whatever the "
+            "pod's RuntimeClass (nothing is enforced)"
+        )
+    return warnings
