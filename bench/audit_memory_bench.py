@@ -24,26 +24,13 @@ import tracemalloc
 from types import MappingProxyType
 from typing import Any
 
+from cluster_gen import DEFAULT_TOLERATIONS  # bench/, beside this script
+
 from extender.audit.auditor import AuditedPods
 from extender.audit.check import MisplacedIndex
 from extender.cluster.pods import TolerationInterner, scheduled_pod_from_api
 from extender.cluster.state import ClusterState
 from policies.objects import NodeView, RuntimeClassView
-
-DEFAULT_TOLERATIONS = [
-    {
-        "key": "node.kubernetes.io/not-ready",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 300,
-    },
-    {
-        "key": "node.kubernetes.io/unreachable",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 300,
-    },
-]
 
 
 def raw_pod(i: int, nodes: int, rng: random.Random, with_class: float) -> dict[str, Any]:

@@ -134,7 +134,7 @@ RUNTIME_CLASSES: tuple[dict[str, Any], ...] = (
 )
 
 # What kube-scheduler's pods carry after admission (DefaultTolerationSeconds).
-_DEFAULT_TOLERATIONS = [
+DEFAULT_TOLERATIONS = [
     {
         "key": "node.kubernetes.io/not-ready",
         "operator": "Exists",
@@ -454,7 +454,7 @@ def pod_object(
         "serviceAccount": "default",
         "securityContext": {},
         "schedulerName": "default-scheduler",
-        "tolerations": [*tolerations, *_DEFAULT_TOLERATIONS],
+        "tolerations": [*tolerations, *DEFAULT_TOLERATIONS],
         "priority": 0,
         "enableServiceLinks": True,
         "preemptionPolicy": "PreemptLowerPriority",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,3 +26,15 @@ def fixtures_dir() -> Path:
     if not KUBE_SCHEDULER_FIXTURES.is_dir():
         pytest.skip(f"captured kube-scheduler requests not found at {KUBE_SCHEDULER_FIXTURES}")
     return KUBE_SCHEDULER_FIXTURES
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """The CLI's main() configures the root logger (and aiohttp's access logger) for the
+    process; tests that run it in-process leave logging as they found it."""
+    root, access = logging.getLogger(), logging.getLogger("aiohttp.access")
+    handlers, level, access_level = root.handlers[:], root.level, access.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    access.setLevel(access_level)

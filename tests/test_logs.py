@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,17 +18,6 @@ EXAMPLE_CLUSTER = REPO / "deploy" / "examples" / "cluster.yaml"
 EXAMPLE_REQUEST = json.loads((REPO / "deploy" / "examples" / "filter-request.json").read_text())
 # The nodes the example gVisor pod cannot use (it fits gvisor-1 and gvisor-2).
 REJECTED = {"runc-1", "runc-2", "kata-1", "win-1"}
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    access = logging.getLogger("aiohttp.access").level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    logging.getLogger("aiohttp.access").setLevel(access)
 
 
 def _json_lines(err: str) -> list[dict[str, Any]]:

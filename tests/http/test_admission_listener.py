@@ -73,16 +73,6 @@ def pki(tmp_path: Path) -> Pki:
     return Pki(ca_file=ca_file, cert=cert, key=key, client=ca.issue_cert("runtimeclass-scheduler"))
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    # cli.main sets up logging on the root logger; leave it as we found it.
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
 @dataclass
 class Running:
     port: int

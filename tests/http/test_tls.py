@@ -9,7 +9,6 @@ import os
 import ssl
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,16 +69,6 @@ def pki(tmp_path: Path) -> Pki:
         client_cert=ca.issue_cert("runtimeclass-scheduler"),
         other_client_cert=other_ca.issue_cert("runtimeclass-scheduler"),
     )
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    # cli.main sets up logging on the root logger; leave it as we found it.
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def _client_context(pki: Pki, cert: trustme.LeafCert | None) -> ssl.SSLContext:
