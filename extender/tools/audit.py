@@ -23,6 +23,7 @@ from extender.cluster.file_source import load_cluster_file_with_pods
 from extender.cluster.pods import ScheduledPod, is_audited
 from extender.cluster.snapshot import list_cluster_with_pods
 from extender.cluster.state import ClusterState
+from extender.tools.inputs import add_cluster_arguments, add_output_argument
 from extender.tools.output import UsageError, format_table, guarded, print_structured
 
 EXIT_CLEAN = 0
@@ -96,18 +97,7 @@ def add_audit_command(commands: Any, *, prog: str) -> None:
         "tolerate (noexecute-taint). NoSchedule taints added after binding do not count. "
         "Exit status: 0 none misplaced, 1 some misplaced, 2 bad input.",
     )
-    source = parser.add_argument_group(
-        "cluster (a cluster file with pods, or else the live cluster of the kubeconfig)"
-    )
-    source.add_argument(
-        "--cluster-file",
-        metavar="PATH",
-        help="Nodes, RuntimeClasses and Pods (kubectl get nodes,runtimeclasses,pods -A -o yaml)",
-    )
-    source.add_argument(
-        "--kubeconfig", metavar="PATH", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config)"
-    )
-    source.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
+    add_cluster_arguments(parser, with_pods=True, policy=False)
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", metavar="NAME", help="only the pods of this namespace")
     scope.add_argument(
@@ -116,11 +106,5 @@ def add_audit_command(commands: Any, *, prog: str) -> None:
         action="store_true",
         help="the pods of every namespace (the default: the audit is cluster-wide)",
     )
-    parser.add_argument(
-        "-o",
-        "--output",
-        choices=("table", "wide", "json", "yaml"),
-        default="table",
-        help="output format (default: table; wide adds the DETAIL column)",
-    )
+    add_output_argument(parser, wide="the DETAIL column")
     parser.set_defaults(run=guarded(run_audit), prog=prog)
