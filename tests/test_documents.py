@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
+import yaml
 
 from extender.documents import DocumentError, load_document, load_documents
+from tests.support.paths import REPO
 
 
 @pytest.mark.parametrize(
@@ -60,3 +65,42 @@ def test_a_stream_drops_empty_documents() -> None:
 def test_nesting_beyond_the_parser_is_an_error_not_a_crash() -> None:
     with pytest.raises(DocumentError):
         load_document("a: " + "[" * 100_000)
+
+
+# A stack overflow in libyaml's C composer kills the interpreter, so each case runs in
+# a child process: a crash is then this test failing, not the test run ending.
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("a: " + "[" * 300_000, id="flow-sequences"),
+        pytest.param("a: " + "{b: " * 300_000, id="flow-mappings"),
+        pytest.param("- " * 300_000 + "x\n", id="block-sequences-on-one-line"),
+    ],
+)
+def test_deep_nesting_in_a_multi_document_file_is_an_error_not_a_crash(text: str) -> None:
+    code = (
+        "import sys\n"
+        "from extender.documents import DocumentError, load_documents\n"
+        "try:\n"
+        "    load_documents(sys.stdin.read())\n"
+        "except DocumentError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=text, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "not valid YAML: nested too deeply"), done.stderr
+
+
+def test_the_file_loader_decodes_as_pyyaml_does() -> None:
+    # Anchors, aliases, YAML 1.1 scalars, several documents: libyaml's events under
+    # PyYAML's composer give exactly what PyYAML's own safe loader gives.
+    text = (
+        "a: &x {b: 1, c: [on, off, ~, 0x1f, 1_000, 2.5e3, .inf]}\nd: *x\n"
+        "e: 2020-01-01\n---\n- !!str 1\n- ? complex\n  : key\n"
+    )
+    assert load_documents(text) == list(yaml.load_all(text, Loader=yaml.SafeLoader))
+    example = (REPO / "deploy" / "examples" / "cluster.yaml").read_text(encoding="utf-8")
+    assert load_documents(example) == [
+        doc for doc in yaml.load_all(example, Loader=yaml.SafeLoader) if doc is not None
+    ]
