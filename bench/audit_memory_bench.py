@@ -27,7 +27,7 @@ from typing import Any
 from cluster_gen import DEFAULT_TOLERATIONS  # bench/, beside this script
 
 from extender.audit.auditor import AuditedPods
-from extender.audit.check import MisplacedIndex
+from extender.audit.index import MisplacedIndex
 from extender.cluster.pods import TolerationInterner, scheduled_pod_from_api
 from extender.cluster.state import ClusterState
 from policies.objects import NodeView, RuntimeClassView

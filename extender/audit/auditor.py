@@ -46,7 +46,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from extender.audit.check import Misplaced, MisplacedIndex, Transition
+from extender.audit.check import Misplaced
+from extender.audit.index import MisplacedIndex, Transition
 from extender.audit.metrics import AuditCollector
 from extender.cluster.health import SourceStats
 from extender.cluster.pods import (

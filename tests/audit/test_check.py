@@ -25,16 +25,11 @@ from extender.audit.check import (
     PROBLEM_SELECTOR_MISMATCH,
     PROBLEMS,
     Misplaced,
-    MisplacedIndex,
-    ScheduledPod,
-    TolerationInterner,
-    Transition,
     audit,
-    is_audited,
     misplaced_of,
     problems_of,
-    scheduled_pod_from_api,
 )
+from extender.audit.index import MisplacedIndex, Transition
 from extender.cluster.file_source import (
     ClusterFileError,
     load_cluster_file,
@@ -42,6 +37,7 @@ from extender.cluster.file_source import (
     parse_cluster_with_pods,
 )
 from extender.cluster.objects import ObjectError
+from extender.cluster.pods import ScheduledPod, TolerationInterner, is_audited, scheduled_pod_from_api
 from extender.cluster.state import ClusterState, Store
 from policies.objects import NodeView, RuntimeClassView, SelectorRequirement, Taint, Toleration
 
