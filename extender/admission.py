@@ -62,11 +62,11 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
+from extender.cluster.class_nodes import selects
 from extender.cluster.objects import ObjectError, runtime_class_from_api
 from extender.cluster.state import ClusterState
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
-from policies.objects import EMPTY_LABELS, NodeView, PodView, RuntimeClassView, Taint
-from policies.predicates import RuntimeClassNodeSelector
+from policies.objects import EMPTY_LABELS, NodeView, RuntimeClassView, Taint
 from policies.tolerations import FILTERED_EFFECTS, tolerated_by_any
 
 __all__ = [
@@ -107,7 +107,6 @@ _GROUP = "node.k8s.io"
 _VERSION = "v1"
 _RUNTIME_CLASS = "RuntimeClass"
 _CHECKED_OPERATIONS = frozenset({"CREATE", "UPDATE"})
-_SELECTOR = RuntimeClassNodeSelector()
 _PENDING = "; its pods will stay pending"
 # Interpolated values are never shortened below this, so each stays recognisable.
 _MIN_VALUE_CHARS = 12
@@ -351,8 +350,7 @@ def class_warnings(view: RuntimeClassView, nodes: Iterable[NodeView]) -> list[st
 
 def _matching(view: RuntimeClassView, nodes: list[NodeView]) -> list[NodeView]:
     # The filter's own predicate, so "matches" means what it means at scheduling time.
-    pod = PodView(runtime_class_name=view.name)
-    return [node for node in nodes if _SELECTOR.check(pod, view, node).fits]
+    return [node for node in nodes if selects(view, node)]
 
 
 def _no_node_warning(view: RuntimeClassView, nodes: list[NodeView]) -> str:

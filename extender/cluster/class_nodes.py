@@ -40,12 +40,26 @@ def class_node_counts(
     runtime_classes: Iterable[RuntimeClassView], nodes: Iterable[NodeView], policy: Policy
 ) -> dict[str, ClassNodeCounts]:
     """Selected and fitting node counts by class name."""
+    return node_selection(runtime_classes, nodes, policy)[0]
+
+
+def node_selection(
+    runtime_classes: Iterable[RuntimeClassView], nodes: Iterable[NodeView], policy: Policy
+) -> tuple[dict[str, ClassNodeCounts], list[int]]:
+    """``class_node_counts``, and for each node (in order) how many classes select it,
+    from one selector check per class and node."""
     node_list = list(nodes)
+    per_node = [0] * len(node_list)
     counts: dict[str, ClassNodeCounts] = {}
     for rc in runtime_classes:
         pod = PodView(runtime_class_name=rc.name)
+        selected = 0
+        for i, node in enumerate(node_list):
+            if selects(rc, node):
+                selected += 1
+                per_node[i] += 1
         counts[rc.name] = ClassNodeCounts(
-            selected=sum(1 for node in node_list if selects(rc, node)),
+            selected=selected,
             fitting=sum(1 for node in node_list if policy.evaluate(pod, rc, node).fits),
         )
-    return counts
+    return counts, per_node

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from extender.cluster.class_nodes import ClassNodeCounts, class_node_counts, selects
+from extender.cluster.class_nodes import ClassNodeCounts, node_selection
 from extender.cluster.health import SourceStats
 from extender.cluster.state import KINDS, ClusterState
 from policies.registry import Policy
@@ -62,11 +62,8 @@ class ClusterCollector(Collector):
         key = (nodes.generation, classes.generation, len(nodes), len(classes))
         if self._support is not None and self._support.key == key:
             return self._support
-        class_list = list(classes.values())
-        per_class = class_node_counts(class_list, nodes.values(), self._policy)
-        per_node_counts: Tally[int] = Tally(
-            sum(1 for rc in class_list if selects(rc, node)) for node in nodes.values()
-        )
+        per_class, classes_per_node = node_selection(classes.values(), nodes.values(), self._policy)
+        per_node_counts: Tally[int] = Tally(classes_per_node)
         buckets: list[tuple[str, float]] = []
         for bound in NODE_RUNTIMECLASS_BUCKETS:
             buckets.append(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.api import ApiError, ListOptions, list_pages
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
 from extender.cluster.pods import (
@@ -42,9 +43,17 @@ async def _list_all(api: Any, path: str, field_selector: str = "") -> list[dict[
     return items
 
 
-async def list_cluster(*, kubeconfig: str | None = None, context: str | None = None) -> ClusterState:
-    """Nodes and RuntimeClasses as the API server lists them now. Raises ClusterUnavailable."""
-    state, _ = await _snapshot(kubeconfig=kubeconfig, context=context, pods_path=None)
+async def list_cluster(
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    selector_errors: SelectorErrorLog | None = None,
+) -> ClusterState:
+    """Nodes and RuntimeClasses as the API server lists them now; bad node-selector-term
+    annotations are reported to ``selector_errors`` (if given). Raises ClusterUnavailable."""
+    state, _ = await _snapshot(
+        kubeconfig=kubeconfig, context=context, pods_path=None, selector_errors=selector_errors
+    )
     return state
 
 
@@ -61,12 +70,18 @@ async def list_cluster_with_pods(
     Raises ClusterUnavailable.
     """
     path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
-    state, pods = await _snapshot(kubeconfig=kubeconfig, context=context, pods_path=path)
+    state, pods = await _snapshot(
+        kubeconfig=kubeconfig, context=context, pods_path=path, selector_errors=None
+    )
     return state, pods
 
 
 async def _snapshot(
-    *, kubeconfig: str | None, context: str | None, pods_path: str | None
+    *,
+    kubeconfig: str | None,
+    context: str | None,
+    pods_path: str | None,
+    selector_errors: SelectorErrorLog | None,
 ) -> tuple[ClusterState, list[ScheduledPod]]:
     # Imported here: kubernetes-asyncio takes about a second to import, and only the
     # live mode of the tools needs it (not --cluster-file, not serve).
@@ -88,7 +103,9 @@ async def _snapshot(
     state = ClusterState()
     try:
         state.nodes.replace(node_from_api(item) for item in node_items)
-        state.runtime_classes.replace(runtime_class_from_api(item) for item in class_items)
+        state.runtime_classes.replace(
+            runtime_class_from_api(item, selector_errors=selector_errors) for item in class_items
+        )
         intern = TolerationInterner()
         pods = [scheduled_pod_from_api(item, intern=intern) for item in pod_items]
     except ObjectError as exc:

@@ -202,10 +202,11 @@ class FilterMetrics:
 
     def record_decision(self, decision: Decision) -> None:
         """The answer the filter handler is about to send (status 200)."""
-        self.requests.labels(self._outcome_of(decision)).inc()
-        self.by_runtime_class.labels(runtime_class_label(decision)).inc()
+        runtime_class = runtime_class_label(decision)
+        self.requests.labels(self._outcome_of(decision, runtime_class)).inc()
+        self.by_runtime_class.labels(runtime_class).inc()
 
-    def _outcome_of(self, decision: Decision) -> str:
+    def _outcome_of(self, decision: Decision, runtime_class: str) -> str:
         result = decision.result
         if result.Error:
             return OUTCOME_NOT_SYNCED if result.Error == ERROR_NOT_SYNCED else OUTCOME_ERROR
@@ -216,7 +217,6 @@ class FilterMetrics:
             rejected.update(result.FailedAndUnresolvableNodes.values())
         if not rejected:
             return OUTCOME_OK
-        runtime_class = runtime_class_label(decision)
         labels: Tally[str] = Tally()
         for reason, count in rejected.items():
             labels[reason_label(reason)] += count

@@ -59,26 +59,20 @@ def add_output_argument(parser: argparse.ArgumentParser, *, wide: str = "more co
     )
 
 
+# Both report each class whose node-selector-term annotation is unusable, as ``serve``
+# logs it: such a class fits no node, which the output alone does not say.
+
+
 def read_cluster_file(path: str) -> ClusterState:
-    return warn_about_annotations(load_cluster_file(path))
+    return load_cluster_file(path, selector_errors=SelectorErrorLog())
 
 
 def load_state(args: argparse.Namespace) -> ClusterState:
     if args.cluster_file:
         return read_cluster_file(args.cluster_file)
-    return warn_about_annotations(asyncio.run(list_cluster(kubeconfig=args.kubeconfig, context=args.context)))
-
-
-def warn_about_annotations(state: ClusterState) -> ClusterState:
-    """One warning per class whose node-selector-term annotation is unusable, worded as
-    ``serve`` logs it: such a class fits no node, which the output alone does not say."""
-    errors = SelectorErrorLog()
-    for rc in state.runtime_classes.values():
-        if rc.selector_error is not None:
-            errors.report(
-                name=rc.name, resource_version=rc.resource_version, annotation="", error=rc.selector_error
-            )
-    return state
+    return asyncio.run(
+        list_cluster(kubeconfig=args.kubeconfig, context=args.context, selector_errors=SelectorErrorLog())
+    )
 
 
 def read_pod(path: str) -> PodView:
