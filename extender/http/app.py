@@ -135,9 +135,7 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
 
 async def filter_handler(request: web.Request) -> web.Response:
     require_json(request)
-    # A body that trickles in must not hold a handler (and a connection) forever;
-    # kube-scheduler gives up on the whole call after its httpTimeout (5 s) anyway.
-    body = await read_body(request, timeout=request.app[BODY_READ_TIMEOUT])
+    body = await read_body(request)
     try:
         args = ExtenderArgs.model_validate_json(body)
     except ValidationError as exc:

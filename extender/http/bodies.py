@@ -21,7 +21,7 @@ import logging
 
 from aiohttp import web
 
-from extender.http.keys import MAX_BODY_BYTES
+from extender.http.keys import BODY_READ_TIMEOUT, MAX_BODY_BYTES
 from extender.http.metrics import Handler
 
 log = logging.getLogger("extender.http")
@@ -53,9 +53,13 @@ def require_json(request: web.Request) -> None:
         )
 
 
-async def read_body(request: web.Request, *, timeout: float | None = None) -> bytes:
-    """The whole body. Raises RequestRefused (408) or ClientDisconnected; aiohttp's own
-    413 when more arrives than ``client_max_size`` without a declared length."""
+async def read_body(request: web.Request) -> bytes:
+    """The whole body, within the app's body-read-timeout. Raises RequestRefused (408)
+    or ClientDisconnected; aiohttp's own 413 when more arrives than ``client_max_size``
+    without a declared length."""
+    # A body that trickles in must not hold a handler (and a connection) forever;
+    # kube-scheduler and the API server give up on a call after a few seconds anyway.
+    timeout = request.app.get(BODY_READ_TIMEOUT)
     try:
         async with asyncio.timeout(timeout):
             return await request.read()

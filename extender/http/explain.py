@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.explain import explain_nodes, explanation_to_json, runtime_class_pod
 from extender.http.bodies import RequestRefused, read_body, require_json
-from extender.http.keys import BODY_READ_TIMEOUT, POLICY, STATE
+from extender.http.keys import POLICY, STATE
 from extender.protocol import PodModel, check_pod_document
 from policies.objects import PodView
 
@@ -60,7 +60,7 @@ def explain_routes() -> list[web.RouteDef]:
 
     async def explain_pod(request: web.Request) -> web.Response:
         require_json(request)
-        body = await read_body(request, timeout=request.app[BODY_READ_TIMEOUT])
+        body = await read_body(request)
         try:
             document = orjson.loads(body)
         except orjson.JSONDecodeError:
