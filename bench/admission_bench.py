@@ -17,34 +17,22 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
-import uuid
+from pathlib import Path
 
 import orjson
+
+# Run as a script: the review builder is the tests' (tests/support/admission.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from cluster_gen import RUNTIME_CLASSES, cluster_list, nodes  # bench/, beside this script
 from local import cpu_model
 
 from extender.admission import review
 from extender.cluster.file_source import parse_cluster
 from extender.cluster.state import ClusterState
-
-
-def review_body(runtime_class: dict[str, object]) -> bytes:
-    return orjson.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()),
-                "kind": {"group": "node.k8s.io", "version": "v1", "kind": "RuntimeClass"},
-                "resource": {"group": "node.k8s.io", "version": "v1", "resource": "runtimeclasses"},
-                "name": runtime_class["metadata"]["name"],  # type: ignore[index]
-                "operation": "CREATE",
-                "userInfo": {"username": "admin"},
-                "object": runtime_class,
-            },
-        }
-    )
+from tests.support.admission import body, request
 
 
 def measure(node_count: int, rounds: int) -> dict[str, float]:
@@ -52,13 +40,13 @@ def measure(node_count: int, rounds: int) -> dict[str, float]:
     state = ClusterState()
     state.nodes.replace(nodes_)
     state.runtime_classes.replace(classes)
-    bodies = [review_body(rc) for rc in RUNTIME_CLASSES]
+    bodies = [body(request(rc)) for rc in RUNTIME_CLASSES]
     results: list[str] = []
     samples: list[float] = []
     for _ in range(rounds):
-        for body in bodies:
+        for data in bodies:
             start = time.perf_counter()
-            outcome = review(body, state)
+            outcome = review(data, state)
             samples.append((time.perf_counter() - start) * 1000)
             results.append(outcome.result)
     samples.sort()

@@ -31,11 +31,10 @@ from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from policies.objects import NodeView, PodView, RuntimeHandler, Taint
 from policies.predicates import RuntimeClassNodeSelector
 from policies.verdict import REASON_RUNTIMECLASS_MISMATCH, reason_runtimeclass_selector_invalid
+from tests.support.admission import RUNTIME_CLASS_KIND, UID, body, request, runtime_class
 from tests.support.paths import REPO
 
 EXAMPLE_CLUSTER = REPO / "deploy" / "examples" / "cluster.yaml"
-RUNTIME_CLASS_KIND = {"group": "node.k8s.io", "version": "v1", "kind": "RuntimeClass"}
-UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
 ANNOTATION_PATH = f"metadata.annotations[{NODE_SELECTOR_TERM_ANNOTATION}]"
 PENDING = "; its pods will stay pending"
 GVISOR_TAINT = {
@@ -47,67 +46,6 @@ GVISOR_TAINT = {
 
 
 # --- builders -------------------------------------------------------------------------
-
-
-def runtime_class(
-    name: str = "sandbox",
-    *,
-    handler: str = "runsc",
-    node_selector: Mapping[str, str] | None = None,
-    tolerations: list[dict[str, str]] | None = None,
-    annotation: str | None = None,
-) -> dict[str, Any]:
-    """A RuntimeClass as the API server puts it into ``request.object``."""
-    metadata: dict[str, Any] = {"name": name, "uid": "a6e0c7d2-0000-4000-8000-000000000001"}
-    if annotation is not None:
-        metadata["annotations"] = {NODE_SELECTOR_TERM_ANNOTATION: annotation}
-    obj: dict[str, Any] = {
-        "apiVersion": "node.k8s.io/v1",
-        "kind": "RuntimeClass",
-        "metadata": metadata,
-        "handler": handler,
-    }
-    scheduling: dict[str, Any] = {}
-    if node_selector is not None:
-        scheduling["nodeSelector"] = dict(node_selector)
-    if tolerations is not None:
-        scheduling["tolerations"] = tolerations
-    if scheduling:
-        obj["scheduling"] = scheduling
-    return obj
-
-
-def request(
-    obj: Any = None,
-    *,
-    operation: str = "CREATE",
-    uid: str = UID,
-    kind: Mapping[str, str] = RUNTIME_CLASS_KIND,
-    **extra: Any,
-) -> dict[str, Any]:
-    """An AdmissionRequest with the fields the API server always sets."""
-    req: dict[str, Any] = {
-        "uid": uid,
-        "kind": dict(kind),
-        "resource": {"group": "node.k8s.io", "version": "v1", "resource": "runtimeclasses"},
-        "requestKind": dict(kind),
-        "requestResource": {"group": "node.k8s.io", "version": "v1", "resource": "runtimeclasses"},
-        "name": obj.get("metadata", {}).get("name", "") if isinstance(obj, dict) else "",
-        "operation": operation,
-        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
-        "object": obj,
-        "oldObject": obj if operation == "UPDATE" else None,
-        "dryRun": False,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-    }
-    req.update(extra)
-    return req
-
-
-def body(req: Any, **top: Any) -> bytes:
-    return orjson.dumps(
-        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req, **top}
-    )
 
 
 def state_of(*nodes: NodeView) -> ClusterState:

@@ -9,40 +9,12 @@ from typing import Any
 import pytest
 
 from extender.cluster.state import ClusterState
+from tests.support.admission import request, review, runtime_class
 from tests.support.apps import AppFactory
 from tests.support.paths import EXAMPLE_CLUSTER
 
 ANNOTATION = "runtimeclass-extender.dev/node-selector-term"
 JSON = {"Content-Type": "application/json"}
-
-
-def _review(obj: dict[str, Any], *, operation: str = "CREATE", uid: str = "3f2a-1") -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "node.k8s.io", "version": "v1", "kind": "RuntimeClass"},
-            "resource": {"group": "node.k8s.io", "version": "v1", "resource": "runtimeclasses"},
-            "operation": operation,
-            "name": obj["metadata"]["name"],
-            "object": obj,
-        },
-    }
-
-
-def _class(name: str, *, selector: dict[str, str] | None = None, term: str | None = None) -> dict[str, Any]:
-    obj: dict[str, Any] = {
-        "apiVersion": "node.k8s.io/v1",
-        "kind": "RuntimeClass",
-        "metadata": {"name": name},
-        "handler": "runsc",
-    }
-    if selector is not None:
-        obj["scheduling"] = {"nodeSelector": selector}
-    if term is not None:
-        obj["metadata"]["annotations"] = {ANNOTATION: term}
-    return obj
 
 
 async def _post(client: Any, body: bytes | dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -58,7 +30,7 @@ def _metric(text: str, operation: str, result: str) -> float:
 
 async def test_allowed_review_echoes_the_uid(aiohttp_client: Any, make_app: AppFactory) -> None:
     client = await aiohttp_client(make_app(cluster_file=EXAMPLE_CLUSTER))
-    status, answer = await _post(client, _review(_class("plain"), uid="abc-123"))
+    status, answer = await _post(client, review(request(runtime_class("plain"), uid="abc-123")))
     assert status == 200
     assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
     assert answer["response"]["uid"] == "abc-123"
@@ -72,8 +44,8 @@ async def test_bad_annotation_is_denied_with_the_parsers_message(
 ) -> None:
     caplog.set_level(logging.INFO, logger="extender.admission")
     client = await aiohttp_client(make_app(cluster_file=EXAMPLE_CLUSTER))
-    bad = _class("broken", term="matchExpressions:\n- {key: gpu, operator: Gt, values: [many]}")
-    status, answer = await _post(client, _review(bad, operation=operation))
+    bad = runtime_class("broken", annotation="matchExpressions:\n- {key: gpu, operator: Gt, values: [many]}")
+    status, answer = await _post(client, review(request(bad, operation=operation)))
     assert status == 200
     response = answer["response"]
     assert response["allowed"] is False
@@ -89,7 +61,9 @@ async def test_selector_matching_no_node_is_allowed_with_a_warning(
     aiohttp_client: Any, make_app: AppFactory
 ) -> None:
     client = await aiohttp_client(make_app(cluster_file=EXAMPLE_CLUSTER))
-    status, answer = await _post(client, _review(_class("nowhere", selector={"no-such": "label"})))
+    status, answer = await _post(
+        client, review(request(runtime_class("nowhere", node_selector={"no-such": "label"})))
+    )
     assert status == 200
     response = answer["response"]
     assert response["allowed"] is True
@@ -102,7 +76,7 @@ async def test_unsynced_cache_allows_and_says_the_check_was_skipped(
     aiohttp_client: Any, make_app: AppFactory
 ) -> None:
     client = await aiohttp_client(make_app(state=ClusterState()))
-    status, answer = await _post(client, _review(_class("later", selector={"a": "b"})))
+    status, answer = await _post(client, review(request(runtime_class("later", node_selector={"a": "b"}))))
     assert status == 200
     assert answer["response"]["allowed"] is True
     assert "not synced" in answer["response"]["warnings"][0]
@@ -125,15 +99,17 @@ async def test_malformed_review_is_400_and_the_server_keeps_serving(
     assert set(answer) == {"error", "detail"}
     assert answer["error"] == "malformed AdmissionReview"
     assert fragment in answer["detail"]
-    status, _ = await _post(client, _review(_class("plain")))
+    status, _ = await _post(client, review(request(runtime_class("plain"))))
     assert status == 200
 
 
 async def test_reviews_are_counted_by_operation_and_result(aiohttp_client: Any, make_app: AppFactory) -> None:
     client = await aiohttp_client(make_app(cluster_file=EXAMPLE_CLUSTER))
-    await _post(client, _review(_class("plain")))
-    await _post(client, _review(_class("broken", term="matchExpressions: 3"), operation="UPDATE"))
-    await _post(client, _review(_class("nowhere", selector={"x": "y"})))
+    await _post(client, review(request(runtime_class("plain"))))
+    await _post(
+        client, review(request(runtime_class("broken", annotation="matchExpressions: 3"), operation="UPDATE"))
+    )
+    await _post(client, review(request(runtime_class("nowhere", node_selector={"x": "y"}))))
     text = await (await client.get("/metrics")).text()
     assert _metric(text, "CREATE", "allowed") == 1
     assert _metric(text, "UPDATE", "denied") == 1

@@ -34,6 +34,7 @@ from extender import cli
 from extender.http import serve as serve_module
 from extender.http.admission import PATH
 from extender.settings import ServeSettings, default_serve_settings
+from tests.support.admission import request, review, runtime_class
 from tests.support.apps import AppFactory, ClientFactory
 from tests.support.paths import EXAMPLE_CLUSTER, REPO
 from tests.support.waiting import eventually
@@ -131,29 +132,6 @@ def _trusting(pki: Pki | Path, client: trustme.LeafCert | None = None) -> ssl.SS
     return context
 
 
-def _review(name: str, *, selector: dict[str, str] | None = None, uid: str = "uid-1") -> dict[str, Any]:
-    obj: dict[str, Any] = {
-        "apiVersion": "node.k8s.io/v1",
-        "kind": "RuntimeClass",
-        "metadata": {"name": name},
-        "handler": "runsc",
-    }
-    if selector is not None:
-        obj["scheduling"] = {"nodeSelector": selector}
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "node.k8s.io", "version": "v1", "kind": "RuntimeClass"},
-            "resource": {"group": "node.k8s.io", "version": "v1", "resource": "runtimeclasses"},
-            "operation": "CREATE",
-            "name": name,
-            "object": obj,
-        },
-    }
-
-
 async def _request(
     method: str, url: str, *, ssl_context: ssl.SSLContext | None = None, body: Any = None
 ) -> tuple[int, Any]:
@@ -183,8 +161,10 @@ async def test_webhook_over_https_on_its_port_and_filter_only_on_the_main_port(
         assert ports.admission_port != ports.port
 
         # A class no example node carries the label of: allowed, with a warning.
-        review = _review("nowhere", selector={"example.com/none": "x"}, uid="over-https")
-        status, answer = await _request("POST", webhook + PATH, ssl_context=_trusting(pki), body=review)
+        allowed = review(
+            request(runtime_class("nowhere", node_selector={"example.com/none": "x"}), uid="over-https")
+        )
+        status, answer = await _request("POST", webhook + PATH, ssl_context=_trusting(pki), body=allowed)
         assert status == 200
         assert answer["kind"] == "AdmissionReview"
         assert answer["response"]["uid"] == "over-https"
@@ -192,8 +172,10 @@ async def test_webhook_over_https_on_its_port_and_filter_only_on_the_main_port(
         assert answer["response"]["warnings"]
 
         # The scheduler's verbs and the rest are not on the webhook's port.
-        request = json.loads(EXAMPLE_REQUEST.read_text())
-        status, answer = await _request("POST", webhook + "/filter", ssl_context=_trusting(pki), body=request)
+        filter_request = json.loads(EXAMPLE_REQUEST.read_text())
+        status, answer = await _request(
+            "POST", webhook + "/filter", ssl_context=_trusting(pki), body=filter_request
+        )
         assert status == 404
         assert "error" in answer
         for path in ("/metrics", "/explain/runtimeclasses/gvisor"):
@@ -209,10 +191,12 @@ async def test_webhook_over_https_on_its_port_and_filter_only_on_the_main_port(
             raise aiohttp.ClientError(f"answered plain HTTP with {status}")
 
         # The main port is as it was: plain HTTP, /filter, and the webhook path too.
-        status, answer = await _request("POST", main + "/filter", body=request)
+        status, answer = await _request("POST", main + "/filter", body=filter_request)
         assert status == 200
         assert answer["NodeNames"] == ["gvisor-1", "gvisor-2"]
-        status, answer = await _request("POST", main + PATH, body=_review("plain", uid="on-main"))
+        status, answer = await _request(
+            "POST", main + PATH, body=review(request(runtime_class("plain"), uid="on-main"))
+        )
         assert (status, answer["response"]["uid"], answer["response"]["allowed"]) == (200, "on-main", True)
 
         # One registry: each review counted once, whichever listener answered it.
@@ -238,7 +222,7 @@ async def test_webhook_needs_no_client_certificate_where_the_main_port_does(
             "POST",
             f"https://127.0.0.1:{ports.admission_port}{PATH}",
             ssl_context=_trusting(pki),
-            body=_review("plain", uid="no-client-cert"),
+            body=review(request(runtime_class("plain"), uid="no-client-cert")),
         )
         assert (status, answer["response"]["uid"]) == (200, "no-client-cert")
         # The main port still requires one ...
@@ -387,7 +371,7 @@ async def test_readme_transcript_is_what_the_webhook_answers(
     errors: list[str] = []  # kubectl apply reports failures after every object
     for obj in yaml.safe_load_all(manifest):
         name = obj["metadata"]["name"]
-        answer = await client.post(PATH, json=_review_of(obj))
+        answer = await client.post(PATH, json=review(request(obj)))
         assert answer.status == 200
         response = (await answer.json())["response"]
         # kubectl prints each Warning header the API server passes on as "Warning: <text>".
@@ -403,9 +387,3 @@ async def test_readme_transcript_is_what_the_webhook_answers(
             )
     assert transcript[1:] == expected + errors
     assert any(line.startswith("Warning: ") for line in transcript)
-
-
-def _review_of(obj: dict[str, Any]) -> dict[str, Any]:
-    review = _review(obj["metadata"]["name"])
-    review["request"]["object"] = obj
-    return review
