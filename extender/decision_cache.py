@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 from extender.cluster.state import NODES, ClusterState, Named, Store
@@ -129,6 +130,11 @@ class Entry:
             else:
                 self.evaluate(node)
 
+    @property
+    def fitting(self) -> AbstractSet[str]:
+        """The cached nodes that pass (the entry's own set: read, never write)."""
+        return self.groups.get("") or frozenset()
+
     def verdict(self, name: str) -> Verdict | None:
         """The cached verdict for a node (without detail), or None if not cached."""
         reason = self.outcome.get(name)
@@ -163,7 +169,7 @@ class Entry:
             unresolvable, counts = self._failures_without(absent)
         else:
             unresolvable, counts = self._failures_among(requested)
-        fitting = self.groups.get("", set())
+        fitting = self.fitting
         if len(unresolvable) == len(requested):
             passing = []
         elif len(requested) == len(names) and not unresolvable:

@@ -40,6 +40,7 @@ from extender.http.keys import (
     BODY_READ_TIMEOUT,
     CAPTURE,
     DECISIONS,
+    HIDDEN_NODES,
     MAX_BODY_BYTES,
     MAX_NODES,
     METRICS,
@@ -51,6 +52,7 @@ from extender.http.keys import (
     WARNINGS,
 )
 from extender.http.metrics import CLIENT_CLOSED_REQUEST, Handler, Metrics
+from extender.http.sampling import HiddenNodeReports
 from extender.protocol import ExtenderArgs
 from extender.settings import (
     DEFAULT_BODY_READ_TIMEOUT,
@@ -165,6 +167,8 @@ async def filter_handler(request: web.Request) -> web.Response:
     except ObjectError as exc:
         return _bad_request(request, str(exc))
     app[METRICS].filter.record_decision(decision)
+    if decision.hidden is not None and decision.runtime_class is not None:
+        app[HIDDEN_NODES].record(decision.runtime_class.name, decision.hidden)
     result = decision.result
     if result.Error:
         log.warning("filter refused", extra={"pod": decision.pod.key, "error": result.Error})
@@ -215,13 +219,14 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     unsynced = state.unsynced_kinds()
-    # Ready or not, the configuration warnings stay visible to whoever checks readiness.
-    warnings = request.app.get(WARNINGS) or ()
+    # Ready or not, the configuration warnings stay visible to whoever checks readiness,
+    # and so do recent filter calls whose fitting nodes the scheduler's sampling hid.
+    warnings = [*(request.app.get(WARNINGS) or ()), *request.app[HIDDEN_NODES].messages()]
     if unsynced:
         return web.json_response(
-            {"status": "not ready", "unsynced": unsynced, "warnings": list(warnings)}, status=503
+            {"status": "not ready", "unsynced": unsynced, "warnings": warnings}, status=503
         )
-    return web.json_response({"status": "ready", "warnings": list(warnings)})
+    return web.json_response({"status": "ready", "warnings": warnings})
 
 
 def create_app(
@@ -249,6 +254,7 @@ def create_app(
     app[STATE] = state
     app[POLICY] = policy
     app[DECISIONS] = decisions if decisions is not None else DecisionCache(state)
+    app[HIDDEN_NODES] = HiddenNodeReports()
     app.router.add_post("/filter", filter_handler)
     app.router.add_get("/healthz", healthz, allow_head=True)
     app.router.add_get("/readyz", readyz, allow_head=True)
