@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from typing import Any, Final
 
 from extender.cluster.objects import nodes_from_api
@@ -62,6 +63,13 @@ class Decision:
     reason_counts: Mapping[str, int] | None = None
     # Set when the sampling hid the nodes that fit (see ``hidden_nodes``).
     hidden: HiddenNodes | None = None
+    # ``result.FailedAndUnresolvableNodes`` as JSON, when it came prebuilt (a request
+    # naming the whole cluster: extender.decision_cache).
+    unresolvable_json: bytes | None = None
+
+    def to_json(self) -> bytes:
+        """The answer's JSON, as sent to kube-scheduler."""
+        return self.result.to_json(unresolvable_json=self.unresolvable_json)
 
 
 class _Sorter:
@@ -90,9 +98,11 @@ def missing_node_names(args: ExtenderArgs, state: ClusterState) -> list[str]:
     """Names-mode node names the state does not hold (candidates for a direct lookup)."""
     if args.NodeNames is None:
         return []
-    # The store's dict, not the Store: its __contains__ would be a Python call per name.
+    # The store's dict, not the Store: its __contains__ would be a Python call per name;
+    # and filterfalse, not a comprehension: no bytecode per name on every call. The
+    # hashes computed here stay on the name strings for the decision's set of them.
     known = state.nodes.live_dict()
-    return [name for name in args.NodeNames if name not in known]
+    return list(filterfalse(known.__contains__, args.NodeNames))
 
 
 def decide(
@@ -127,7 +137,23 @@ def decide(
     entry = cache.entry(policy, pod, runtime_class) if cache is not None else None
     if entry is None:
         return _decide_names(args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason)
-    fast = entry.sort(args.NodeNames)
+    requested = set(args.NodeNames)  # hashes each name once, for both checks below
+    known = state.nodes.live_dict()
+    whole = entry.whole_cluster(args.NodeNames, requested)
+    if whole is not None:
+        passing, prebuilt = whole
+        result = ExtenderFilterResult.model_construct(
+            Nodes=None,
+            NodeNames=passing,
+            FailedNodes={},
+            FailedAndUnresolvableNodes=prebuilt.failures,
+            Error="",
+        )
+        details = _LazyDetails(prebuilt.failures, pod, runtime_class, known, policy)
+        return Decision(
+            result, pod, runtime_class, details, prebuilt.counts, unresolvable_json=prebuilt.failures_json
+        )
+    fast = entry.sort(args.NodeNames, requested)
     if fast is None:
         # Unknown names or resolvable failures: per name, still from cached verdicts.
         return _decide_names(
@@ -137,7 +163,6 @@ def decide(
     result = ExtenderFilterResult.model_construct(
         Nodes=None, NodeNames=passing, FailedNodes={}, FailedAndUnresolvableNodes=unresolvable, Error=""
     )
-    known = state.nodes.live_dict()
     details = _LazyDetails(unresolvable, pod, runtime_class, known, policy)
     # With no node passing, every offered name is in the failure map.
     hidden = None if passing else hidden_nodes(entry, unresolvable, len(unresolvable), counts, len(known))

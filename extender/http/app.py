@@ -174,7 +174,7 @@ async def filter_handler(request: web.Request) -> web.Response:
         log.warning("filter refused", extra={"pod": decision.pod.key, "error": result.Error})
     elif log.isEnabledFor(logging.DEBUG):
         _log_decision(decision)
-    payload = result.to_json()
+    payload = decision.to_json()
     capture = app.get(CAPTURE)
     # A replayed request is not captured again: replaying a capture directory against
     # the server that writes it would otherwise grow it by itself on every run.

@@ -76,7 +76,7 @@ def run_filter(args: argparse.Namespace) -> int:
         ) from None
     except ObjectError as exc:
         raise UsageError(f"{args.request}: malformed ExtenderArgs: {exc}") from None
-    pretty = orjson.dumps(orjson.loads(decision.result.to_json()), option=orjson.OPT_INDENT_2)
+    pretty = orjson.dumps(orjson.loads(decision.to_json()), option=orjson.OPT_INDENT_2)
     sys.stdout.buffer.write(pretty + b"\n")
     return 0
 
