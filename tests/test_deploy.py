@@ -655,7 +655,7 @@ def test_dockerfile_entrypoint_runs() -> None:
 
 WEBHOOK_COMPONENT = "components/admission-webhook"
 WEBHOOK_CERT_MANAGER = "components/admission-webhook/cert-manager"
-# The overlays the component is meant to be added to (README: "Admission webhook").
+# The overlays the component is meant to be added to (docs/admission-webhook.md).
 WEBHOOK_OVERLAYS = ["overlays/predicate-mode", "overlays/alongside-admission", "overlays/tls"]
 WEBHOOK_KINDS = {
     ("v1", "Service"),
@@ -779,7 +779,7 @@ def test_webhook_flags_are_serve_settings_with_a_mounted_certificate(overlay: st
     settings = _serve_settings(extender)
     files = admission_tls_files(settings)
     assert files is not None
-    # Its own pair, from the Secret the README has you create (or cert-manager write).
+    # Its own pair, from the Secret docs/admission-webhook.md has you create (or cert-manager write).
     assert (files.cert_setting, files.key_setting) == ("admission-tls-cert-file", "admission-tls-key-file")
     secrets = {
         _mounted_path(docs, extender, path)["secret"]["secretName"]

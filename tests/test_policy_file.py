@@ -154,7 +154,7 @@ def test_unknown_predicate_lists_the_known_ones() -> None:
 def test_bundled_default_policy() -> None:
     policy = load_policy()
     assert policy.names == DEFAULT_ORDER
-    # The bundled file is the one the README shows and ships in the package.
+    # The bundled file is the one docs/reference.md shows and ships in the package.
     assert load_policy(REPO / "policies" / "default-policy.yaml").names == DEFAULT_ORDER
 
 

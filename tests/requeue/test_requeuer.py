@@ -36,6 +36,7 @@ from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import SERVE_SETTINGS
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import PODS, RUNTIME_CLASSES, FakeApiServer, make_pod, make_runtime_class
+from tests.support.docs import page
 from tests.support.paths import REPO
 from tests.support.reflectors import fast_reflector
 from tests.support.waiting import eventually
@@ -453,11 +454,10 @@ def test_pending_pod_keeps_identity_and_routing_only() -> None:
             pending_pod_from_api(bad)
 
 
-def test_every_requeue_metric_and_setting_is_in_the_readme() -> None:
+def test_every_requeue_metric_and_setting_is_in_its_docs_page() -> None:
     registry = CollectorRegistry()
     RequeueMetrics(registry, pending=lambda: 0, queued=lambda: 0)
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Requeueing pending pods", 1)[1].split("\n## ", 1)[0]
+    section = page("requeue.md")  # docs/requeue.md, "Requeueing pending pods"
     for family in registry.collect():
         name = family.name + "_total" if family.type == "counter" else family.name
         assert f"| `{name}` |" in section, name
