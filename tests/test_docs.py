@@ -167,7 +167,11 @@ def test_license_is_the_apache_license_pyproject_declares() -> None:
     assert text.lstrip().startswith("Apache License")
     assert "Version 2.0, January 2004" in text
     # The full text: all nine sections of the terms and the appendix.
-    for heading in ("1. Definitions.", "4. Redistribution.", "9. Accepting Warranty or Additional Liability."):
+    for heading in (
+        "1. Definitions.",
+        "4. Redistribution.",
+        "9. Accepting Warranty or Additional Liability.",
+    ):
         assert heading in text, heading
     assert "END OF TERMS AND CONDITIONS" in text and "APPENDIX: How to apply the Apache License" in text
 
