@@ -8,6 +8,7 @@ features they document, which read them through ``tests/support/docs.py``.
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 import tomllib
@@ -17,6 +18,7 @@ from urllib.parse import unquote
 import pytest
 
 from extender import __version__
+from extender.cli import build_parser, main
 from tests.support.docs import INVOCATION, fenced_blocks, headings
 from tests.support.paths import DOCS, README, REPO
 
@@ -117,16 +119,21 @@ def _shell_commands(block: str, language: str) -> list[list[str]]:
     return commands
 
 
-def _program_calls(path: Path) -> list[str]:
+def _program_commands(path: Path) -> list[list[str]]:
+    """Every shell example in ``path`` that runs the program, as words (the program first)."""
     text = path.read_text(encoding="utf-8")
-    calls = []
+    found = []
     for language in SHELL_LANGUAGES:
         for block in fenced_blocks(text, language):
             for words in _shell_commands(block, language):
-                program = next((w for w in words if "=" not in w), "")  # skip VAR=value prefixes
-                if program.rsplit("/", 1)[-1] == PROGRAM:
-                    calls.append(program)
-    return calls
+                words = list(itertools.dropwhile(lambda word: "=" in word, words))  # VAR=value prefixes
+                if words and words[0].rsplit("/", 1)[-1] == PROGRAM:
+                    found.append(words)
+    return found
+
+
+def _program_calls(path: Path) -> list[str]:
+    return [words[0] for words in _program_commands(path)]
 
 
 @pytest.mark.parametrize("path", [README, *PAGES], ids=_name)
@@ -182,3 +189,37 @@ def test_changelog_has_the_current_version_and_unreleased() -> None:
     titles = [title for level, title, _ in headings(CHANGELOG.read_text(encoding="utf-8")) if level == 2]
     assert titles[0] == "Unreleased"
     assert any(title.startswith(f"{__version__} ") or title == __version__ for title in titles), titles
+
+
+DOC_COMMANDS = [(path, words) for path in [README, *PAGES] for words in _program_commands(path)]
+
+
+def _runnable_offline(args: list[str]) -> bool:
+    """Whether a documented command can run here as written: not ``serve`` (it keeps
+    running), against a cluster file, and every file it names is in the repository."""
+    files = [
+        a for a in args if not a.startswith(("-", "http")) and ("/" in a or a.endswith((".yaml", ".json")))
+    ]
+    return args[0] != "serve" and "--cluster-file" in args and all((REPO / f).exists() for f in files)
+
+
+@pytest.mark.parametrize(
+    ("path", "words"), DOC_COMMANDS, ids=[f"{_name(p)}: {' '.join(w[1:])}" for p, w in DOC_COMMANDS]
+)
+def test_every_documented_command_is_accepted(
+    path: Path, words: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every documented command parses (its command and flags exist); those that can run
+    offline run, from the repository, and succeed (exit 0, or 1 where 1 is an answer:
+    changed decisions, misplaced pods)."""
+    args = words[1:]
+    build_parser().parse_args(args)
+    if _runnable_offline(args):
+        monkeypatch.chdir(REPO)
+        status = main(args)
+        assert status in (0, 1), capsys.readouterr().err
+
+
+def test_documented_commands_do_run() -> None:
+    assert len(DOC_COMMANDS) >= 10
+    assert sum(_runnable_offline(words[1:]) for _, words in DOC_COMMANDS) >= 8
