@@ -223,3 +223,13 @@ def test_every_documented_command_is_accepted(
 def test_documented_commands_do_run() -> None:
     assert len(DOC_COMMANDS) >= 10
     assert sum(_runnable_offline(words[1:]) for _, words in DOC_COMMANDS) >= 8
+
+
+def test_cli_reports_the_version_pyproject_declares(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/reference.md: ``--version`` prints the version of pyproject.toml (as /readyz
+    reports it, tests/http/test_app.py)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"{PROGRAM} {project['version']}\n"
