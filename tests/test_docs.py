@@ -19,6 +19,7 @@ import pytest
 
 from extender import __version__
 from extender.cli import build_parser, main
+from extender.tools.commands import build_kubectl_parser
 from tests.support.docs import INVOCATION, fenced_blocks, headings
 from tests.support.paths import DOCS, README, REPO
 
@@ -132,6 +133,18 @@ def _program_commands(path: Path) -> list[list[str]]:
     return found
 
 
+def _plugin_commands(path: Path) -> list[list[str]]:
+    """Every shell example in ``path`` that runs the kubectl plugin, as its arguments."""
+    text = path.read_text(encoding="utf-8")
+    return [
+        words[2:]
+        for language in SHELL_LANGUAGES
+        for block in fenced_blocks(text, language)
+        for words in _shell_commands(block, language)
+        if words[:2] == ["kubectl", "runtimeclass"]
+    ]
+
+
 def _program_calls(path: Path) -> list[str]:
     return [words[0] for words in _program_commands(path)]
 
@@ -233,3 +246,16 @@ def test_cli_reports_the_version_pyproject_declares(capsys: pytest.CaptureFixtur
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out == f"{PROGRAM} {project['version']}\n"
+
+
+PLUGIN_COMMANDS = [(path, args) for path in [README, *PAGES] for args in _plugin_commands(path)]
+
+
+@pytest.mark.parametrize(
+    ("path", "args"), PLUGIN_COMMANDS, ids=[f"{_name(p)}: {' '.join(a)}" for p, a in PLUGIN_COMMANDS]
+)
+def test_every_documented_plugin_command_parses(path: Path, args: list[str]) -> None:
+    """``kubectl runtimeclass ...`` examples run the plugin executable: its commands and
+    flags exist (they need a cluster, so they are parsed, not run)."""
+    build_kubectl_parser().parse_args(args)
+    assert len(PLUGIN_COMMANDS) >= 3
