@@ -29,6 +29,7 @@ from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.registry import Policy
 from policies.verdict import Verdict
 from tests.support.apps import AppFactory, Client
+from tests.support.docs import fenced_blocks, page, section
 from tests.support.paths import REPO
 
 MISMATCH = "node(s) didn't match RuntimeClass"
@@ -561,3 +562,14 @@ async def test_healthz_while_not_synced(aiohttp_client: AiohttpClient, make_app:
     client = await aiohttp_client(make_app(state=ClusterState()))
     response = await client.get("/healthz")
     assert response.status == 200
+
+
+async def test_reference_error_example_is_the_answer(client: Client) -> None:
+    """docs/reference.md's error body example: a filter request without its Pod."""
+    (shown,) = [
+        json.loads(block)
+        for block in fenced_blocks(section(page("reference.md"), "## HTTP endpoints"), "json")
+        if '"error"' in block
+    ]
+    status, answer, _ = await post(client, {"Nodes": None, "NodeNames": ["plain-1"]})
+    assert (status, answer) == (400, shown)

@@ -55,3 +55,24 @@ def block_after(text: str, command: str, language: str) -> str:
     the output a page shows for that command."""
     after = text[text.index(command + "\n") :]
     return after.split(f"```{language}\n", 1)[1].split("```", 1)[0]
+
+
+def shown_log_line(text: str, logger: str) -> str:
+    """The first log line a page shows (in a ``text`` block) from ``logger``."""
+    for block in fenced_blocks(text, "text"):
+        for line in block.splitlines():
+            if re.match(rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d{{3}} [A-Z]+ {re.escape(logger)}: ", line):
+                return line
+    raise AssertionError(f"no log line of {logger} shown")
+
+
+def log_line_shape(line: str) -> tuple[str, str, str, tuple[str, ...]]:
+    """A text log line without its values: level, logger, the message with numbers
+    as ``N``, and the names of its extras in order. A page's example and a real line
+    have the same shape."""
+    match = re.match(r"\S+ \S+ ([A-Z]+) ([\w.]+): (.*)", line)
+    assert match, line
+    level, logger, rest = match.groups()
+    keys = tuple(re.findall(r"(?:^|\s)(\w+)=", rest))
+    message = re.split(r"\s\w+=", rest, maxsplit=1)[0]
+    return level, logger, re.sub(r"\d+", "N", message), keys
