@@ -38,7 +38,8 @@ from extender.http.app import create_app
 from extender.http.tls import admission_tls_files
 from extender.policy_file import load_policy
 from extender.settings import ServeSettings, resolve_serve
-from tests.support.paths import REPO
+from tests.support.docs import fenced_blocks
+from tests.support.paths import DOCS, REPO
 
 DEPLOY = REPO / "deploy"
 KUSTOMIZATIONS = ["base", "overlays/predicate-mode", "overlays/alongside-admission", "overlays/tls"]
@@ -681,7 +682,7 @@ def test_dockerfile_entrypoint_runs() -> None:
 
 WEBHOOK_COMPONENT = "components/admission-webhook"
 WEBHOOK_CERT_MANAGER = "components/admission-webhook/cert-manager"
-# The overlays the component is meant to be added to (README: "Admission webhook").
+# The overlays the component is meant to be added to (docs/admission-webhook.md).
 WEBHOOK_OVERLAYS = ["overlays/predicate-mode", "overlays/alongside-admission", "overlays/tls"]
 WEBHOOK_KINDS = {
     ("v1", "Service"),
@@ -805,7 +806,7 @@ def test_webhook_flags_are_serve_settings_with_a_mounted_certificate(overlay: st
     settings = _serve_settings(extender)
     files = admission_tls_files(settings)
     assert files is not None
-    # Its own pair, from the Secret the README has you create (or cert-manager write).
+    # Its own pair, from the Secret docs/admission-webhook.md has you create (or cert-manager write).
     assert (files.cert_setting, files.key_setting) == ("admission-tls-cert-file", "admission-tls-key-file")
     secrets = {
         _mounted_path(docs, extender, path)["secret"]["secretName"]
@@ -905,3 +906,46 @@ def test_audit_component_adds_the_flag_and_only_list_watch_pods(overlay: str) ->
     plain = _load_file(AUDIT_COMPONENT / "rbac.yaml")
     assert _one(plain, "ClusterRole", AUDIT_ROLE)["rules"] == role["rules"]
     assert _one(plain, "ClusterRoleBinding", AUDIT_ROLE)["subjects"] == binding["subjects"]
+
+
+# --- the overlays the docs show ---------------------------------------------------------
+
+
+def _docs_overlays() -> list[tuple[str, str]]:
+    """Every ``# my-overlay/kustomization.yaml`` the docs show, with its page."""
+    return [
+        (path.name, block)
+        for path in sorted(DOCS.glob("*.md"))
+        for block in fenced_blocks(path.read_text(encoding="utf-8"), "yaml")
+        if block.startswith("# my-overlay/kustomization.yaml\n")
+    ]
+
+
+def test_the_docs_show_overlays_of_your_own() -> None:
+    assert {page for page, _ in _docs_overlays()} >= {"install.md", "admission-webhook.md"}
+
+
+@pytest.mark.parametrize(
+    ("page", "kustomization"), _docs_overlays(), ids=lambda v: v if v.endswith(".md") else ""
+)
+def test_docs_overlay_renders_with_kubectl(page: str, kustomization: str) -> None:
+    """Each overlay of one's own the docs show, placed next to deploy/ as they say,
+    renders with ``kubectl kustomize`` (what ``kubectl apply -k`` applies); an ``images``
+    entry reaches the extender container."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: cannot render the kustomizations (kubectl kustomize)")
+    with tempfile.TemporaryDirectory(dir=REPO) as directory:
+        (Path(directory) / "kustomization.yaml").write_text(kustomization)
+        result = subprocess.run(
+            [kubectl, "kustomize", directory], capture_output=True, text=True, check=False
+        )
+    assert result.returncode == 0, f"{page}: kubectl kustomize failed:\n{result.stderr}"
+    docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
+    images = {
+        c["name"]: c["image"] for c in _one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    }
+    wanted = yaml.safe_load(kustomization).get("images")
+    if wanted:
+        assert images["extender"] == f"{wanted[0]['newName']}:{wanted[0]['newTag']}"
+    assert images["kube-scheduler"].startswith("registry.k8s.io/kube-scheduler:")

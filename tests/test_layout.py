@@ -43,7 +43,7 @@ def test_the_check_sees_an_import() -> None:
     assert _imports_aiohttp_web(REPO / "extender" / "http" / "app.py")
 
 
-# The tests' own layout (README "Layout"): helpers only in tests/support/, fixtures
+# The tests' own layout (docs/development.md): helpers only in tests/support/, fixtures
 # registered once in tests/conftest.py, every test folder a package (so two folders may
 # hold a test module of the same name, and tests/http/ never shadows the stdlib's http).
 TEST_MODULES = sorted((REPO / "tests").rglob("*.py"))

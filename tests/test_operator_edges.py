@@ -775,7 +775,7 @@ def _assert_error_shape(name: str, status: int, body: bytes) -> None:
     assert 400 <= status < 600, (name, status, body)
     document = json.loads(body)
     assert isinstance(document, dict), (name, body)
-    # Exactly the two keys (README "HTTP endpoints"), each a non-empty line.
+    # Exactly the two keys (docs/reference.md, "HTTP endpoints"), each a non-empty line.
     assert set(document) == ERROR_KEYS, (name, document)
     for key in ERROR_KEYS:
         assert isinstance(document[key], str) and document[key], (name, document)

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from extender.policy_file import load_policy
 from policies.objects import NodeView, PodView, RuntimeClassView, Taint
 from policies.registry import POLICY_API_VERSION, POLICY_KIND, PolicyError, build_policy
 from policies.verdict import FITS, Verdict
+from tests.support.docs import fenced_blocks, page, section
 from tests.support.paths import REPO
 
 DEFAULT_ORDER = ("RuntimeClassExists", "RuntimeClassNodeSelector", "TaintToleration")
@@ -154,7 +156,7 @@ def test_unknown_predicate_lists_the_known_ones() -> None:
 def test_bundled_default_policy() -> None:
     policy = load_policy()
     assert policy.names == DEFAULT_ORDER
-    # The bundled file is the one the README shows and ships in the package.
+    # The bundled file is the one docs/reference.md shows and ships in the package.
     assert load_policy(REPO / "policies" / "default-policy.yaml").names == DEFAULT_ORDER
 
 
@@ -326,3 +328,20 @@ def test_broken_entry_point_plugin_is_named(tmp_path: Path, monkeypatch: pytest.
         PolicyError, match=r"predicate plugin Broken \(rcx_broken_plugin:factory\): missing dependency"
     ):
         load_policy()
+
+
+def test_docs_show_the_bundled_policy_and_a_loadable_handler_policy(tmp_path: Path) -> None:
+    """docs/reference.md shows the bundled default; docs/predicates.md's policy enabling
+    the runtime-handler check loads as it says."""
+    (shown,) = fenced_blocks(section(page("reference.md"), "### Policy file"), "yaml")[:1]
+    bundled = REPO / "policies" / "default-policy.yaml"
+    assert yaml.safe_load(shown) == yaml.safe_load(bundled.read_text())
+    handler_policies = [
+        block
+        for block in fenced_blocks(page("predicates.md"), "yaml")
+        if block.startswith(f"apiVersion: {POLICY_API_VERSION}\nkind: {POLICY_KIND}\n")
+    ]
+    assert len(handler_policies) == 1
+    path = tmp_path / "policy.yaml"
+    path.write_text(handler_policies[0])
+    assert load_policy(path).names == (*DEFAULT_ORDER[:2], "RuntimeHandler", DEFAULT_ORDER[2])

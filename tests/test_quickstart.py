@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.docs import fenced_blocks, section
+from tests.support.paths import README, REPO
 
-README = REPO / "README.md"
 # Generous: only reached if the server never comes up (the test then fails).
 STARTUP_DEADLINE_SECONDS = 60.0
 
@@ -37,14 +37,10 @@ class QuickStart:
     expected_answer: Any
 
 
-def _fenced_blocks(text: str, language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
-
-
 def parse_quick_start(readme: str) -> QuickStart:
-    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    shell = _fenced_blocks(section, "sh")
-    json_blocks = _fenced_blocks(section, "json")
+    quick_start = section(readme, "## Quick start")
+    shell = fenced_blocks(quick_start, "sh")
+    json_blocks = fenced_blocks(quick_start, "json")
     assert shell and json_blocks, "quick start lost its command or example answer blocks"
     # Command 1 installs and then serves: the serve invocation is its last step.
     serve_step = shell[0].strip().split("&&")[-1]

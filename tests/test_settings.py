@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from extender import cli
 from extender.settings import ENV_PREFIX, SERVE_SETTINGS, SettingsError, resolve
+from tests.support.docs import fenced_blocks, page, section
 from tests.support.paths import REPO
 
 EXAMPLE_CLUSTER = REPO / "deploy" / "examples" / "cluster.yaml"
@@ -172,7 +174,18 @@ def test_help_shows_every_setting_with_its_env_name(
         assert setting.env in out, setting.env
 
 
-def test_every_setting_is_in_the_readme_table() -> None:
-    readme = (REPO / "README.md").read_text()
-    missing = [s.name for s in SERVE_SETTINGS if f"| `{s.name}` |" not in readme]
-    assert not missing, f"settings missing from README's settings table: {missing}"
+def test_every_setting_is_in_the_reference_table() -> None:
+    table = section(page("reference.md"), "## Settings of `serve`")
+    missing = [s.name for s in SERVE_SETTINGS if f"| `{s.name}` |" not in table]
+    assert not missing, f"settings missing from the settings table of docs/reference.md: {missing}"
+
+
+def test_the_reference_config_file_example(tmp_path: Path) -> None:
+    """docs/reference.md's config file: every key is a setting, read as the page says."""
+    (block,) = fenced_blocks(section(page("reference.md"), "### Config file (`--config`)"), "yaml")
+    values = _resolve(["--config", str(_config(tmp_path, block))])
+    shown = yaml.safe_load(block)
+    assert shown and {setting.name for setting in SERVE_SETTINGS} >= set(shown)
+    for setting in SERVE_SETTINGS:
+        if setting.name in shown:
+            assert values[setting.attr] == shown[setting.name], setting.name

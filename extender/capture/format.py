@@ -1,7 +1,7 @@
 """The capture file format: building a file from a filter call, and reading one back.
 
-One JSON object per file (documented field by field in the README, "Capture file
-format", and versioned by ``apiVersion``/``kind``): the request and the answer exactly
+One JSON object per file (documented field by field in docs/reference.md, "Capture
+file", and versioned by ``apiVersion``/``kind``): the request and the answer exactly
 as sent, and the state the answer was decided against, as far as the request referenced
 it (the pod's RuntimeClass and, in names mode, the nodes asked about), plus a
 fingerprint of the whole state. Pure: bytes in, bytes out; ``extender.capture.writer``

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from aiohttp import web
 from pydantic import ValidationError
 
+from extender import __version__
 from extender.capture.format import REPLAY_HEADER
 from extender.cluster.health import failing_too_long, failure_report
 from extender.cluster.metrics import SourceStatsProvider
@@ -222,11 +223,13 @@ async def readyz(request: web.Request) -> web.Response:
     # Ready or not, the configuration warnings stay visible to whoever checks readiness,
     # and so do recent filter calls whose fitting nodes the scheduler's sampling hid.
     warnings = [*(request.app.get(WARNINGS) or ()), *request.app[HIDDEN_NODES].messages()]
+    # The version answers "which extender is this?" for whoever probes it (upgrades).
     if unsynced:
         return web.json_response(
-            {"status": "not ready", "unsynced": unsynced, "warnings": warnings}, status=503
+            {"status": "not ready", "unsynced": unsynced, "warnings": warnings, "version": __version__},
+            status=503,
         )
-    return web.json_response({"status": "ready", "warnings": warnings})
+    return web.json_response({"status": "ready", "warnings": warnings, "version": __version__})
 
 
 def create_app(

@@ -26,6 +26,7 @@ from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch
 from extender.http.keys import STATE
 from extender.http.serve import build_app
+from extender.logs import TextFormatter
 from extender.settings import default_serve_settings
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import (
@@ -38,6 +39,7 @@ from tests.support.apiserver import (
     make_runtime_class,
 )
 from tests.support.apps import ClientFactory
+from tests.support.docs import log_line_shape, page, shown_log_line
 from tests.support.paths import REPO
 from tests.support.reflectors import fast_reflector
 from tests.support.waiting import eventually
@@ -269,6 +271,9 @@ async def test_one_warning_per_newly_misplaced_pod_none_for_those_found_at_start
         ("default/b2", "selector-mismatch", "gv-2"),
     ]
     assert all(r.getMessage() == "running pod is misplaced" for r in warnings)
+    # The line docs/audit.md shows has this line's shape.
+    shown = log_line_shape(shown_log_line(page("audit.md"), "extender.audit"))
+    assert log_line_shape(TextFormatter().format(warnings[0])) == shown
     assert "label runtime is 'kata', not 'gvisor'" in warnings[0].detail  # type: ignore[attr-defined]
 
     # Another mismatch of the same kind changes only the detail: no new line.

@@ -2,7 +2,7 @@
 
 The executables run as subprocesses where their exit status and streams are the point;
 the rest calls ``main`` in-process. The bundled example (deploy/examples/
-cluster-with-pods.yaml) is the README's example, so its expected rows are written out.
+cluster-with-pods.yaml) is the docs' example, so its expected rows are written out.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from tests.support.apiserver import (
     make_pod,
     make_runtime_class,
 )
+from tests.support.docs import page
 from tests.support.paths import REPO
 
 EXAMPLE = REPO / "deploy" / "examples" / "cluster-with-pods.yaml"
@@ -240,12 +241,11 @@ async def test_unreachable_cluster_is_bad_input(tmp_path: Path, capsys: pytest.C
     assert "cannot list from http://127.0.0.1:" in err and len(err.splitlines()) == 1
 
 
-# --- the README shows what the command prints ------------------------------------------
+# --- the docs show what the command prints (docs/audit.md) ------------------------------------------
 
 
 def readme_section() -> str:
-    readme = (REPO / "README.md").read_text()
-    return readme.split("## Auditing running pods", 1)[1].split("\n## ", 1)[0]
+    return page("audit.md")  # docs/audit.md, "Auditing running pods"
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from policies.node_affinity import EMPTY_TERM_DETAIL, NODE_SELECTOR_TERM_ANNOTAT
 from policies.objects import PodView
 from policies.objects import SelectorRequirement as Req
 from policies.predicates import RuntimeClassNodeSelector
+from tests.support.docs import page
 from tests.support.paths import REPO
 
 EXAMPLES = REPO / "deploy" / "examples"
@@ -300,7 +301,7 @@ async def test_filter_fails_a_malformed_class_closed_on_every_node(
 async def test_filter_example_request_for_the_annotated_class(
     aiohttp_client: AiohttpClient, make_app: Any
 ) -> None:
-    """deploy/examples/filter-request-gvisor-gpu.json, as the README shows it."""
+    """deploy/examples/filter-request-gvisor-gpu.json, as docs/predicates.md shows it."""
     client = await aiohttp_client(make_app(cluster_file=EXAMPLE_CLUSTER))
     body = (EXAMPLES / "filter-request-gvisor-gpu.json").read_bytes()
     response = await client.post("/filter", data=body, headers=JSON)
@@ -339,9 +340,9 @@ async def test_filter_full_nodes_mode_evaluates_match_fields(
     }
 
 
-def test_readme_example_answer_is_what_the_filter_command_prints() -> None:
-    """The README's gvisor-gpu example: its command's answer, decided offline like the CLI."""
-    readme = (REPO / "README.md").read_text()
+def test_docs_example_answer_is_what_the_filter_command_prints() -> None:
+    """docs/predicates.md's gvisor-gpu example: its command's answer, decided offline like the CLI."""
+    readme = page("predicates.md")
     command = "runtimeclass-extender filter deploy/examples/filter-request-gvisor-gpu.json"
     after = readme[readme.index(command) :]
     shown = json.loads(after.split("```json\n", 1)[1].split("```", 1)[0])

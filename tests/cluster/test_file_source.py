@@ -289,11 +289,11 @@ def test_not_utf8(tmp_path: Path) -> None:
 def test_example_cluster() -> None:
     state = load_cluster_file(REPO / "deploy" / "examples" / "cluster.yaml")
     nodes, classes = snapshot(state)
-    # At least what the README promises (the example may grow more nodes and classes).
+    # At least what docs/reference.md ("Cluster file") promises (the example may grow more nodes and classes).
     assert {"gvisor-1", "gvisor-2", "kata-1", "runc-1", "runc-2", "win-1"} <= set(nodes)
     assert {"gvisor", "kata-containers", "runc", "sandboxed", "windows-hyperv"} <= set(classes)
     assert state.synced
-    # The README describes these: gVisor nodes labelled and tainted, a tainted Windows
+    # docs/reference.md describes these: gVisor nodes labelled and tainted, a tainted Windows
     # node, and `sandboxed` an alias of `gvisor` (same handler and rules).
     sandbox_taint = Taint("sandbox.gke.io/runtime", "NoSchedule", "gvisor")
     assert nodes["gvisor-1"].taints == nodes["gvisor-2"].taints == (sandbox_taint,)

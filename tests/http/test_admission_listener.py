@@ -36,6 +36,7 @@ from extender.http.admission import PATH
 from extender.settings import ServeSettings, default_serve_settings
 from tests.support.admission import request, review, runtime_class
 from tests.support.apps import AppFactory, ClientFactory
+from tests.support.docs import page
 from tests.support.paths import EXAMPLE_CLUSTER, REPO
 from tests.support.waiting import eventually
 
@@ -343,9 +344,8 @@ def test_busy_admission_port_is_one_line_and_exit_2(pki: Pki, busy_port: int) ->
     assert os.strerror(errno.EADDRINUSE) in line, line
 
 
-# ----- the README's transcript ------------------------------------------------------------
+# ----- the docs' transcript (docs/admission-webhook.md) ------------------------------------------------------------
 
-README = REPO / "README.md"
 WEBHOOK = REPO / "deploy" / "components" / "admission-webhook" / "webhook.yaml"
 
 
@@ -356,12 +356,12 @@ def _fenced_block(text: str, opening: str) -> str:
     return text[body_start : text.index("\n```", body_start)]
 
 
-async def test_readme_transcript_is_what_the_webhook_answers(
+async def test_docs_transcript_is_what_the_webhook_answers(
     aiohttp_client: ClientFactory, make_app: AppFactory
 ) -> None:
-    """README "Admission webhook": each line kubectl prints, from the extender's answers
-    for the README's file against the example cluster, in kubectl's words."""
-    readme = README.read_text(encoding="utf-8")
+    """docs/admission-webhook.md: each line kubectl prints, from the extender's answers
+    for the page's file against the example cluster, in kubectl's words."""
+    readme = page("admission-webhook.md")
     manifest = _fenced_block(readme, "```yaml\n# new-runtimeclasses.yaml")
     transcript = _fenced_block(readme, "```console\n$ kubectl apply -f new-runtimeclasses.yaml").splitlines()
     webhook_name = yaml.safe_load(WEBHOOK.read_text())["webhooks"][0]["name"]

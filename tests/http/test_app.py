@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,8 @@ from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.registry import Policy
 from policies.verdict import Verdict
 from tests.support.apps import AppFactory, Client
+from tests.support.docs import fenced_blocks, page, section
+from tests.support.paths import REPO
 
 MISMATCH = "node(s) didn't match RuntimeClass"
 UNTOLERATED = "node(s) had untolerated taint(s)"
@@ -52,6 +55,9 @@ DEFAULT_TOLERATIONS = [
         "tolerationSeconds": 300,
     },
 ]
+
+# The version pyproject.toml declares: the one the CLI and /readyz report.
+PROJECT_VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
 def pod_json(
@@ -528,7 +534,9 @@ async def test_readyz_follows_sync(aiohttp_client: AiohttpClient, make_app: AppF
 
     response = await client.get("/readyz")
     assert response.status == 503
-    assert (await response.json())["unsynced"] == ["nodes", "runtimeclasses"]
+    body = await response.json()
+    assert body["unsynced"] == ["nodes", "runtimeclasses"]
+    assert body["version"] == PROJECT_VERSION
 
     state.nodes.replace([NodeView("plain-1")])
     response = await client.get("/readyz")
@@ -538,6 +546,7 @@ async def test_readyz_follows_sync(aiohttp_client: AiohttpClient, make_app: AppF
     state.runtime_classes.replace([])
     response = await client.get("/readyz")
     assert response.status == 200
+    assert await response.json() == {"status": "ready", "warnings": [], "version": PROJECT_VERSION}
 
     status, answer, _ = await post(client, GOOD)
     assert (status, answer["NodeNames"], answer["Error"]) == (200, ["plain-1"], "")
@@ -553,3 +562,14 @@ async def test_healthz_while_not_synced(aiohttp_client: AiohttpClient, make_app:
     client = await aiohttp_client(make_app(state=ClusterState()))
     response = await client.get("/healthz")
     assert response.status == 200
+
+
+async def test_reference_error_example_is_the_answer(client: Client) -> None:
+    """docs/reference.md's error body example: a filter request without its Pod."""
+    (shown,) = [
+        json.loads(block)
+        for block in fenced_blocks(section(page("reference.md"), "## HTTP endpoints"), "json")
+        if '"error"' in block
+    ]
+    status, answer, _ = await post(client, {"Nodes": None, "NodeNames": ["plain-1"]})
+    assert (status, answer) == (400, shown)

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from extender.audit.metrics import AUDITED_PODS, MISPLACED_PODS
 from extender.capture.writer import CaptureWriter
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.health import SourceStats
+from extender.cluster.metrics import PREFIX
 from extender.cluster.node_lookup import LookupStats
 from extender.cluster.state import ClusterState
 from extender.http.app import create_app
@@ -23,6 +28,7 @@ from extender.http.keys import METRICS
 from extender.http.metrics import NODE_LOOKUP_COUNTERS
 from extender.http.serve import attach_capture
 from extender.policy_file import load_policy
+from extender.requeue.metrics import RequeueMetrics
 from policies.objects import NodeView, RuntimeClassView, Taint, Toleration
 from policies.verdict import (
     REASON_LABELS,
@@ -35,6 +41,7 @@ from policies.verdict import (
     reason_runtimeclass_not_found,
     reason_runtimeclass_selector_invalid,
 )
+from tests.support.docs import fenced_blocks, page, section
 from tests.support.paths import REPO
 
 EXAMPLE_CLUSTER = REPO / "deploy" / "examples" / "cluster.yaml"
@@ -332,7 +339,10 @@ def test_reason_labels_are_a_fixed_set(reason: str, label: str) -> None:
     assert label in REASON_LABELS
 
 
-async def test_every_metric_is_documented_in_the_readme(aiohttp_client: Any, tmp_path: Path) -> None:
+async def _exported_names(aiohttp_client: Any, tmp_path: Path) -> set[str]:
+    """Every metric name the extender can export, as Prometheus shows it (counters with
+    their _total suffix): the app with its optional components, the requeuer's registry
+    and the audit's gauges."""
     stats = [
         SourceStats("nodes", synced=True, lists=1, last_event=time.monotonic(), last_contact=time.monotonic())
     ]
@@ -343,13 +353,76 @@ async def test_every_metric_is_documented_in_the_readme(aiohttp_client: Any, tmp
     client = await aiohttp_client(app)
     await client.post("/filter", json=_request("made-up"))
     text, _ = await _scrape(client)
-    readme = (REPO / "README.md").read_text()
-    names = set()
-    for family in text_string_to_metric_families(text):
-        # The README names counters with their _total suffix, as Prometheus shows them.
-        names.add(family.name + "_total" if family.type == "counter" else family.name)
-    missing = sorted(name for name in names if f"`{name}`" not in readme)
-    assert not missing, f"metrics missing from README's Metrics table: {missing}"
+    families = list(text_string_to_metric_families(text))
+    requeue = CollectorRegistry()
+    RequeueMetrics(requeue, pending=lambda: 0, queued=lambda: 0)
+    families += list(requeue.collect())
+    names = {family.name + "_total" if family.type == "counter" else family.name for family in families}
+    return names | {MISPLACED_PODS, AUDITED_PODS}
+
+
+def _documented_names() -> set[str]:
+    table = section(page("metrics.md"), "## Metrics")  # docs/metrics.md, the one table of every metric
+    return set(re.findall(r"^\| `(runtimeclass_extender_\w+)` \|", table, flags=re.MULTILINE))
+
+
+async def test_every_metric_is_in_the_docs_metrics_table(aiohttp_client: Any, tmp_path: Path) -> None:
+    exported = await _exported_names(aiohttp_client, tmp_path)
+    assert MISPLACED_PODS in exported and PREFIX + "requeue_nudges_sent_total" in exported
+    missing = sorted(exported - _documented_names())
+    assert not missing, f"metrics missing from the table of docs/metrics.md: {missing}"
+
+
+async def test_every_documented_metric_is_exported(aiohttp_client: Any, tmp_path: Path) -> None:
+    stale = sorted(_documented_names() - await _exported_names(aiohttp_client, tmp_path))
+    assert not stale, f"docs/metrics.md lists metrics the extender does not export: {stale}"
+
+
+def _alert_rules() -> list[dict[str, Any]]:
+    (block,) = [
+        b for b in fenced_blocks(section(page("metrics.md"), "## Alerts"), "yaml") if "PrometheusRule" in b
+    ]
+    rule = yaml.safe_load(block)
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
+    return [r for group in rule["spec"]["groups"] for r in group["rules"]]
+
+
+def test_alert_expressions_name_documented_metrics_and_labels() -> None:
+    """docs/metrics.md's alerts: every metric an expression reads is in the table (so,
+    by the tests above, exported), and every label it groups or matches by is one of
+    that metric's labels (or one the scrape adds)."""
+    table = section(page("metrics.md"), "## Metrics")
+    rows = {
+        m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \| \w+ \| ([^|]*) \|", table, re.MULTILINE)
+    }
+    rules = _alert_rules()
+    assert {
+        "RuntimeClassExtenderFilterErrors",
+        "RuntimeClassExtenderNotSynced",
+        "RuntimeClassExtenderWatchFailing",
+        "RuntimeClassExtenderRequeueFailures",
+        "RuntimeClassMisplacedPods",
+    } <= {r["alert"] for r in rules}
+    for rule in rules:
+        expr = rule["expr"]
+        metrics = {
+            re.sub(r"_(bucket|sum|count)$", "", name)
+            for name in re.findall(r"runtimeclass_extender_\w+", expr)
+        }
+        assert len(metrics) == 1, (rule["alert"], metrics)
+        (metric,) = metrics
+        assert metric in rows, (rule["alert"], metric)
+        labels = (
+            set(re.findall(r"by \(([^)]*)\)", expr)[0].replace(" ", "").split(","))
+            if " by (" in expr
+            else set()
+        )
+        labels |= set(re.findall(r"\{(\w+)=~?\"", expr))
+        allowed = set(re.findall(r"`(\w+)`", rows[metric])) | {"namespace", "pod", "le"}
+        assert labels <= allowed, (rule["alert"], labels - allowed)
+        for value in re.findall(r'=~?"([^"]*)"', expr):
+            for alternative in value.split("|"):
+                assert f"`{alternative}`" in table, (rule["alert"], alternative)
 
 
 async def test_component_stats_are_exported_as_counters(aiohttp_client: Any, tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from extender.cluster.objects import ObjectError
 from extender.cluster.pods import pod_key
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch, runtime_class_resource
+from extender.logs import TextFormatter
 from extender.requeue.metrics import RequeueMetrics
 from extender.requeue.planner import REQUEUE_ANNOTATION
 from extender.requeue.pods import pending_pod_from_api
@@ -36,6 +37,7 @@ from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import SERVE_SETTINGS
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import PODS, RUNTIME_CLASSES, FakeApiServer, make_pod, make_runtime_class
+from tests.support.docs import log_line_shape, page, shown_log_line
 from tests.support.paths import REPO
 from tests.support.reflectors import fast_reflector
 from tests.support.waiting import eventually
@@ -245,6 +247,9 @@ async def test_a_burst_of_edits_yields_one_patch_per_pod(
     assert len(summaries) == 1
     assert summaries[0].getMessage() == "RuntimeClass updated: requeued 2 pending pod(s)"
     assert summaries[0].__dict__["runtimeClass"] == "gvisor"
+    # The line docs/requeue.md shows has this line's shape (its change is "added").
+    shown = log_line_shape(shown_log_line(page("requeue.md"), "extender.requeue"))
+    assert log_line_shape(TextFormatter().format(summaries[0]).replace(" updated", " added")) == shown
 
     # A later change is a new revision: one more patch each. Deleting the class too.
     fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", {"handler": "runsc"})
@@ -453,11 +458,10 @@ def test_pending_pod_keeps_identity_and_routing_only() -> None:
             pending_pod_from_api(bad)
 
 
-def test_every_requeue_metric_and_setting_is_in_the_readme() -> None:
+def test_every_requeue_metric_and_setting_is_in_its_docs_page() -> None:
     registry = CollectorRegistry()
     RequeueMetrics(registry, pending=lambda: 0, queued=lambda: 0)
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Requeueing pending pods", 1)[1].split("\n## ", 1)[0]
+    section = page("requeue.md")  # docs/requeue.md, "Requeueing pending pods"
     for family in registry.collect():
         name = family.name + "_total" if family.type == "counter" else family.name
         assert f"| `{name}` |" in section, name

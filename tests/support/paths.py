@@ -12,3 +12,6 @@ EXAMPLE_CLUSTER = EXAMPLES / "cluster.yaml"
 CAPTURE_CLUSTER = TESTS_DATA / "capture-cluster.yaml"
 # Requests captured from a real kube-scheduler, kept beside the repository.
 KUBE_SCHEDULER_FIXTURES = REPO.parent / "shared" / "fixtures" / "kube-scheduler"
+# The operator documentation: README.md is the map, docs/ the pages by task.
+README = REPO / "README.md"
+DOCS = REPO / "docs"

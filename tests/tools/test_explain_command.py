@@ -17,6 +17,7 @@ from extender.tools.commands import kubectl_main
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from tests.support.apiserver.objects import make_node, make_runtime_class
 from tests.support.apiserver.server import NODES, RUNTIME_CLASSES, FakeApiServer
+from tests.support.docs import INVOCATION, block_after, page
 from tests.support.paths import EXAMPLE_CLUSTER
 
 CLUSTER = ["--cluster-file", str(EXAMPLE_CLUSTER)]
@@ -292,3 +293,33 @@ def test_malformed_selector_annotation_is_shown(capsys: pytest.CaptureFixture[st
     (node,) = json.loads(out)["nodes"]
     assert node["reason"] == 'RuntimeClass "bad" has an invalid node selector annotation'
     assert NODE_SELECTOR_TERM_ANNOTATION in node["failures"][0]["detail"]
+
+
+# --- docs/explain.md shows what the commands print -------------------------------------
+
+DOCS_EXAMPLES = [
+    (["explain", "gvisor"], []),
+    (["explain", "gvisor"], ["-o", "wide"]),
+    (["classes"], []),
+    (["classes"], ["-o", "wide"]),
+]
+
+
+@pytest.mark.parametrize(("command", "options"), DOCS_EXAMPLES, ids=lambda words: " ".join(words))
+def test_docs_examples_are_the_commands_output(
+    capsys: pytest.CaptureFixture[str], command: list[str], options: list[str]
+) -> None:
+    """Each output docs/explain.md shows under its command: whole, or its first rows when
+    the page ends the block with ``...``."""
+    shown_command = " ".join(
+        [INVOCATION, *command, "--cluster-file", "deploy/examples/cluster.yaml", *options]
+    )
+    shown = block_after(page("explain.md"), shown_command + "\n```", "text")
+    status, out, err = run(capsys, *command, *CLUSTER, *options)
+    assert status == 0, err
+    if shown.endswith("\n...\n"):
+        rows = [line.rstrip() for line in shown.splitlines()[:-1]]
+        assert [line.rstrip() for line in out.splitlines()[: len(rows)]] == rows
+        assert len(out.splitlines()) > len(rows)
+    else:
+        assert out == shown
