@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from extender.admission import RoutingConfig
 from extender.capture.writer import CaptureWriter
 from extender.cluster.health import SourceStats
 from extender.cluster.node_lookup import NodeLookup
@@ -44,3 +45,5 @@ CAPTURE = web.AppKey("capture", CaptureWriter)
 WARNINGS = web.AppKey("warnings", tuple[str, ...])
 # The webhook's counters (POST /admission/runtimeclasses), on the app's registry.
 ADMISSION_METRICS: web.AppKey[AdmissionMetrics] = web.AppKey("admission_metrics")
+# The pod webhook's routing (serve --route-pods-to-scheduler); absent: routing off.
+ROUTING = web.AppKey("routing", RoutingConfig)
