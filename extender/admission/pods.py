@@ -13,9 +13,9 @@ in its mutating half, ``validateOverhead`` in its validating half). With
 ``--disable-admission-plugins=RuntimeClass`` nothing else sets ``spec.overhead``:
 
 - the class has ``overhead`` and the pod no (or an empty) ``spec.overhead``: set it to
-  ``overhead.podFixed``. "Empty" counts as absent because the plugin compares with
-  ``apiequality.Semantic.DeepEqual``, which holds nil and empty maps equal, and because
-  ``overhead`` is ``omitempty``: an empty one never reaches a webhook anyway;
+  ``overhead.podFixed``. An empty one counts as none: ``overhead`` is ``omitempty``, so
+  the API server never sends one to a webhook (the plugin, which sees the decoded
+  object, rejects an explicit ``{}`` as not matching; only other callers can tell);
 - the pod's non-empty overhead differs from ``podFixed`` (by value: ``1Gi`` equals
   ``1024Mi``, policies/quantity.py): deny, ``pod rejected: Pod's Overhead doesn't match
   RuntimeClass's defined Overhead``;
