@@ -128,14 +128,7 @@ def measure(node_count: int, rounds: int) -> dict[str, float]:
             outcome = review(data, state)
             samples.append((time.perf_counter() - start) * 1000)
             results.append(outcome.result)
-    samples.sort()
-    return {
-        "p50": statistics.median(samples),
-        "p99": samples[int(len(samples) * 0.99) - 1],
-        "max": samples[-1],
-        "reviews": len(samples),
-        "warned": results.count("warned"),
-    }
+    return {**_summary(samples), "warned": results.count("warned")}
 
 
 def main() -> None:

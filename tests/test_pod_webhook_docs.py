@@ -18,17 +18,12 @@ import yaml
 
 from extender.admission import RoutingConfig
 from extender.http.admission import POD_PATH
+from tests.http.test_admission_listener import _fenced_block
 from tests.support.apps import AppFactory, ClientFactory
 from tests.support.paths import ADMISSION_CLUSTER, ADMISSION_DATA, REPO
 
 PAGE = REPO / "docs" / "pod-webhook.md"
 REQUEST = ADMISSION_DATA / "plugin-off" / "03-pods.json"
-
-
-def _fenced_block(text: str, opening: str) -> str:
-    start = text.index(opening)
-    body_start = text.index("\n", start) + 1
-    return text[body_start : text.index("\n```", body_start)]
 
 
 async def test_transcript_is_what_the_webhook_answers(

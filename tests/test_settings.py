@@ -176,3 +176,23 @@ def test_every_setting_is_in_the_readme_table() -> None:
     readme = (REPO / "README.md").read_text()
     missing = [s.name for s in SERVE_SETTINGS if f"| `{s.name}` |" not in readme]
     assert not missing, f"settings missing from README's settings table: {missing}"
+
+
+def test_pod_webhook_routing_and_namespace() -> None:
+    values = _resolve([])
+    assert values["route_pods_to_scheduler"] is None and values["namespace"] is None
+    values = _resolve(
+        ["--route-pods-to-scheduler", " runtimeclass-scheduler "],
+        environ={"RUNTIMECLASS_EXTENDER_NAMESPACE": "runtimeclass-extender"},
+    )
+    assert values["route_pods_to_scheduler"] == "runtimeclass-scheduler"
+    assert values["namespace"] == "runtimeclass-extender"
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--route-pods-to-scheduler", "a b"), ("--namespace", "")])
+def test_pod_webhook_names_must_be_one_name(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, err = _main([flag, value], capsys)
+    assert status == 2
+    assert f"{flag}: invalid value" in err and "must be one name without blanks" in err
