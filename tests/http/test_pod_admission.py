@@ -207,3 +207,93 @@ async def test_both_listeners_serve_the_pod_webhook_with_serve_settings(
         )
     started = [r for r in caplog.records if r.getMessage() == "serving admission webhook"]
     assert started and started[0].__dict__["path"] == "/admission/runtimeclasses,/admission/pods"
+
+
+def _case(plugin: str = "off", namespace: str = "shop", **spec: Any) -> dict[str, Any]:
+    review = captured(plugin)
+    review["request"]["namespace"] = namespace
+    review["request"]["object"]["metadata"]["namespace"] = namespace
+    labels = spec.pop("labels", None)
+    if labels is not None:
+        review["request"]["object"]["metadata"]["labels"] = labels
+    for key, value in spec.items():
+        if value is None:
+            review["request"]["object"]["spec"].pop(key, None)
+        else:
+            review["request"]["object"]["spec"][key] = value
+    return review
+
+
+MISMATCH = "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"
+WITHOUT = "pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"
+ROUTED = {"schedulerName": "runtimeclass-scheduler"}
+# (id, review, allowed, the fields of the stored pod's spec that change, denial or warning)
+EVERY_CASE: list[tuple[str, dict[str, Any], bool, dict[str, Any], str]] = [
+    ("plugin-off", _case("off"), True, {"overhead": KATA_OVERHEAD, **ROUTED}, ""),
+    ("plugin-on", _case("on"), True, ROUTED, ""),
+    ("equal-by-value", _case(overhead={"cpu": "0.25", "memory": "163840Ki"}), True, ROUTED, ""),
+    ("overhead-differs", _case(overhead={"cpu": "250m", "memory": "160M"}), False, {}, MISMATCH),
+    ("overhead-without-class-one", _case(runtimeClassName="runc", overhead={"cpu": "1"}), False, {}, WITHOUT),
+    ("class-without-overhead", _case(runtimeClassName="runc"), True, ROUTED, ""),
+    (
+        "class-missing",
+        _case(runtimeClassName="gvisor"),
+        True,
+        ROUTED,
+        "RuntimeClass gvisor not found: the pod waits for it, and never gets its overhead (immutable)",
+    ),
+    ("scheduler-unset", _case(schedulerName=None), True, {"overhead": KATA_OVERHEAD, **ROUTED}, ""),
+    ("other-scheduler", _case(schedulerName="volcano"), True, {"overhead": KATA_OVERHEAD}, ""),
+    (
+        "pod-opt-out",
+        _case(labels={"runtimeclass-extender.dev/webhook": "ignore"}),
+        True,
+        {"overhead": KATA_OVERHEAD},
+        "",
+    ),
+    ("kube-system", _case(namespace="kube-system"), True, {"overhead": KATA_OVERHEAD}, ""),
+    ("own-namespace", _case(namespace="runtimeclass-extender"), True, {"overhead": KATA_OVERHEAD}, ""),
+    ("no-runtime-class", _case(runtimeClassName=None), True, {}, ""),
+]
+
+
+async def test_every_case_through_both_listeners(
+    pki: Pki,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = _settings(
+        pki,
+        cluster_file=str(ADMISSION_CLUSTER),
+        route_pods_to_scheduler="runtimeclass-scheduler",
+        namespace="runtimeclass-extender",
+    )
+    async with running(settings, caplog) as ports:
+        listeners = {
+            "admission-port": (f"https://127.0.0.1:{ports.admission_port}", _trusting(pki)),
+            "main": (f"http://127.0.0.1:{ports.port}", None),
+        }
+        for case, review, allowed, changes, text in EVERY_CASE:
+            for listener, (base, context) in listeners.items():
+                status, answer = await _request("POST", base + POD_PATH, ssl_context=context, body=review)
+                where = f"{case} on {listener}"
+                assert status == 200, where
+                response = answer["response"]
+                assert response["uid"] == review["request"]["uid"], where
+                assert response["allowed"] is allowed, where
+                if not allowed:
+                    assert response["status"]["message"] == text, where
+                    assert "patch" not in response, where
+                    continue
+                assert response.get("warnings", []) == ([text] if text else []), where
+                stored = _applied(review, response) if "patch" in response else review["request"]["object"]
+                expected = copy.deepcopy(review["request"]["object"])
+                expected["spec"].update(changes)
+                assert stored == expected, where
+                assert ("patch" in response) is bool(changes), where
+        status, metrics = await _request("GET", listeners["main"][0] + "/metrics")
+        counted = sum(
+            _sample(metrics, f'runtimeclass_extender_pod_admission_reviews_total{{result="{result}"}}')
+            for result in ("patched", "unchanged", "denied")
+        )
+        assert counted == 2 * len(EVERY_CASE)
+        assert _sample(metrics, 'runtimeclass_extender_pod_admission_reviews_total{result="denied"}') == 4
