@@ -197,7 +197,7 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "admission-port",
         _port,
         None,
-        "also serve the admission webhook (POST /admission/runtimeclasses, plus /healthz and /readyz) "
+        "also serve the admission webhooks (POST /admission/runtimeclasses and /admission/pods, plus /healthz and /readyz) "
         "over HTTPS on this port, without client certificates; off by default",
         "PORT",
     ),
