@@ -20,6 +20,7 @@ import pytest
 from extender.admission import RoutingConfig
 from extender.cluster.state import ClusterState
 from extender.http.admission import POD_PATH
+from extender.settings import ServeSettings
 from tests.http.test_admission_listener import (
     Pki,
     _request,
@@ -54,6 +55,16 @@ def _applied(review: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]
     assert response["patchType"] == "JSONPatch"
     result: dict[str, Any] = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
     return result
+
+
+def _routing_settings(pki: Pki, *, namespace: str) -> ServeSettings:  # noqa: F811
+    """serve over the admission test cluster, routing on, with both listeners."""
+    return _settings(
+        pki,
+        cluster_file=str(ADMISSION_CLUSTER),
+        route_pods_to_scheduler="runtimeclass-scheduler",
+        namespace=namespace,
+    )
 
 
 def _sample(text: str, name: str) -> float:
@@ -173,13 +184,7 @@ async def test_both_listeners_serve_the_pod_webhook_with_serve_settings(
     pki: Pki,  # noqa: F811
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    settings = _settings(
-        pki,
-        cluster_file=str(ADMISSION_CLUSTER),
-        route_pods_to_scheduler="runtimeclass-scheduler",
-        namespace="apps",
-    )
-    async with running(settings, caplog) as ports:
+    async with running(_routing_settings(pki, namespace="apps"), caplog) as ports:
         webhook = f"https://127.0.0.1:{ports.admission_port}"
         main = f"http://127.0.0.1:{ports.port}"
         review = captured("off")
@@ -261,13 +266,7 @@ async def test_every_case_through_both_listeners(
     pki: Pki,  # noqa: F811
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    settings = _settings(
-        pki,
-        cluster_file=str(ADMISSION_CLUSTER),
-        route_pods_to_scheduler="runtimeclass-scheduler",
-        namespace="runtimeclass-extender",
-    )
-    async with running(settings, caplog) as ports:
+    async with running(_routing_settings(pki, namespace="runtimeclass-extender"), caplog) as ports:
         listeners = {
             "admission-port": (f"https://127.0.0.1:{ports.admission_port}", _trusting(pki)),
             "main": (f"http://127.0.0.1:{ports.port}", None),
