@@ -73,6 +73,14 @@ def _path(text: str) -> str:
     return text
 
 
+def _name(text: str) -> str:
+    """One name as Kubernetes writes them (a scheduler name, a namespace): no blanks."""
+    name = text.strip()
+    if not name or any(c.isspace() for c in name):
+        raise ValueError("must be one name without blanks")
+    return name
+
+
 def _names(text: str) -> tuple[str, ...]:
     """A comma-separated list of names (blanks around commas ignored), at least one."""
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
@@ -189,7 +197,7 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "admission-port",
         _port,
         None,
-        "also serve the admission webhook (POST /admission/runtimeclasses, plus /healthz and /readyz) "
+        "also serve the admission webhooks (POST /admission/runtimeclasses and /admission/pods, plus /healthz and /readyz) "
         "over HTTPS on this port, without client certificates; off by default",
         "PORT",
     ),
@@ -206,6 +214,22 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         None,
         "private key (PEM) of admission-tls-cert-file; default: tls-key-file",
         "PATH",
+    ),
+    Setting(
+        "route-pods-to-scheduler",
+        _name,
+        None,
+        "the pod webhook (POST /admission/pods) sets spec.schedulerName to NAME on pods that name a "
+        "RuntimeClass and name no scheduler (or default-scheduler); off by default (overhead only)",
+        "NAME",
+    ),
+    Setting(
+        "namespace",
+        _name,
+        None,
+        "the namespace the extender runs in (the deployment sets it from the downward API): the pod "
+        "webhook never routes pods of this namespace or kube-system",
+        "NAME",
     ),
     Setting(
         "capture-dir",
@@ -332,6 +356,8 @@ class ServeSettings:
     admission_port: int | None
     admission_tls_cert_file: str | None
     admission_tls_key_file: str | None
+    route_pods_to_scheduler: str | None
+    namespace: str | None
     capture_dir: str | None
     capture_max_files: int
     capture_max_bytes: int

@@ -89,6 +89,11 @@ class RuntimeClassView:
     # Why the annotation could not be used; a class with an error fails closed.
     selector_error: str | None = None
     resource_version: str = ""
+    # overhead.podFixed (resource name -> quantity, as written): None when the class has
+    # no ``overhead``, empty when it has one without podFixed. Pod Overhead admission
+    # (extender/admission/pods.py) copies it into pods; compare with
+    # policies.quantity.resource_lists_equal, never as strings.
+    overhead: Mapping[str, str] | None = None
 
     @property
     def has_scheduling(self) -> bool:

@@ -28,11 +28,13 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from extender.admission import WEBHOOK_LABEL
 from extender.audit.auditor import scheduled_pod_resource
 from extender.cli import build_parser
 from extender.cluster.objects import runtime_class_from_api
 from extender.cluster.state import ClusterState
 from extender.http.admission import PATH as ADMISSION_PATH
+from extender.http.admission import POD_PATH
 from extender.http.admission_listener import create_admission_app
 from extender.http.app import create_app
 from extender.http.tls import admission_tls_files
@@ -949,3 +951,116 @@ def test_docs_overlay_renders_with_kubectl(page: str, kustomization: str) -> Non
     if wanted:
         assert images["extender"] == f"{wanted[0]['newName']}:{wanted[0]['newTag']}"
     assert images["kube-scheduler"].startswith("registry.k8s.io/kube-scheduler:")
+# --- deploy/components/pod-webhook (after admission-webhook, whose listener it shares) ----
+
+POD_WEBHOOK_COMPONENT = "components/pod-webhook"
+POD_WEBHOOK_CERT_MANAGER = "components/pod-webhook/cert-manager"
+POD_WEBHOOK_KINDS = WEBHOOK_KINDS | {("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")}
+
+
+def _pod_webhook(docs: tuple[Manifest, ...]) -> Manifest:
+    hooks = _one(docs, "MutatingWebhookConfiguration")["webhooks"]
+    assert len(hooks) == 1
+    hook: Manifest = hooks[0]
+    return hook
+
+
+def _extender_env(container: Manifest, docs: tuple[Manifest, ...]) -> dict[str, str]:
+    """The container's environment as the kubelet would set it (downward API included)."""
+    namespace = _deployment(docs)["metadata"]["namespace"]
+    env: dict[str, str] = {}
+    for entry in container.get("env", []):
+        if "value" in entry:
+            env[entry["name"]] = entry["value"]
+        else:
+            assert entry["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, entry
+            env[entry["name"]] = namespace
+    return env
+
+
+@pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
+def test_pod_webhook_reaches_the_pod_path_on_the_shared_listener(overlay: str) -> None:
+    docs = _render_with(overlay, WEBHOOK_COMPONENT, POD_WEBHOOK_COMPONENT)
+    kinds = {(d["apiVersion"], d["kind"]) for d in docs}
+    assert kinds <= EXPECTED_KINDS | POD_WEBHOOK_KINDS, kinds - EXPECTED_KINDS - POD_WEBHOOK_KINDS
+    pods, runtimeclasses = _pod_webhook(docs), _webhook(docs)
+    # The same Service, port and (by cert-manager or by hand) CA as the RuntimeClass webhook.
+    reference = pods["clientConfig"]["service"]
+    assert {k: v for k, v in reference.items() if k != "path"} == {
+        k: v for k, v in runtimeclasses["clientConfig"]["service"].items() if k != "path"
+    }
+    service = _one(docs, "Service", reference["name"])
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == reference.get("port", 443)]
+    extender = _container(docs, "extender")
+    settings = _serve_settings(extender)
+    assert settings.admission_port == _container_port(extender, port.get("targetPort", port["port"]))
+    # The path is one the extender serves, on that listener and on the main one.
+    assert reference["path"] == POD_PATH
+    main = create_app(state=ClusterState(), policy=load_policy())
+    for app in (main, create_admission_app(main)):
+        routes = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource is not None}
+        assert ("POST", POD_PATH) in routes
+
+
+def test_pod_webhook_policy_rules_and_selectors() -> None:
+    docs = _render_with("overlays/predicate-mode", WEBHOOK_COMPONENT, POD_WEBHOOK_COMPONENT)
+    hook = _pod_webhook(docs)
+    assert len(hook["name"].split(".")) >= 3
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "operations": ["CREATE"],
+            "scope": "Namespaced",
+        }
+    ]
+    # Only pods that name a RuntimeClass are sent (CEL, admissionregistration/v1).
+    (condition,) = hook["matchConditions"]
+    assert (
+        condition["expression"] == 'has(object.spec.runtimeClassName) && object.spec.runtimeClassName != ""'
+    )
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["reinvocationPolicy"] == "IfNeeded"
+    assert hook["sideEffects"] == "None"
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert 1 <= hook["timeoutSeconds"] <= 5
+    assert "caBundle" not in hook["clientConfig"] and "url" not in hook["clientConfig"]
+    # Not sent: the opt-out label, kube-system, and the extender's own namespace.
+    expressions = hook["namespaceSelector"]["matchExpressions"]
+    assert {"key": WEBHOOK_LABEL, "operator": "NotIn", "values": ["ignore"]} in expressions
+    (names,) = [e for e in expressions if e["key"] == "kubernetes.io/metadata.name"]
+    assert names["operator"] == "NotIn"
+    assert set(names["values"]) == {"kube-system", _deployment(docs)["metadata"]["namespace"]}
+    assert "objectSelector" not in hook  # the pod label opts out of routing only: the webhook reads it
+
+
+@pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
+def test_pod_webhook_routes_to_the_profile_and_knows_its_namespace(overlay: str) -> None:
+    docs = _render_with(overlay, WEBHOOK_COMPONENT, POD_WEBHOOK_COMPONENT)
+    extender = _container(docs, "extender")
+    namespace = build_parser().parse_args(extender["args"])
+    settings = resolve_serve(namespace, environ=_extender_env(extender, docs))
+    # Routed to the profile that uses the extender, never to a name no scheduler answers.
+    assert settings.route_pods_to_scheduler == _profile(docs)["schedulerName"] == PROFILE
+    assert settings.namespace == _deployment(docs)["metadata"]["namespace"]
+    # Appended to what the overlay and the RuntimeClass webhook set; scheduler untouched.
+    before = _container(_render_with(overlay, WEBHOOK_COMPONENT), "extender")
+    assert extender["args"][: len(before["args"])] == before["args"]
+    assert _scheduler_config(docs) == _scheduler_config(_render(overlay))
+
+
+def test_pod_webhook_with_cert_manager_gets_the_shared_certificates_ca() -> None:
+    docs = _render_with(
+        "overlays/predicate-mode",
+        WEBHOOK_COMPONENT,
+        POD_WEBHOOK_COMPONENT,
+        WEBHOOK_CERT_MANAGER,
+        POD_WEBHOOK_CERT_MANAGER,
+    )
+    certificate = _one(docs, "Certificate")
+    expected = f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        assert _one(docs, kind)["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == expected
+    service = _pod_webhook(docs)["clientConfig"]["service"]
+    assert f"{service['name']}.{service['namespace']}.svc" in certificate["spec"]["dnsNames"]

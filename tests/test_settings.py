@@ -189,3 +189,21 @@ def test_the_reference_config_file_example(tmp_path: Path) -> None:
     for setting in SERVE_SETTINGS:
         if setting.name in shown:
             assert values[setting.attr] == shown[setting.name], setting.name
+def test_pod_webhook_routing_and_namespace() -> None:
+    values = _resolve([])
+    assert values["route_pods_to_scheduler"] is None and values["namespace"] is None
+    values = _resolve(
+        ["--route-pods-to-scheduler", " runtimeclass-scheduler "],
+        environ={"RUNTIMECLASS_EXTENDER_NAMESPACE": "runtimeclass-extender"},
+    )
+    assert values["route_pods_to_scheduler"] == "runtimeclass-scheduler"
+    assert values["namespace"] == "runtimeclass-extender"
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--route-pods-to-scheduler", "a b"), ("--namespace", "")])
+def test_pod_webhook_names_must_be_one_name(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, err = _main([flag, value], capsys)
+    assert status == 2
+    assert f"{flag}: invalid value" in err and "must be one name without blanks" in err

@@ -34,6 +34,13 @@ policy would meet them; a pod with several is reported under the first):
     The node has a ``NoExecute`` taint that the pod's *own* tolerations do not
     tolerate, so the taint manager evicts it. The class's tolerations do not count:
     the taint manager reads only the pod spec (the filter's rule, DESIGN §4).
+``overhead-mismatch``
+    The pod's ``spec.overhead`` differs from its class's ``overhead.podFixed`` (by
+    value, as the RuntimeClass admission plugin compares them: ``Semantic.DeepEqual``,
+    none equal to empty). The pod was created before its class, before the pod webhook
+    was installed, or with the plugin off: the scheduler, ResourceQuota and the
+    kubelet's pod cgroup count its sandbox wrong. ``spec.overhead`` is immutable, so
+    only recreating the pod fixes it. Last: the pod fits its node, it is misaccounted.
 
 What does not count:
 
@@ -63,12 +70,14 @@ from typing import Protocol
 from extender.cluster.pods import ScheduledPod, is_audited
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.predicates import RuntimeClassNodeSelector
+from policies.quantity import QuantityError, resource_lists_equal
 from policies.tolerations import tolerates
 
 __all__ = [
     "PROBLEMS",
     "PROBLEM_NODE_NOT_FOUND",
     "PROBLEM_NOEXECUTE_TAINT",
+    "PROBLEM_OVERHEAD_MISMATCH",
     "PROBLEM_RUNTIMECLASS_DELETED",
     "PROBLEM_SELECTOR_INVALID",
     "PROBLEM_SELECTOR_MISMATCH",
@@ -87,6 +96,7 @@ PROBLEM_NODE_NOT_FOUND = "node-not-found"
 PROBLEM_SELECTOR_INVALID = "selector-invalid"
 PROBLEM_SELECTOR_MISMATCH = "selector-mismatch"
 PROBLEM_NOEXECUTE_TAINT = "noexecute-taint"
+PROBLEM_OVERHEAD_MISMATCH = "overhead-mismatch"
 # In the order ``problems_of`` reports them; a misplaced pod is listed under the first.
 PROBLEMS = (
     PROBLEM_RUNTIMECLASS_DELETED,
@@ -94,6 +104,7 @@ PROBLEMS = (
     PROBLEM_SELECTOR_INVALID,
     PROBLEM_SELECTOR_MISMATCH,
     PROBLEM_NOEXECUTE_TAINT,
+    PROBLEM_OVERHEAD_MISMATCH,
 )
 
 # ----- the check --------------------------------------------------------------------------
@@ -192,6 +203,7 @@ def problems_of(pod: ScheduledPod, state: ClusterView) -> list[Problem]:
                 "longer has, and the pod garbage collector deletes such pods",
             )
         )
+        problems.extend(_overhead_problem(pod, runtime_class))
         return problems
     if runtime_class is not None:
         view = PodView(
@@ -226,7 +238,34 @@ def problems_of(pod: ScheduledPod, state: ClusterView) -> list[Problem]:
                 f"taint manager evicts it: {'; '.join(untolerated)}",
             )
         )
+    problems.extend(_overhead_problem(pod, runtime_class))
     return problems
+
+
+def _overhead_problem(pod: ScheduledPod, runtime_class: RuntimeClassView | None) -> list[Problem]:
+    """``overhead-mismatch`` when the pod's overhead is not its class's (by value)."""
+    if runtime_class is None:
+        return []
+    try:
+        if resource_lists_equal(runtime_class.overhead, pod.overhead):
+            return []
+    except QuantityError:
+        # Both sides were checked when parsed; kept total rather than raise mid-audit.
+        pass
+    return [
+        Problem(
+            PROBLEM_OVERHEAD_MISMATCH,
+            f"spec.overhead {_resources(pod.overhead)} differs from RuntimeClass "
+            f'"{runtime_class.name}" overhead.podFixed {_resources(runtime_class.overhead)}: the pod\'s '
+            "sandbox is counted wrong until the pod is recreated (spec.overhead is immutable)",
+        )
+    ]
+
+
+def _resources(resources: Mapping[str, str] | None) -> str:
+    if not resources:
+        return "{}" if resources is not None else "(none)"
+    return "{" + ", ".join(f"{name}: {value}" for name, value in sorted(resources.items())) + "}"
 
 
 def misplaced_of(pod: ScheduledPod, state: ClusterView) -> Misplaced | None:

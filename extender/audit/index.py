@@ -47,14 +47,15 @@ def _node_inputs(node: NodeView) -> tuple[object, ...]:
 
 
 def _class_inputs(runtime_class: RuntimeClassView) -> tuple[object, ...]:
-    # All of a class that problems_of reads: the selector parts, and the tolerations
-    # for the NoExecute note.
+    # All of a class that problems_of reads: the selector parts, the tolerations
+    # for the NoExecute note, and the overhead pods must carry.
     return (
         runtime_class.node_selector,
         runtime_class.match_expressions,
         runtime_class.match_fields,
         runtime_class.selector_error,
         runtime_class.tolerations,
+        runtime_class.overhead,
     )
 
 

@@ -28,6 +28,7 @@ from policies.objects import (
     Taint,
     Toleration,
 )
+from policies.quantity import QuantityError, parse_quantity
 
 __all__ = [
     "STRICT",
@@ -35,6 +36,7 @@ __all__ = [
     "ValidationError",
     "node_from_api",
     "nodes_from_api",
+    "resource_list",
     "runtime_class_from_api",
     "tolerations_from_models",
 ]
@@ -107,11 +109,19 @@ class SchedulingModel(BaseModel):
     tolerations: list[TolerationModel] | None = None
 
 
+class OverheadModel(BaseModel):
+    model_config = STRICT
+    # ResourceList: quantities are strings on the wire; a hand-written cluster file may
+    # say ``cpu: 1``, which Kubernetes reads as the quantity "1" too.
+    podFixed: dict[str, str | int] | None = None
+
+
 class RuntimeClassModel(BaseModel):
     model_config = STRICT
     metadata: ObjectMetaModel
     handler: str
     scheduling: SchedulingModel | None = None
+    overhead: OverheadModel | None = None
 
 
 _NODE_LIST = TypeAdapter(list[NodeModel])
@@ -240,6 +250,9 @@ def runtime_class_from_api(obj: Any, *, selector_errors: SelectorErrorLog | None
     return RuntimeClassView(
         name=metadata.name,
         handler=model.handler,
+        overhead=resource_list(model.overhead.podFixed, "RuntimeClass overhead.podFixed")
+        if model.overhead is not None
+        else None,
         node_selector=_labels(scheduling.nodeSelector if scheduling else None),
         tolerations=tolerations_from_models(scheduling.tolerations if scheduling else None),
         match_expressions=term.match_expressions,
@@ -247,6 +260,19 @@ def runtime_class_from_api(obj: Any, *, selector_errors: SelectorErrorLog | None
         selector_error=term.error,
         resource_version=metadata.resourceVersion,
     )
+
+
+def resource_list(raw: Mapping[str, str | int] | None, where: str) -> Mapping[str, str]:
+    """A ResourceList with every quantity checked (``policies.quantity``), as strings.
+    Raises ObjectError naming the entry."""
+    if not raw:
+        return EMPTY_LABELS
+    for name, value in raw.items():
+        try:
+            parse_quantity(str(value))
+        except QuantityError as exc:
+            raise ObjectError(f"{where}.{name}: {exc}") from None
+    return MappingProxyType({name: str(value) for name, value in raw.items()})
 
 
 _MAX_KEY_SHOWN = 80

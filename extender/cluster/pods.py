@@ -1,4 +1,4 @@
-"""Pods as the audit keeps them: bound pods, their RuntimeClass and their own tolerations.
+"""Pods as the audit keeps them: bound pods, their RuntimeClass, own tolerations and overhead.
 
 ``ScheduledPod`` is the slim view (a few strings and the tolerations, shared between
 pods by ``TolerationInterner``); ``RUNNING_POD_SELECTOR`` is the field selector that
@@ -11,7 +11,7 @@ asks the API server for running pods only (the audit's informer in
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from extender.cluster.objects import (
     ObjectError,
     TolerationModel,
     describe_validation_error,
+    resource_list,
     tolerations_from_models,
 )
 from policies.objects import Toleration
@@ -77,6 +78,8 @@ class ScheduledPod:
     resource_version: str = ""
     # Phase Succeeded or Failed: the pod runs nothing and is not audited.
     terminal: bool = False
+    # spec.overhead (resource name -> quantity); None without one. Immutable in the API.
+    overhead: Mapping[str, str] | None = None
 
     @property
     def name(self) -> str:
@@ -104,6 +107,7 @@ class _PodSpecModel(BaseModel):
     nodeName: str | None = None
     runtimeClassName: str | None = None
     tolerations: list[TolerationModel] | None = None
+    overhead: dict[str, str | int] | None = None
 
 
 class _PodStatusModel(BaseModel):
@@ -174,6 +178,7 @@ def scheduled_pod_from_api(obj: Any, *, intern: TolerationsIntern | None = None)
         if t.tolerationSeconds is not None and t.tolerationSeconds <= 0
     )
     phase = model.status.phase if model.status is not None else None
+    overhead = spec.overhead if spec is not None else None
     return ScheduledPod(
         # Namespaces, classes and nodes repeat across pods: store each string once.
         namespace=sys.intern(meta.namespace),
@@ -185,4 +190,6 @@ def scheduled_pod_from_api(obj: Any, *, intern: TolerationsIntern | None = None)
         zero_seconds=zero_seconds,
         resource_version=meta.resourceVersion,
         terminal=phase in _TERMINAL_PHASES,
+        # Only pods with one pay for it; an empty one is none (Semantic.DeepEqual).
+        overhead=resource_list(overhead, "Pod spec.overhead") if overhead else None,
     )

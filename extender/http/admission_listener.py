@@ -7,7 +7,7 @@ listener cannot suit both without changing the scheduler's configuration, so wit
 certificate, next to the main one.
 
 It serves only what the API server and the kubelet need: ``POST`` of the admission
-path, and ``/healthz`` and ``/readyz`` (so the kubelet can probe over this port when
+paths (RuntimeClasses and pods), and ``/healthz`` and ``/readyz`` (so the kubelet can probe over this port when
 the main one requires client certificates, which probes never present). Everything
 else (``/filter``, ``/explain``, ``/metrics``) answers 404 here: this port is reachable
 through a Service from the whole cluster, and the scheduler's verbs stay on the pod.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from extender.http.admission import PATH, admission_handler
+from extender.http.admission import PATH, POD_PATH, admission_handler, pod_admission_handler
 from extender.http.app import errors_as_json, healthz, readyz
 from extender.http.bodies import refuse_declared_oversize
 from extender.http.keys import MAX_BODY_BYTES
@@ -41,8 +41,8 @@ from extender.http.listen import bind_listener
 from extender.http.tls import TLSFiles, admission_tls_files, server_context
 from extender.settings import ServeSettings
 
-# A review carries one RuntimeClass, and for UPDATE its old version: each at most the
-# API server's object size limit (1.5 MiB), plus the request's own fields.
+# A review carries one object (a RuntimeClass, a pod), and for UPDATE its old version:
+# each at most the API server's object size limit (1.5 MiB), plus the request's own fields.
 ADMISSION_MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
@@ -87,6 +87,7 @@ def create_admission_app(main: web.Application) -> web.Application:
     # Except the body limit: this port takes reviews only, sized by the API server.
     app[MAX_BODY_BYTES] = ADMISSION_MAX_BODY_BYTES
     app.router.add_post(PATH, admission_handler)
+    app.router.add_post(POD_PATH, pod_admission_handler)
     app.router.add_get("/healthz", healthz, allow_head=True)
     app.router.add_get("/readyz", readyz, allow_head=True)
     return app

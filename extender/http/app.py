@@ -19,6 +19,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from extender import __version__
+from extender.admission import RoutingConfig
 from extender.capture.format import REPLAY_HEADER
 from extender.cluster.health import failing_too_long, failure_report
 from extender.cluster.metrics import SourceStatsProvider
@@ -27,7 +28,7 @@ from extender.cluster.state import ClusterState
 from extender.decision_cache import DecisionCache
 from extender.filtering import Decision, decide, missing_node_names
 from extender.http.admission import PATH as ADMISSION_PATH
-from extender.http.admission import AdmissionMetrics, admission_handler
+from extender.http.admission import POD_PATH, AdmissionMetrics, admission_handler, pod_admission_handler
 from extender.http.bodies import (
     ClientDisconnected,
     RequestRefused,
@@ -47,6 +48,7 @@ from extender.http.keys import (
     METRICS,
     NODE_LOOKUP,
     POLICY,
+    ROUTING,
     SOURCES,
     STATE,
     UNHEALTHY_AFTER,
@@ -242,6 +244,7 @@ def create_app(
     source_stats: SourceStatsProvider | None = None,
     decisions: DecisionCache | None = None,
     warnings: Sequence[str] = (),
+    routing: RoutingConfig | None = None,
 ) -> web.Application:
     # Per app, not the global registry: tests build many apps in one process.
     metrics = Metrics(state, policy, source_stats)
@@ -265,4 +268,6 @@ def create_app(
     app.router.add_routes(explain_routes())
     app[ADMISSION_METRICS] = AdmissionMetrics(metrics.registry)
     app.router.add_post(ADMISSION_PATH, admission_handler)
+    app[ROUTING] = routing if routing is not None else RoutingConfig()
+    app.router.add_post(POD_PATH, pod_admission_handler)
     return app

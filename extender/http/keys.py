@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from extender.admission import RoutingConfig
 from extender.capture.writer import CaptureWriter
 from extender.cluster.health import SourceStats
 from extender.cluster.node_lookup import NodeLookup
@@ -47,3 +48,5 @@ WARNINGS = web.AppKey("warnings", tuple[str, ...])
 ADMISSION_METRICS: web.AppKey[AdmissionMetrics] = web.AppKey("admission_metrics")
 # Filter calls where kube-scheduler's node sampling hid the fitting nodes, per class.
 HIDDEN_NODES: web.AppKey[HiddenNodeReports] = web.AppKey("hidden_nodes")
+# The pod webhook's routing (serve --route-pods-to-scheduler); absent: routing off.
+ROUTING = web.AppKey("routing", RoutingConfig)

@@ -26,13 +26,14 @@ from pathlib import Path
 
 from aiohttp import web
 
+from extender.admission import RoutingConfig
 from extender.audit.auditor import Auditor
 from extender.capture.writer import CaptureWriter
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.state import ClusterState
-from extender.http.admission import PATH as ADMISSION_PATH
+from extender.http.admission import PATHS as ADMISSION_PATHS
 from extender.http.admission_listener import AdmissionListener, admission_listener, create_admission_app
 from extender.http.app import create_app
 from extender.http.keys import CAPTURE, METRICS, NODE_LOOKUP, POLICY, SOURCES, UNHEALTHY_AFTER
@@ -113,7 +114,7 @@ async def start_admission_listener(app: web.Application, listener: AdmissionList
         extra={
             "listen": ",".join(f"{addr[0]}:{addr[1]}" for addr in runner.addresses),
             "scheme": "https",
-            "path": ADMISSION_PATH,
+            "path": ",".join(ADMISSION_PATHS),
             "certFile": listener.files.cert_file,
         },
     )
@@ -203,6 +204,7 @@ async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLCo
         body_read_timeout=settings.body_read_timeout,
         source_stats=live.source_stats if live is not None else None,
         warnings=warnings,
+        routing=RoutingConfig(settings.route_pods_to_scheduler, settings.namespace or ""),
     )
     if live is not None:
         attach_live(app, live)

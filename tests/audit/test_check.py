@@ -20,6 +20,7 @@ import pytest
 from extender.audit.check import (
     PROBLEM_NODE_NOT_FOUND,
     PROBLEM_NOEXECUTE_TAINT,
+    PROBLEM_OVERHEAD_MISMATCH,
     PROBLEM_RUNTIMECLASS_DELETED,
     PROBLEM_SELECTOR_INVALID,
     PROBLEM_SELECTOR_MISMATCH,
@@ -74,8 +75,10 @@ def pod(
     zero_seconds: tuple[int, ...] = (),
     uid: str = "",
     terminal: bool = False,
+    overhead: dict[str, str] | None = None,
 ) -> ScheduledPod:
     return ScheduledPod(
+        overhead=overhead,
         namespace=namespace,
         pod_name=name,
         uid=uid or f"uid-{namespace}-{name}",
@@ -96,8 +99,56 @@ def cluster(nodes: list[NodeView], classes: list[RuntimeClassView]) -> ClusterSt
 
 # ----- problems_of: one row per situation ------------------------------------------------
 
+KATA_OVERHEAD = MappingProxyType({"cpu": "250m", "memory": "160Mi"})
+
 CASES = [
     pytest.param([node()], [gvisor()], pod(), [], id="fits"),
+    pytest.param(
+        [node()], [gvisor(overhead=KATA_OVERHEAD)], pod(), [PROBLEM_OVERHEAD_MISMATCH], id="overhead-missing"
+    ),
+    pytest.param(
+        [node()],
+        [gvisor(overhead=KATA_OVERHEAD)],
+        pod(overhead={"cpu": "0.25", "memory": "167772160"}),
+        [],
+        id="overhead-equal-by-value",
+    ),
+    pytest.param(
+        [node()],
+        [gvisor(overhead=KATA_OVERHEAD)],
+        pod(overhead={"cpu": "250m", "memory": "160M"}),
+        [PROBLEM_OVERHEAD_MISMATCH],
+        id="overhead-differs",
+    ),
+    pytest.param(
+        [node()],
+        [gvisor()],
+        pod(overhead={"cpu": "1"}),
+        [PROBLEM_OVERHEAD_MISMATCH],
+        id="overhead-without-class-one",
+    ),
+    pytest.param([node()], [gvisor(overhead={})], pod(), [], id="class-overhead-empty"),
+    pytest.param(
+        [],
+        [gvisor(overhead=KATA_OVERHEAD)],
+        pod(),
+        [PROBLEM_NODE_NOT_FOUND, PROBLEM_OVERHEAD_MISMATCH],
+        id="node-gone-and-overhead-missing",
+    ),
+    pytest.param(
+        [node(labels={"runtime": "kata"})],
+        [gvisor(overhead=KATA_OVERHEAD)],
+        pod(),
+        [PROBLEM_SELECTOR_MISMATCH, PROBLEM_OVERHEAD_MISMATCH],
+        id="mismatch-first-then-overhead",
+    ),
+    pytest.param(
+        [node()],
+        [],
+        pod(overhead={"cpu": "1"}),
+        [PROBLEM_RUNTIMECLASS_DELETED],
+        id="class-gone-no-overhead-check",
+    ),
     pytest.param(
         [node(labels={"runtime": "gvisor", "extra": "x"})], [gvisor()], pod(), [], id="extra-labels-fit"
     ),
@@ -278,6 +329,22 @@ MESSAGES = [
         "sandbox=true:NoExecute (tolerated for 0s: tolerationSeconds <= 0)",
         id="noexecute-zero-seconds",
     ),
+    pytest.param(
+        [node()],
+        [gvisor(overhead=KATA_OVERHEAD)],
+        pod(),
+        'spec.overhead (none) differs from RuntimeClass "gvisor" overhead.podFixed {cpu: 250m, memory: 160Mi}: '
+        "the pod's sandbox is counted wrong until the pod is recreated (spec.overhead is immutable)",
+        id="overhead-missing",
+    ),
+    pytest.param(
+        [node()],
+        [gvisor()],
+        pod(overhead={"cpu": "1"}),
+        'spec.overhead {cpu: 1} differs from RuntimeClass "gvisor" overhead.podFixed (none): '
+        "the pod's sandbox is counted wrong until the pod is recreated (spec.overhead is immutable)",
+        id="overhead-without-class-one",
+    ),
 ]
 
 
@@ -380,6 +447,19 @@ def test_scheduled_pod_from_api() -> None:
     )
     assert parsed.name == "shop/web-0"
     assert is_audited(parsed)
+    assert parsed.overhead is None
+
+
+@pytest.mark.parametrize(
+    ("overhead", "parsed"),
+    [
+        ({"cpu": "250m", "memory": "160Mi"}, {"cpu": "250m", "memory": "160Mi"}),
+        ({"cpu": 1}, {"cpu": "1"}),  # a hand-written cluster file's number is a quantity too
+        ({}, None),
+    ],
+)
+def test_scheduled_pod_keeps_its_overhead(overhead: dict[str, Any], parsed: dict[str, str] | None) -> None:
+    assert scheduled_pod_from_api(with_changes(API_POD, spec={"overhead": overhead})).overhead == parsed
 
 
 @pytest.mark.parametrize(
@@ -442,6 +522,11 @@ def test_scope(obj: dict[str, Any], audited: bool, terminal: bool) -> None:
             with_changes(API_POD, status={"phase": 1}),
             "Pod.status.phase: Input should be a valid string",
             id="phase-int",
+        ),
+        pytest.param(
+            with_changes(API_POD, spec={"overhead": {"cpu": "lots"}}),
+            "Pod spec.overhead.cpu: 'lots' is not a quantity (e.g. 250m, 0.5, 160Mi, 1Gi)",
+            id="overhead-not-a-quantity",
         ),
     ],
 )
@@ -592,6 +677,7 @@ RUNTIME_TERM = (SelectorRequirement("runtime", "In", ("gvisor",)),)
             PROBLEM_SELECTOR_MISMATCH,
             id="fields",
         ),
+        pytest.param({}, {"overhead": KATA_OVERHEAD}, PROBLEM_OVERHEAD_MISMATCH, id="overhead"),
     ],
 )
 def test_every_class_edit_the_check_reads_is_heard(
@@ -705,6 +791,7 @@ def random_class(rng: random.Random, name: str) -> RuntimeClassView:
         match_expressions=expressions,
         selector_error=error,
         resource_version=str(rng.randrange(3)),
+        overhead=rng.choice((None, None, {}, KATA_OVERHEAD)),
     )
 
 
@@ -721,6 +808,7 @@ def random_pod(rng: random.Random) -> ScheduledPod:
         tolerations=tolerations,
         zero_seconds=tuple(i for i in range(len(tolerations)) if rng.random() < 0.2),
         terminal=rng.random() < 0.1,
+        overhead=rng.choice((None, None, {"cpu": "0.25", "memory": "160Mi"}, {"cpu": "1"})),
     )
 
 

@@ -114,6 +114,11 @@ def running(name: str, node: str, runtime_class: str, *, namespace: str = "defau
 def every_problem() -> list[dict[str, Any]]:
     bad_term = make_runtime_class("broken", node_selector={})
     bad_term["metadata"]["annotations"] = {NODE_SELECTOR_TERM_ANNOTATION: "matchExpressions: 3"}
+    kata = make_runtime_class("kata", node_selector={"runtime": "gvisor"})
+    kata["overhead"] = {"podFixed": {"cpu": "250m", "memory": "160Mi"}}
+    # The same overhead, written another way: equal by value, so it fits.
+    overhead_ok = running("overhead-ok", "n1", "kata")
+    overhead_ok["spec"]["overhead"] = {"cpu": "0.25", "memory": "167772160"}
     return [
         make_node("n1", labels={"runtime": "gvisor"}),
         make_node("n2", labels={"runtime": "runc"}),
@@ -136,6 +141,9 @@ def every_problem() -> list[dict[str, Any]]:
         running("bad-class", "n1", "broken"),
         running("evicted", "tainted", "gvisor"),
         running("noschedule-is-fine", "cordoned", "gvisor"),
+        kata,
+        running("no-overhead", "n1", "kata"),
+        overhead_ok,
     ]
 
 
@@ -144,13 +152,14 @@ def test_every_problem_kind_from_a_file(tmp_path: Path, capsys: pytest.CaptureFi
     status, out, err = run(capsys, "audit", "--cluster-file", str(cluster), "-o", "json")
     assert status == 1, err
     document = json.loads(out)
-    assert document["checked"] == 7
+    assert document["checked"] == 9
     assert {m["pod"]: m["problem"] for m in document["misplaced"]} == {
         "no-longer-matches": "selector-mismatch",
         "class-gone": "runtimeclass-deleted",
         "node-gone": "node-not-found",
         "bad-class": "selector-invalid",
         "evicted": "noexecute-taint",
+        "no-overhead": "overhead-mismatch",
     }
     assert {m["problem"] for m in document["misplaced"]} == set(PROBLEMS)
 
@@ -214,7 +223,7 @@ async def test_live_cluster_through_a_kubeconfig(
     out, err = capsys.readouterr()
     assert status == 1, err
     document = json.loads(out)
-    assert document["checked"] == 8
+    assert document["checked"] == 10
     problems = {(m["namespace"], m["pod"]): m["problem"] for m in document["misplaced"]}
     assert problems[("other", "elsewhere")] == "selector-mismatch"
     assert set(problems.values()) == set(PROBLEMS)

@@ -55,6 +55,8 @@ async def test_bad_annotation_is_denied_with_the_parsers_message(
     (record,) = [r for r in caplog.records if r.name == "extender.admission"]
     assert record.__dict__["result"] == "denied"
     assert record.__dict__["denial"] == response["status"]["message"]
+    # The denial names the field, not the class: the log line must.
+    assert record.__dict__["runtimeClass"] == "broken"
 
 
 async def test_selector_matching_no_node_is_allowed_with_a_warning(

@@ -8,6 +8,7 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from extender.admission import RoutingConfig
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.state import ClusterState
@@ -30,6 +31,7 @@ def make_app(
     state: ClusterState | None = None,
     policy: Policy | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    routing: RoutingConfig | None = None,
 ) -> web.Application:
     """The production app over a cluster file (default: tests/data/capture-cluster.yaml).
 
@@ -42,4 +44,6 @@ def make_app(
             if cluster_file is not None
             else ClusterState()
         )
-    return create_app(state=state, policy=policy or load_policy(), max_body_bytes=max_body_bytes)
+    return create_app(
+        state=state, policy=policy or load_policy(), max_body_bytes=max_body_bytes, routing=routing
+    )

@@ -10,6 +10,9 @@ EXAMPLES = REPO / "deploy" / "examples"
 EXAMPLE_CLUSTER = EXAMPLES / "cluster.yaml"
 # The six-node cluster the captured kube-scheduler requests came from.
 CAPTURE_CLUSTER = TESTS_DATA / "capture-cluster.yaml"
+# AdmissionReviews captured from a real kube-apiserver (tests/data/admission/README.md).
+ADMISSION_DATA = TESTS_DATA / "admission"
+ADMISSION_CLUSTER = ADMISSION_DATA / "cluster.yaml"
 # Requests captured from a real kube-scheduler, kept beside the repository.
 KUBE_SCHEDULER_FIXTURES = REPO.parent / "shared" / "fixtures" / "kube-scheduler"
 # The operator documentation: README.md is the map, docs/ the pages by task.
