@@ -10,5 +10,6 @@ EXAMPLES = REPO / "deploy" / "examples"
 EXAMPLE_CLUSTER = EXAMPLES / "cluster.yaml"
 # The six-node cluster the captured kube-scheduler requests came from.
 CAPTURE_CLUSTER = TESTS_DATA / "capture-cluster.yaml"
-# Requests captured from a real kube-scheduler, kept beside the repository.
-KUBE_SCHEDULER_FIXTURES = REPO.parent / "shared" / "fixtures" / "kube-scheduler"
+# Requests captured from a real kube-scheduler (README.md there says how), kept in the
+# repository so every clone replays them.
+KUBE_SCHEDULER_FIXTURES = TESTS_DATA / "fixtures" / "kube-scheduler"
