@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extender.documents import DocumentError, load_document
-
 ENV_PREFIX = "RUNTIMECLASS_EXTENDER_"
 
 
@@ -88,6 +86,9 @@ class Setting:
     default: Any
     help: str
     metavar: str | None = None
+    # A flag that names exactly one thing and could be mistaken for one that takes
+    # several (as kubectl's -f does): given twice, an error instead of the last one winning.
+    once: bool = False
 
     @property
     def env(self) -> str:
@@ -133,6 +134,7 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "read Nodes and RuntimeClasses from this file (kubectl get nodes,runtimeclasses -o yaml) "
         "instead of watching an API server",
         "PATH",
+        once=True,
     ),
     Setting("policy-file", _path, None, "policy file (YAML); default: the bundled policy", "PATH"),
     Setting(
@@ -270,6 +272,23 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
 )
 
 
+class GivenOnce(argparse.Action):
+    """A flag that may be given once: a second one is a usage error naming the flag, not a
+    silent override (``--cluster-file a.yaml --cluster-file b.yaml`` reads one file, and
+    which one would be a surprise)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice: it takes one file (merge the files into one List)")
+        setattr(namespace, self.dest, values)
+
+
 def add_arguments(parser: argparse.ArgumentParser, settings: Sequence[Setting]) -> None:
     parser.add_argument(
         "--config", metavar="PATH", help=f"YAML file of settings by name (env {ENV_PREFIX}CONFIG)"
@@ -282,7 +301,11 @@ def add_arguments(parser: argparse.ArgumentParser, settings: Sequence[Setting]) 
             )
         else:
             parser.add_argument(
-                f"--{setting.name}", dest=setting.attr, metavar=setting.metavar, help=help_text
+                f"--{setting.name}",
+                dest=setting.attr,
+                metavar=setting.metavar,
+                help=help_text,
+                action=GivenOnce if setting.once else "store",
             )
 
 
@@ -295,6 +318,10 @@ def _default_text(default: Any) -> str:
 
 
 def _load_config_file(path: str) -> Mapping[str, Any]:
+    # Imported here: the parsers are built from this module for every command, --help
+    # included, and only a --config file needs a YAML reader.
+    from extender.documents import DocumentError, load_document
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

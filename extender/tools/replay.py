@@ -29,9 +29,7 @@ from extender.capture.replay import (
 )
 from extender.policy_file import load_policy
 from extender.tools.inputs import read_cluster_file
-from extender.tools.output import (
-    UsageError,
-)
+from extender.tools.output import UsageError, guarded
 
 
 def _check_url(url: str) -> None:
@@ -91,6 +89,7 @@ async def _post_all(url: str, captures: Sequence[Capture]) -> list[dict[str, Any
     return answers
 
 
+@guarded
 def run_replay(args: argparse.Namespace) -> int:
     if args.url:
         _check_url(args.url)

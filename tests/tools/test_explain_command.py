@@ -17,7 +17,7 @@ from extender.tools.commands import kubectl_main
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from tests.support.apiserver.objects import make_node, make_runtime_class
 from tests.support.apiserver.server import NODES, RUNTIME_CLASSES, FakeApiServer
-from tests.support.paths import EXAMPLE_CLUSTER
+from tests.support.paths import EXAMPLE_CLUSTER, REPO
 
 CLUSTER = ["--cluster-file", str(EXAMPLE_CLUSTER)]
 
@@ -40,8 +40,8 @@ def test_explain_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert status == 0, err
     lines = out.splitlines()
     assert lines[0].split() == ["NODE", "FITS", "REASON", "DETAIL"]
-    rows = table_rows("\n".join(lines[1:-2]))
-    by_node = {row[0]: row for row in rows if row[0]}
+    rows = table_rows("\n".join(lines[1:]))
+    by_node = {row[0]: row for row in rows if row[1]}
     assert by_node["gvisor-1"] == ["gvisor-1", "yes"]
     assert by_node["runc-1"] == [
         "runc-1",
@@ -49,12 +49,18 @@ def test_explain_table(capsys: pytest.CaptureFixture[str]) -> None:
         "node(s) didn't match RuntimeClass",
         "missing label sandbox.gke.io/runtime=gvisor",
     ]
-    # win-1 fails two predicates: a continuation row follows it with the second one.
+    # win-1 fails two predicates: a continuation row follows it with the second one. It
+    # names the node again (so grep finds every row of a node), FITS left empty.
     win = lines.index(next(line for line in lines if line.startswith("win-1")))
-    assert lines[win + 1].split("   ")[0] == ""
+    assert lines[win + 1].split("   ")[0] == "win-1"
+    fits = lines[0].index("FITS")
+    assert lines[win][fits : fits + 4] == "no  " and lines[win + 1][fits : fits + 4] == "    "
     assert "untolerated taint os=windows:NoSchedule" in lines[win + 1]
-    assert lines[-2] == ""
-    assert lines[-1].startswith("2/") and "4 node(s) didn't match RuntimeClass" in lines[-1]
+    assert [line for line in lines if line.startswith("win-1")] == lines[win : win + 2]
+    # Only table rows on stdout; the summary sentence (a footer) on stderr.
+    assert all(not line.startswith("2/") for line in lines) and "" not in lines
+    assert err.startswith("2/") and "4 node(s) didn't match RuntimeClass" in err
+    assert len(err.splitlines()) == 1
 
 
 def test_explain_json_and_yaml_agree(capsys: pytest.CaptureFixture[str]) -> None:
@@ -292,3 +298,62 @@ def test_malformed_selector_annotation_is_shown(capsys: pytest.CaptureFixture[st
     (node,) = json.loads(out)["nodes"]
     assert node["reason"] == 'RuntimeClass "bad" has an invalid node selector annotation'
     assert NODE_SELECTOR_TERM_ANNOTATION in node["failures"][0]["detail"]
+
+
+# ----- the README shows what explain prints ---------------------------------------------
+
+
+def test_readme_explain_transcript_is_the_commands_output(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Explain\n", 1)[1].split("\n## ", 1)[0]
+    command = "runtimeclass-extender explain gvisor --cluster-file deploy/examples/cluster.yaml"
+    shown = section.split(command + "\n```\n\n```\n", 1)[1].split("```", 1)[0]
+    status, out, err = run(capsys, "explain", "gvisor", *CLUSTER)
+    assert status == 0
+    # What a terminal shows: the table (stdout), then the summary (stderr).
+    assert shown == out + err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["explain", "gvisor"], ["node/gvisor-1", "node/gvisor-2"]),
+        (["explain", "windows-hyperv"], ["node/win-1"]),
+    ],
+    ids=["gvisor", "windows-hyperv"],
+)
+def test_explain_output_name_lists_the_fitting_nodes(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: list[str]
+) -> None:
+    status, out, err = run(capsys, *argv, *CLUSTER, "-o", "name")
+    assert (status, err) == (0, "")
+    assert out.splitlines() == expected
+    # The same nodes the JSON says fit.
+    _, as_json, _ = run(capsys, *argv, *CLUSTER, "-o", "json")
+    assert [f"node/{n['name']}" for n in json.loads(as_json)["nodes"] if n["fits"]] == expected
+
+
+def test_classes_output_name_is_kubectls(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "classes", *CLUSTER, "-o", "name")
+    assert status == 0
+    _, as_json, _ = run(capsys, "classes", *CLUSTER, "-o", "json")
+    names = [rc["name"] for rc in json.loads(as_json)["runtimeClasses"]]
+    # `kubectl get runtimeclasses -o name` prints runtimeclass.node.k8s.io/NAME.
+    assert out.splitlines() == [f"runtimeclass.node.k8s.io/{name}" for name in names]
+    assert "runtimeclass.node.k8s.io/gvisor" in out.splitlines()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["explain", "gvisor"], ["explain", "gvisor", "-o", "wide"], ["classes"], ["classes", "-o", "wide"]],
+    ids=["explain", "explain-wide", "classes", "classes-wide"],
+)
+def test_no_headers_drops_only_the_header_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    status, with_headers, err = run(capsys, *argv, *CLUSTER)
+    assert status == 0, err
+    status, without, err_without = run(capsys, *argv, *CLUSTER, "--no-headers")
+    assert status == 0, err_without
+    # Same rows, same column widths (kubectl pads as if the header were there).
+    assert without.splitlines() == with_headers.splitlines()[1:]
+    assert not without.startswith(("NODE", "NAME"))
+    assert err_without == err
