@@ -13,7 +13,9 @@ the requeuer) take their defaults from these constants.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,32 +28,47 @@ class SettingsError(ValueError):
     """A setting has an invalid value; the message names the setting and its source."""
 
 
+def _int(text: str, what: str) -> int:
+    # int()'s own message ("invalid literal for int() with base 10") names Python, not
+    # the setting's expectation.
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError(f"must be {what}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _int(text, "a positive whole number")
     if value <= 0:
         raise ValueError("must be a positive integer")
     return value
 
 
 def _port(text: str) -> int:
-    value = int(text)
+    value = _int(text, "a port number between 0 and 65535")
     if not 0 <= value <= 65535:
         raise ValueError("must be between 0 and 65535")
     return value
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError("must be a positive number") from None
     if not value > 0:
         raise ValueError("must be a positive number")
     return value
 
 
 def _choice(*choices: str) -> Callable[[str], str]:
+    """One of ``choices`` (lower case), in any case: ``DEBUG`` is ``debug``."""
+
     def parse(text: str) -> str:
-        if text not in choices:
+        value = text.strip().lower()
+        if value not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}")
-        return text
+        return value
 
     return parse
 
@@ -396,6 +413,14 @@ def default_serve_settings(**overrides: Any) -> ServeSettings:
     return ServeSettings(**{**values, **overrides})
 
 
+def _with_suggestion(key: str, known: set[str]) -> str:
+    """``clusterFile (did you mean cluster-file?)``: the keys are the flags' names, and
+    a camelCase or snake_case spelling (as in Kubernetes objects) is the usual slip."""
+    kebab = re.sub(r"(?<=[a-z0-9])([A-Z])", r"-\1", key).replace("_", "-").lower()
+    close = [kebab] if kebab in known else difflib.get_close_matches(kebab, sorted(known), n=1)
+    return f"{key} (did you mean {close[0]}?)" if close else key
+
+
 def resolve(
     namespace: argparse.Namespace,
     settings: Sequence[Setting],
@@ -408,7 +433,8 @@ def resolve(
     known = {s.name for s in settings}
     unknown = [str(key) for key in config if key not in known]
     if unknown:
-        raise SettingsError(f"config file {config_path}: unknown setting(s) {', '.join(sorted(unknown))}")
+        described = ", ".join(_with_suggestion(key, known) for key in sorted(unknown))
+        raise SettingsError(f"config file {config_path}: unknown setting(s) {described}")
 
     values: dict[str, Any] = {}
     for setting in settings:

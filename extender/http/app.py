@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from aiohttp import web
 from pydantic import ValidationError
 
-from extender.capture.format import REPLAY_HEADER
+from extender import __version__
 from extender.cluster.health import failing_too_long, failure_report
 from extender.cluster.metrics import SourceStatsProvider
 from extender.cluster.objects import ObjectError, describe_validation_error
@@ -50,8 +50,8 @@ from extender.http.keys import (
     UNHEALTHY_AFTER,
     WARNINGS,
 )
-from extender.http.metrics import CLIENT_CLOSED_REQUEST, Handler, Metrics
-from extender.protocol import ExtenderArgs
+from extender.http.metrics import CLIENT_CLOSED_REQUEST, Handler, Metrics, is_replay
+from extender.protocol import ExtenderArgs, pod_instead_of_extender_args
 from extender.settings import (
     DEFAULT_BODY_READ_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
@@ -141,7 +141,9 @@ async def filter_handler(request: web.Request) -> web.Response:
     except ValidationError as exc:
         if any("recursion limit exceeded" in e["msg"] for e in exc.errors(include_url=False)):
             return _bad_request(request, f"request: JSON nested deeper than {JSON_DEPTH_LIMIT} levels")
-        return _bad_request(request, describe_validation_error(exc, "request"))
+        return _bad_request(
+            request, pod_instead_of_extender_args(body) or describe_validation_error(exc, "request")
+        )
     app = request.app
     # Cheap: one len() of the list the parser already built.
     count = len(args.NodeNames if args.NodeNames is not None else (args.Nodes and args.Nodes.items) or ())
@@ -164,7 +166,8 @@ async def filter_handler(request: web.Request) -> web.Response:
         )
     except ObjectError as exc:
         return _bad_request(request, str(exc))
-    app[METRICS].filter.record_decision(decision)
+    replayed = is_replay(request)
+    app[METRICS].filter.record_decision(decision, replayed=replayed)
     result = decision.result
     if result.Error:
         log.warning("filter refused", extra={"pod": decision.pod.key, "error": result.Error})
@@ -174,7 +177,7 @@ async def filter_handler(request: web.Request) -> web.Response:
     capture = app.get(CAPTURE)
     # A replayed request is not captured again: replaying a capture directory against
     # the server that writes it would otherwise grow it by itself on every run.
-    if capture is not None and not result.Error and REPLAY_HEADER not in request.headers:
+    if capture is not None and not result.Error and not replayed:
         capture.submit_decision(body, payload, args, decision, app[STATE], app[POLICY], extra_nodes)
     return web.Response(body=payload, content_type="application/json")
 
@@ -217,11 +220,13 @@ async def readyz(request: web.Request) -> web.Response:
     unsynced = state.unsynced_kinds()
     # Ready or not, the configuration warnings stay visible to whoever checks readiness.
     warnings = request.app.get(WARNINGS) or ()
+    # The version too, so a probe (or an operator's curl) tells which release answers.
     if unsynced:
         return web.json_response(
-            {"status": "not ready", "unsynced": unsynced, "warnings": list(warnings)}, status=503
+            {"status": "not ready", "unsynced": unsynced, "warnings": list(warnings), "version": __version__},
+            status=503,
         )
-    return web.json_response({"status": "ready", "warnings": list(warnings)})
+    return web.json_response({"status": "ready", "warnings": list(warnings), "version": __version__})
 
 
 def create_app(

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.filtering import decide
 from extender.policy_file import load_policy
-from extender.protocol import ExtenderArgs
+from extender.protocol import ExtenderArgs, pod_instead_of_extender_args
 from extender.tools.inputs import read_cluster_file
 from extender.tools.output import UsageError, guarded
 
@@ -34,9 +34,10 @@ def run_filter(args: argparse.Namespace) -> int:
         request = ExtenderArgs.model_validate_json(body)
         decision = decide(request, state, policy)
     except ValidationError as exc:
-        raise UsageError(
-            f"{args.request}: malformed ExtenderArgs: {describe_validation_error(exc, 'request')}"
-        ) from None
+        problem = pod_instead_of_extender_args(body)
+        if problem is None:
+            problem = f"malformed ExtenderArgs: {describe_validation_error(exc, 'request')}"
+        raise UsageError(f"{args.request}: {problem}") from None
     except ObjectError as exc:
         raise UsageError(f"{args.request}: malformed ExtenderArgs: {exc}") from None
     pretty = orjson.dumps(orjson.loads(decision.result.to_json()), option=orjson.OPT_INDENT_2)
