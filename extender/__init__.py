@@ -1,13 +1,22 @@
 """A RuntimeClass-aware kube-scheduler extender."""
 
-from importlib import metadata
+from __future__ import annotations
+
+import functools
 
 DISTRIBUTION = "runtimeclass-extender"
 
 
-def _installed_version() -> str:
+@functools.cache
+def version() -> str:
     """The version pyproject.toml declares, as the installed package metadata records it,
-    so ``--version``, ``/readyz`` and capture files never disagree with the package."""
+    so ``--version``, ``/readyz`` and capture files never disagree with the package.
+
+    Read on first use, not at import: importlib.metadata takes tens of milliseconds to
+    import, which ``--help`` should not pay.
+    """
+    from importlib import metadata
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
@@ -15,4 +24,8 @@ def _installed_version() -> str:
         return "0+unknown"
 
 
-__version__ = _installed_version()
+def __getattr__(name: str) -> str:
+    # ``extender.__version__``, computed when first asked for (PEP 562).
+    if name == "__version__":
+        return version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,8 +15,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from extender import __version__
 from extender.settings import SERVE_SETTINGS, add_arguments
+from extender.tools.arguments import add_version_argument
 from extender.tools.commands import add_filter_command, add_tool_commands
 
 PROG = "runtimeclass-extender"
@@ -24,7 +24,7 @@ PROG = "runtimeclass-extender"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="A RuntimeClass-aware kube-scheduler extender.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_version_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve_parser = commands.add_parser(

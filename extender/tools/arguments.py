@@ -52,6 +52,32 @@ def parse_request_timeout(text: str) -> float:
     )
 
 
+class _Version(argparse.Action):
+    """``--version``: prints ``PROG VERSION`` and exits, reading the version only then."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(
+            option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help="show the version and exit"
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from extender import version
+
+        # On stdout, as argparse's own version action prints it.
+        print(f"{parser.prog} {version()}")
+        parser.exit()
+
+
+def add_version_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action=_Version)
+
+
 def add_cluster_arguments(
     parser: argparse.ArgumentParser, *, with_pods: bool = False, policy: bool = True
 ) -> None:

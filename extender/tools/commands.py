@@ -24,9 +24,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from extender import __version__
 from extender.settings import GivenOnce
-from extender.tools.arguments import add_cluster_arguments, add_output_argument
+from extender.tools.arguments import add_cluster_arguments, add_output_argument, add_version_argument
 
 KUBECTL_PROG = "kubectl runtimeclass"
 
@@ -161,7 +160,7 @@ def build_kubectl_parser() -> argparse.ArgumentParser:
         prog=KUBECTL_PROG,
         description="RuntimeClass scheduling tools (runtimeclass-extender as a kubectl plugin).",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_version_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_tool_commands(commands, prog=KUBECTL_PROG)
     return parser
