@@ -306,6 +306,23 @@ def runtime_class(name: str, *, handler: str = "runc", annotation: str | None = 
     return {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": metadata, "handler": handler}
 
 
+def _kubeconfig_for(directory: Path, server_url: str) -> Path:
+    kubeconfig = directory / "kubeconfig.yaml"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server_url}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c"}}],
+                "current-context": "c",
+            }
+        ),
+        encoding="utf-8",
+    )
+    return kubeconfig
+
+
 def capture_files(directory: Path) -> list[Path]:
     return sorted(
         p for p in directory.iterdir() if p.name.startswith("capture-") and p.name.endswith(".json")
@@ -795,20 +812,7 @@ def test_error_bodies_have_one_shape(tmp_path: Path) -> None:
 
 def test_not_synced_error_body_has_the_same_shape(tmp_path: Path) -> None:
     """Live mode with an API server that never answers: /explain refuses until synced."""
-    kubeconfig = tmp_path / "kubeconfig"
-    server_url = f"http://127.0.0.1:{_free_loopback_port()}"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": server_url}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c"}}],
-                "current-context": "c",
-            }
-        ),
-        encoding="utf-8",
-    )
+    kubeconfig = _kubeconfig_for(tmp_path, f"http://127.0.0.1:{_free_loopback_port()}")
     with serving(tmp_path, "--kubeconfig", str(kubeconfig)) as server:
         answers = {
             "explain: runtimeclass, not synced": http(server.url("/explain/runtimeclasses/gvisor")),
@@ -839,21 +843,7 @@ def _write_inputs(directory: Path, captures: Path, busy: int) -> Inputs:
     node.write_text(
         json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}), encoding="utf-8"
     )
-    kubeconfig = directory / "kubeconfig.yaml"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {"name": "c", "cluster": {"server": f"http://127.0.0.1:{_free_loopback_port()}"}}
-                ],
-                "contexts": [{"name": "c", "context": {"cluster": "c"}}],
-                "current-context": "c",
-            }
-        ),
-        encoding="utf-8",
-    )
+    kubeconfig = _kubeconfig_for(directory, f"http://127.0.0.1:{_free_loopback_port()}")
     unreadable = directory / "unreadable.yaml"
     unreadable.write_text(EXAMPLE_CLUSTER.read_text(encoding="utf-8"), encoding="utf-8")
     unreadable.chmod(0)
@@ -1086,23 +1076,6 @@ def test_parsing_imports_nothing_of_the_server(tmp_path: Path, case: str) -> Non
     assert "argparse" in imported  # the check sees imports at all
     loaded = sorted(m for m in imported if m.split(".")[0] in HEAVY_MODULES)
     assert loaded == [], f"{case} imported {loaded[:10]}"
-
-
-def _kubeconfig_for(directory: Path, server_url: str) -> Path:
-    kubeconfig = directory / "kubeconfig.yaml"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": server_url}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c"}}],
-                "current-context": "c",
-            }
-        ),
-        encoding="utf-8",
-    )
-    return kubeconfig
 
 
 @pytest.fixture
