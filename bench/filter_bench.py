@@ -9,7 +9,9 @@ For each cluster size it
 * generates a realistic cluster (``bench/cluster_gen.py``) and writes it as a cluster
   file under ``bench/out/``;
 * times in-process filter calls exactly as the HTTP handler makes them (validate the
-  body, decide, serialise the answer) in names mode and in full-nodes mode, and in the
+  body, decide, serialise the answer) in names mode naming every node (what
+  kube-scheduler sends with ``percentageOfNodesToScore: 100``), names mode naming the
+  adaptive default's sample (``sample``: 500 of 5,000 nodes), and full-nodes mode, and in the
   same loop the *floor* for the same request: ``orjson.loads`` of the request bytes
   plus ``orjson.dumps`` of the response. The ratio ours/floor is what to compare
   across machines: both sides suffer the same noise;
@@ -75,6 +77,27 @@ def names_requests(node_objects: list[dict[str, Any]], count: int, seed: int = 1
     return bodies
 
 
+def num_feasible_nodes_to_find(nodes: int, percentage: int = 0) -> int:
+    """How many nodes kube-scheduler offers the extender at most: pkg/scheduler/
+    schedule_one.go, numFeasibleNodesToFind (minFeasibleNodesToFind 100,
+    minFeasibleNodesPercentageToFind 5; percentage 0 is the adaptive default)."""
+    if nodes < 100:
+        return nodes
+    if percentage == 0:
+        percentage = max(5, 50 - nodes // 125)
+    return max(100, nodes * percentage // 100)
+
+
+def sample_requests(node_objects: list[dict[str, Any]], count: int, seed: int = 1) -> list[bytes]:
+    """Names-mode bodies naming the adaptive default's sample, as kube-scheduler sends
+    them without ``percentageOfNodesToScore: 100`` (the names mode rows name every node)."""
+    size = num_feasible_nodes_to_find(len(node_objects))
+    return [
+        orjson.dumps({**(doc := orjson.loads(body)), "NodeNames": doc["NodeNames"][:size]})
+        for body in names_requests(node_objects, count, seed)
+    ]
+
+
 def nodes_requests(node_objects: list[dict[str, Any]], count: int, seed: int = 1) -> list[bytes]:
     """Full-nodes bodies (nodeCacheCapable: false): Node objects with managedFields."""
     rng = random.Random(seed)
@@ -123,9 +146,9 @@ def handler_path(
         t0 = time.perf_counter()
         args = ExtenderArgs.model_validate_json(body)
         t1 = time.perf_counter()
-        result = decide(args, state, policy, cache=cache).result
+        decision = decide(args, state, policy, cache=cache)
         t2 = time.perf_counter()
-        out = result.to_json()
+        out = decision.to_json()
         t3 = time.perf_counter()
         if stages is not None:
             for name, seconds in zip(STAGES, (t1 - t0, t2 - t1, t3 - t2), strict=True):
@@ -210,16 +233,22 @@ def client_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     bodies = [Path(p).read_bytes() for p in args.bodies]
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    # Per body, how many nodes our answer rejects: the floor server answers a failure
+    # map of the same size (FLOOR_FAILURES_HEADER), so both send as many bytes.
+    failures = [0] * len(bodies)
 
-    def call(conn: http.client.HTTPConnection, body: bytes) -> float:
-        t0 = time.perf_counter()
-        conn.request("POST", "/filter", body=body, headers=headers)
+    def call(conn: http.client.HTTPConnection, body: bytes, extra: dict[str, str] | None = None) -> bytes:
+        conn.request("POST", "/filter", body=body, headers={**headers, **(extra or {})})
         response = conn.getresponse()
         data = response.read()
-        elapsed = time.perf_counter() - t0
         if response.status != 200 or b'"Error":""' not in data:
             raise SystemExit(f"bad answer: {response.status} {data[:200]!r}")
-        return elapsed
+        return data
+
+    def timed(conn: http.client.HTTPConnection, body: bytes, extra: dict[str, str] | None = None) -> float:
+        t0 = time.perf_counter()
+        call(conn, body, extra)
+        return time.perf_counter() - t0
 
     def run(worker: int, calls: int, latencies: list[float], floor: list[float] | None = None) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=60)
@@ -229,16 +258,21 @@ def client_main(argv: Sequence[str]) -> int:
             else None
         )
         for i in range(calls):
-            body = bodies[(i + worker) % len(bodies)]
-            latencies.append(call(conn, body))
+            index = (i + worker) % len(bodies)
+            latencies.append(timed(conn, bodies[index]))
             if floor_conn is not None and floor is not None:
-                floor.append(call(floor_conn, body))
+                floor.append(timed(floor_conn, bodies[index], {FLOOR_FAILURES_HEADER: str(failures[index])}))
         conn.close()
         if floor_conn is not None:
             floor_conn.close()
 
-    # Warm-up on one connection (first-call cache builds are not steady state).
-    run(0, len(bodies), [])
+    # Warm-up on one connection (first-call cache builds are not steady state), which
+    # also learns the size of each answer's failure map.
+    conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=60)
+    for index, body in enumerate(bodies):
+        answer = orjson.loads(call(conn, body))
+        failures[index] = len(answer["FailedNodes"]) + len(answer["FailedAndUnresolvableNodes"])
+    conn.close()
     if args.floor_port and args.concurrency == 1:
         # Sequential, alternating with the floor server so both see the same load.
         latencies: list[float] = []
@@ -284,24 +318,37 @@ def client_main(argv: Sequence[str]) -> int:
     return 0
 
 
+FLOOR_FAILURES_HEADER = "X-Floor-Failures"
+
+
 def floor_server_main(argv: Sequence[str]) -> int:
     """The HTTP floor: the same aiohttp server and event loop, and a handler that only
-    does the floor's work (orjson.loads of the request, orjson.dumps of an answer of
-    the same shape). What it costs is transport and noise, not filtering."""
+    does the floor's work: orjson.loads of the request, orjson.dumps of an answer of the
+    same shape and size, its failure map as large as ours (the client says how large in
+    FLOOR_FAILURES_HEADER; built with one C-level dict.fromkeys). What it costs is
+    transport and noise, not filtering."""
     import asyncio
 
     from aiohttp import web
 
     port = int(argv[0])
+    reason = "node(s) didn't match RuntimeClass"
 
     async def handle(request: web.Request) -> web.Response:
         args = orjson.loads(await request.read())
-        names = args.get("NodeNames") or []
+        rejected = int(request.headers.get(FLOOR_FAILURES_HEADER, "0"))
+        if args.get("NodeNames") is not None:
+            names = args["NodeNames"]
+            nodes, passing = None, names[rejected:]
+        else:
+            items = (args.get("Nodes") or {}).get("items") or []
+            names = [item["metadata"]["name"] for item in items]
+            nodes, passing = {"metadata": {}, "items": items[rejected:]}, None
         answer = {
-            "Nodes": None,
-            "NodeNames": names,
+            "Nodes": nodes,
+            "NodeNames": passing,
             "FailedNodes": {},
-            "FailedAndUnresolvableNodes": {},
+            "FailedAndUnresolvableNodes": dict.fromkeys(names[:rejected], reason),
             "Error": "",
         }
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
@@ -447,13 +494,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stages: dict[str, list[float]] = {name: [] for name in STAGES}
         handle = handler_path(state, policy, stages)
 
-        modes = ["names"] + (["nodes"] if size <= args.max_full_nodes else [])
+        modes = ["names", "sample"] + (["nodes"] if size <= args.max_full_nodes else [])
         for mode in modes:
             print(f"# {size} nodes, {mode}: in-process", file=sys.stderr, flush=True)
-            make = names_requests if mode == "names" else nodes_requests
+            make = {"names": names_requests, "sample": sample_requests, "nodes": nodes_requests}[mode]
             bodies = make(node_objects, mix, args.seed)
             iterations = (
-                args.iterations if mode == "names" else max(mix, args.iterations * 500 // (size * 10))
+                args.iterations if mode != "nodes" else max(mix, args.iterations * 500 // (size * 10))
             )
             row: dict[str, Any] = {"nodes": size, "mode": mode, "request_mb": len(bodies[2]) / 1e6}
             row.update(measure_inprocess(handle, bodies, iterations, stages))
@@ -478,7 +525,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for row in rows:
                 if row["nodes"] != size:
                     continue
-                calls = args.http_calls if row["mode"] == "names" else max(mix, args.http_calls * 50 // size)
+                calls = args.http_calls if row["mode"] != "nodes" else max(mix, args.http_calls * 50 // size)
                 seq = server.load(row["body_files"], calls, 1, floor_server)
                 row["http_p50_ms"], row["http_p99_ms"] = seq["p50_ms"], seq["p99_ms"]
                 row["http_floor_p50_ms"], row["http_floor_p99_ms"] = seq["floor_p50_ms"], seq["floor_p99_ms"]

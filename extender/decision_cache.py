@@ -24,6 +24,18 @@ Invalidation
     guard, a lookup also checks that the entry was built with the very RuntimeClass
     object the store holds now.
 
+The whole cluster, prebuilt
+    With ``percentageOfNodesToScore: 100`` kube-scheduler names every feasible node in
+    every call, so most calls name exactly the cached nodes. For those an entry keeps
+    the failure map ready (``WholeCluster``: the map, its JSON and the counts per
+    reason), built on the first such call and dropped whenever the entry changes at
+    all. Such a call then costs one set of its names, one pass over the entry's names
+    to check them, and one C-level pass picking the passing names in request order;
+    the failure map is spliced into the answer as bytes. (kube-scheduler maps returned
+    names back to its own node objects, pkg/scheduler/extender.go ``Filter``, so the
+    order is not needed by it; keeping the request's order costs ~0.1 ms at 5,000 names
+    and keeps every answer identical to the plain evaluation's.)
+
 Everything runs on the service's one event loop: listeners and lookups never
 interleave, so an entry is never read half-updated.
 """
@@ -32,7 +44,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from typing import Final
+
+import orjson
 
 from extender.cluster.state import NODES, ClusterState, Named, Store
 from policies.objects import NodeView, PodView, RuntimeClassView, Toleration
@@ -64,10 +80,31 @@ def policy_is_cacheable(policy: Policy) -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class WholeCluster:
+    """The failure map of a request naming every cached node once (read only: shared
+    by every such answer until the entry changes), its JSON, and how many nodes failed
+    with each reason."""
+
+    failures: dict[str, str]
+    failures_json: bytes
+    counts: dict[str, int]
+
+
 class Entry:
     """The outcome of every cached node for one (policy, class, tolerations)."""
 
-    __slots__ = ("dirty", "failing", "groups", "outcome", "pod", "policy", "resolvable", "runtime_class")
+    __slots__ = (
+        "dirty",
+        "failing",
+        "groups",
+        "outcome",
+        "pod",
+        "policy",
+        "resolvable",
+        "runtime_class",
+        "whole",
+    )
 
     def __init__(self, policy: Policy, pod: PodView, runtime_class: RuntimeClassView | None) -> None:
         # The policy is held so that id(policy) in the key cannot be reused while the
@@ -85,6 +122,8 @@ class Entry:
         # Names whose failure preemption might fix (FailedNodes); rare, built-ins have none.
         self.resolvable: set[str] = set()
         self.dirty: set[str] = set()
+        # Built on first use; None again after any change to the outcomes.
+        self.whole: WholeCluster | None = None
 
     def _judge(self, node: NodeView) -> tuple[str, bool]:
         """(reason or "" when the node fits, whether the failure is resolvable)."""
@@ -94,6 +133,7 @@ class Entry:
     def _record(self, name: str, reason: str, resolvable: bool) -> None:
         # The store's own name string: the cached views' strings are compact, interned
         # copies (extender/cluster/objects.py), so entries share them at no extra memory.
+        self.whole = None
         self.outcome[name] = reason
         if reason:
             self.failing[name] = reason
@@ -106,6 +146,7 @@ class Entry:
         self._record(node.name, *self._judge(node))
 
     def forget(self, name: str) -> None:
+        self.whole = None
         reason = self.outcome.pop(name, None)
         self.failing.pop(name, None)
         if reason is not None:
@@ -129,6 +170,11 @@ class Entry:
             else:
                 self.evaluate(node)
 
+    @property
+    def fitting(self) -> AbstractSet[str]:
+        """The cached nodes that pass (the entry's own set: read, never write)."""
+        return self.groups.get("") or frozenset()
+
     def verdict(self, name: str) -> Verdict | None:
         """The cached verdict for a node (without detail), or None if not cached."""
         reason = self.outcome.get(name)
@@ -138,7 +184,29 @@ class Entry:
             return Verdict(True)
         return Verdict(False, reason, unresolvable=name not in self.resolvable)
 
-    def sort(self, names: list[str]) -> tuple[list[str], dict[str, str], dict[str, int]] | None:
+    def whole_cluster(
+        self, names: list[str], requested: set[str]
+    ) -> tuple[list[str], WholeCluster] | None:
+        """Passing names (in request order) and the prebuilt failures when ``names``
+        (whose set is ``requested``) are exactly the cached nodes, each once; else None."""
+        if self.resolvable or not len(names) == len(requested) == len(self.outcome):
+            return None
+        # Same size and no cached name missing: the same set. The entry's own name
+        # strings carry their hashes, so this pass only probes.
+        if not requested.issuperset(self.outcome):
+            return None
+        if self.whole is None:
+            failures = self.failing.copy()
+            counts = {reason: len(group) for reason, group in self.groups.items() if reason}
+            self.whole = WholeCluster(failures, orjson.dumps(failures), counts)
+        if not self.whole.failures:
+            return names[:], self.whole
+        fitting = self.fitting
+        return (list(filter(fitting.__contains__, names)) if fitting else []), self.whole
+
+    def sort(
+        self, names: list[str], requested: set[str]
+    ) -> tuple[list[str], dict[str, str], dict[str, int]] | None:
         """Passing names (in request order), the unresolvable failures and how many
         nodes failed with each reason, or None when this request needs the per-name
         path (a name not cached, a resolvable failure). The counts come with the
@@ -154,16 +222,15 @@ class Entry:
         """
         if self.resolvable:
             return None
-        requested = set(names)
-        # Cached nodes this request does not name; with it, whether every name is cached.
-        absent = self.outcome.keys() - requested
-        if len(self.outcome) - len(absent) != len(requested):
+        # One probe per requested name (not a pass over the whole cluster: kube-scheduler
+        # samples, so a request may name a tenth of it).
+        if not self.outcome.keys() >= requested:
             return None  # some names are not cached: the per-name path knows what to say
-        if len(absent) <= len(requested):
-            unresolvable, counts = self._failures_without(absent)
+        if 2 * len(requested) >= len(self.outcome):
+            unresolvable, counts = self._failures_without(self.outcome.keys() - requested)
         else:
             unresolvable, counts = self._failures_among(requested)
-        fitting = self.groups.get("", set())
+        fitting = self.fitting
         if len(unresolvable) == len(requested):
             passing = []
         elif len(requested) == len(names) and not unresolvable:

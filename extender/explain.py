@@ -15,7 +15,7 @@ its aggregated ``FailedScheduling`` message.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,8 +128,12 @@ def runtime_class_pod(name: str) -> PodView:
     return PodView(runtime_class_name=name)
 
 
-def explanation_to_json(explanation: Explanation) -> dict[str, Any]:
-    """The JSON form served by ``/explain`` and printed by ``explain -o json|yaml``."""
+def explanation_to_json(explanation: Explanation, *, warnings: Sequence[str] = ()) -> dict[str, Any]:
+    """The JSON form served by ``/explain`` and printed by ``explain -o json|yaml``.
+
+    ``warnings`` are what the serving extender knows beyond the nodes (the filter saw
+    kube-scheduler's sampling hide this class's nodes); offline there are none.
+    """
     return {
         "pod": pod_to_json(explanation.pod),
         "runtimeClass": runtime_class_to_json(explanation.runtime_class)
@@ -137,6 +141,7 @@ def explanation_to_json(explanation: Explanation) -> dict[str, Any]:
         else None,
         "predicates": list(explanation.predicates),
         "summary": explanation.summary,
+        "warnings": list(warnings),
         "nodeCount": len(explanation.nodes),
         "fitting": explanation.fitting,
         "reasons": [

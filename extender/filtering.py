@@ -13,9 +13,10 @@ from ``extender.decision_cache`` when the policy allows it (that is what keeps a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import filterfalse
+from typing import Any, Final
 
 from extender.cluster.objects import nodes_from_api
 from extender.cluster.state import ClusterState
@@ -23,9 +24,28 @@ from extender.decision_cache import DecisionCache, Entry
 from extender.protocol import ExtenderArgs, ExtenderFilterResult
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.registry import Policy
-from policies.verdict import REASON_NODE_UNKNOWN, Verdict
+from policies.verdict import REASON_NODE_UNKNOWN, RUNTIME_REASON_LABELS, Verdict, reason_label
 
 ERROR_NOT_SYNCED = "cluster state not synced"
+
+# pkg/scheduler/schedule_one.go, minFeasibleNodesToFind: kube-scheduler stops its
+# in-tree filters early only after this many feasible nodes (numFeasibleNodesToFind is
+# max(100, percentage of the cluster)). A call offering fewer nodes was not cut short.
+MIN_FEASIBLE_NODES_TO_FIND: Final = 100
+
+
+@dataclass(frozen=True, slots=True)
+class HiddenNodes:
+    """A call where kube-scheduler's node sampling hid every node that fits the pod.
+
+    Every offered node failed for a RuntimeClass reason, while the cache holds
+    ``fitting`` nodes that would pass (class rules and taints, with the pod's and the
+    class's tolerations) and were not offered.
+    """
+
+    offered: int
+    cluster: int
+    fitting: int
 
 
 @dataclass
@@ -41,6 +61,15 @@ class Decision:
     # Rejected nodes per reason, when the decision knew them without counting (the
     # fast path); None means: count the failure maps.
     reason_counts: Mapping[str, int] | None = None
+    # Set when the sampling hid the nodes that fit (see ``hidden_nodes``).
+    hidden: HiddenNodes | None = None
+    # ``result.FailedAndUnresolvableNodes`` as JSON, when it came prebuilt (a request
+    # naming the whole cluster: extender.decision_cache).
+    unresolvable_json: bytes | None = None
+
+    def to_json(self) -> bytes:
+        """The answer's JSON, as sent to kube-scheduler."""
+        return self.result.to_json(unresolvable_json=self.unresolvable_json)
 
 
 class _Sorter:
@@ -55,6 +84,9 @@ class _Sorter:
         (self.unresolvable if verdict.unresolvable else self.failed)[name] = verdict.reason
         self.details[name] = verdict.detail
 
+    def reasons(self) -> set[str]:
+        return {*self.failed.values(), *self.unresolvable.values()}
+
 
 def not_synced_result() -> ExtenderFilterResult:
     return ExtenderFilterResult.model_construct(
@@ -66,9 +98,11 @@ def missing_node_names(args: ExtenderArgs, state: ClusterState) -> list[str]:
     """Names-mode node names the state does not hold (candidates for a direct lookup)."""
     if args.NodeNames is None:
         return []
-    # The store's dict, not the Store: its __contains__ would be a Python call per name.
+    # The store's dict, not the Store: its __contains__ would be a Python call per name;
+    # and filterfalse, not a comprehension: no bytecode per name on every call. The
+    # hashes computed here stay on the name strings for the decision's set of them.
     known = state.nodes.live_dict()
-    return [name for name in args.NodeNames if name not in known]
+    return list(filterfalse(known.__contains__, args.NodeNames))
 
 
 def decide(
@@ -97,13 +131,29 @@ def decide(
         return Decision(not_synced_result(), pod)
     runtime_class = state.runtime_classes.get(pod.runtime_class_name) if pod.runtime_class_name else None
     if args.NodeNames is None:
-        return _decide_full_nodes(args, pod, runtime_class, policy)
+        return _decide_full_nodes(args, pod, runtime_class, policy, state, cache)
 
     assert cache is None or cache.state is state, "a decision cache answers for its own state only"
     entry = cache.entry(policy, pod, runtime_class) if cache is not None else None
     if entry is None:
         return _decide_names(args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason)
-    fast = entry.sort(args.NodeNames)
+    requested = set(args.NodeNames)  # hashes each name once, for both checks below
+    known = state.nodes.live_dict()
+    whole = entry.whole_cluster(args.NodeNames, requested)
+    if whole is not None:
+        passing, prebuilt = whole
+        result = ExtenderFilterResult.model_construct(
+            Nodes=None,
+            NodeNames=passing,
+            FailedNodes={},
+            FailedAndUnresolvableNodes=prebuilt.failures,
+            Error="",
+        )
+        details = _LazyDetails(prebuilt.failures, pod, runtime_class, known, policy)
+        return Decision(
+            result, pod, runtime_class, details, prebuilt.counts, unresolvable_json=prebuilt.failures_json
+        )
+    fast = entry.sort(args.NodeNames, requested)
     if fast is None:
         # Unknown names or resolvable failures: per name, still from cached verdicts.
         return _decide_names(
@@ -113,8 +163,32 @@ def decide(
     result = ExtenderFilterResult.model_construct(
         Nodes=None, NodeNames=passing, FailedNodes={}, FailedAndUnresolvableNodes=unresolvable, Error=""
     )
-    details = _LazyDetails(unresolvable, pod, runtime_class, state.nodes.live_dict(), policy)
-    return Decision(result, pod, runtime_class, details, counts)
+    details = _LazyDetails(unresolvable, pod, runtime_class, known, policy)
+    # With no node passing, every offered name is in the failure map.
+    hidden = None if passing else hidden_nodes(entry, unresolvable, len(unresolvable), counts, len(known))
+    return Decision(result, pod, runtime_class, details, counts, hidden)
+
+
+def hidden_nodes(
+    entry: Entry, offered: Container[str], offered_count: int, reasons: Iterable[str], cluster: int
+) -> HiddenNodes | None:
+    """What the sampling hid from a call that let no offered node pass, or None.
+
+    kube-scheduler's in-tree filters stop after numFeasibleNodesToFind nodes pass them
+    (pkg/scheduler/schedule_one.go, findNodesThatPassFilters), and only those reach the
+    extender. Where the extender alone knows a rule (predicate mode, the selector
+    annotation, the handler check) and the class's nodes are a small share of the
+    cluster, the sample can hold none of them. That is the case here when at least
+    that minimum was offered, every offered node failed for a RuntimeClass reason
+    (not taints, not unknown names), and ``entry`` (which judged every cached node)
+    knows fitting nodes outside the offer. No scan: the entry holds the fitting set.
+    """
+    if offered_count < MIN_FEASIBLE_NODES_TO_FIND or offered_count >= cluster:
+        return None
+    if not all(reason_label(reason) in RUNTIME_REASON_LABELS for reason in reasons):
+        return None
+    not_offered = sum(1 for name in entry.fitting if name not in offered)
+    return HiddenNodes(offered_count, cluster, not_offered) if not_offered else None
 
 
 def _decide_names(
@@ -158,13 +232,22 @@ def _decide_names(
         FailedAndUnresolvableNodes=sorter.unresolvable,
         Error="",
     )
-    return Decision(result, pod, runtime_class, sorter.details)
+    hidden = None
+    if cached is not None and not passing:
+        hidden = hidden_nodes(cached, seen, len(seen), sorter.reasons(), len(known))
+    return Decision(result, pod, runtime_class, sorter.details, hidden=hidden)
 
 
 def _decide_full_nodes(
-    args: ExtenderArgs, pod: PodView, runtime_class: RuntimeClassView | None, policy: Policy
+    args: ExtenderArgs,
+    pod: PodView,
+    runtime_class: RuntimeClassView | None,
+    policy: Policy,
+    state: ClusterState,
+    cache: DecisionCache | None,
 ) -> Decision:
-    """Full-nodes mode: the nodes come with the request, so nothing cached applies."""
+    """Full-nodes mode: the nodes come with the request, so no cached verdict applies
+    to them; the cache only says, when none passes, what the sampling hid."""
     assert args.Nodes is not None
     sorter = _Sorter()
     items = args.Nodes.items or []
@@ -187,7 +270,12 @@ def _decide_full_nodes(
         FailedAndUnresolvableNodes=sorter.unresolvable,
         Error="",
     )
-    return Decision(result, pod, runtime_class, sorter.details)
+    hidden = None
+    if not kept and len(seen) >= MIN_FEASIBLE_NODES_TO_FIND and cache is not None and state.nodes.synced:
+        entry = cache.entry(policy, pod, runtime_class)
+        if entry is not None:
+            hidden = hidden_nodes(entry, seen, len(seen), sorter.reasons(), len(state.nodes))
+    return Decision(result, pod, runtime_class, sorter.details, hidden=hidden)
 
 
 class _LazyDetails(Mapping[str, str]):

@@ -149,15 +149,23 @@ class ExtenderFilterResult(BaseModel):
     FailedAndUnresolvableNodes: dict[str, str] = Field(default_factory=dict)
     Error: str = ""
 
-    def to_json(self) -> bytes:
-        # orjson over the fields as they are: no re-validation of node objects that
-        # are echoed back in full-nodes mode.
+    def to_json(self, *, unresolvable_json: bytes | None = None) -> bytes:
+        """The body sent to kube-scheduler.
+
+        orjson over the fields as they are: no re-validation of node objects that are
+        echoed back in full-nodes mode. ``unresolvable_json`` is
+        ``FailedAndUnresolvableNodes`` already serialised (a failure map prebuilt once
+        for many answers), spliced in as it is.
+        """
+        unresolvable: Any = self.FailedAndUnresolvableNodes
+        if unresolvable_json is not None:
+            unresolvable = orjson.Fragment(unresolvable_json)
         return orjson.dumps(
             {
                 "Nodes": self.Nodes,
                 "NodeNames": self.NodeNames,
                 "FailedNodes": self.FailedNodes,
-                "FailedAndUnresolvableNodes": self.FailedAndUnresolvableNodes,
+                "FailedAndUnresolvableNodes": unresolvable,
                 "Error": self.Error,
             }
         )

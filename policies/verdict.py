@@ -7,6 +7,7 @@ into ``detail``, which the explain output and debug logs show.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple, Protocol
 
 from policies.objects import NodeView, PodView, RuntimeClassView
@@ -33,6 +34,49 @@ def reason_runtime_handler_features_unsupported(handler: str) -> str:
 
 def reason_runtimeclass_selector_invalid(name: str) -> str:
     return f'RuntimeClass "{name}" has an invalid node selector annotation'
+
+
+# Bounded names for the reasons (metric labels, the sampling check): a fixed set,
+# whatever class or handler names a reason embeds.
+REASON_LABELS = (
+    "runtimeclass_mismatch",
+    "runtimeclass_not_found",
+    "runtimeclass_invalid",
+    "handler_unsupported",
+    "untolerated_taint",
+    "unknown_node",
+    "other",
+)
+_EXACT_REASONS = {
+    REASON_RUNTIMECLASS_MISMATCH: "runtimeclass_mismatch",
+    REASON_UNTOLERATED_TAINT: "untolerated_taint",
+    REASON_NODE_UNKNOWN: "unknown_node",
+}
+# Shapes of the reasons above that embed a name.
+_PATTERN_REASONS = (
+    (re.compile(r'RuntimeClass ".*" not found'), "runtimeclass_not_found"),
+    (re.compile(r'RuntimeClass ".*" has an invalid node selector annotation'), "runtimeclass_invalid"),
+    (
+        re.compile(r"node\(s\) don't support runtime handler \".*\"( with the required features)?"),
+        "handler_unsupported",
+    ),
+)
+# Reasons meaning "this node cannot run the pod's runtime" (KEP-585: scheduling
+# failures caused by unsupported runtimes), as opposed to taints or cache misses.
+RUNTIME_REASON_LABELS = frozenset(
+    {"runtimeclass_mismatch", "runtimeclass_not_found", "runtimeclass_invalid", "handler_unsupported"}
+)
+
+
+def reason_label(reason: str) -> str:
+    """The bounded label for a reason string a predicate produced."""
+    exact = _EXACT_REASONS.get(reason)
+    if exact is not None:
+        return exact
+    for pattern, label in _PATTERN_REASONS:
+        if pattern.fullmatch(reason):
+            return label
+    return "other"
 
 
 class Verdict(NamedTuple):

@@ -182,7 +182,14 @@ def pod_json(rng: random.Random, toleration_sets: list[tuple[Toleration, ...]]) 
 
 def names_request(rng: random.Random, state: ClusterState, pod: dict[str, Any]) -> ExtenderArgs:
     known = list(state.nodes)
-    names = rng.sample(known, rng.randrange(len(known) + 1)) if known else []
+    if rng.random() < 0.4:
+        # Every cached node, as kube-scheduler sends with percentageOfNodesToScore: 100
+        # (the prebuilt whole-cluster answer), sometimes less one node.
+        names = known[:]
+        if names and rng.random() < 0.2:
+            names.remove(rng.choice(names))
+    else:
+        names = rng.sample(known, rng.randrange(len(known) + 1)) if known else []
     if rng.random() < 0.2:
         names.append(f"unknown-{rng.randrange(3)}")
     if names and rng.random() < 0.15:
@@ -235,8 +242,10 @@ def assert_same(fast: Decision, reference: Decision) -> None:
     assert got.FailedNodes == want.FailedNodes
     assert got.FailedAndUnresolvableNodes == want.FailedAndUnresolvableNodes
     assert got.Error == want.Error
-    # Same JSON (the failure maps' key order may differ: JSON objects are unordered).
+    # Same JSON (the failure maps' key order may differ: JSON objects are unordered),
+    # and the bytes sent (a prebuilt failure map spliced in) are the result's.
     assert orjson.loads(got.to_json()) == orjson.loads(want.to_json())
+    assert orjson.loads(fast.to_json()) == orjson.loads(want.to_json())
     assert dict(fast.details) == dict(reference.details)
     assert fast.runtime_class == reference.runtime_class
     if fast.reason_counts is not None:
@@ -345,6 +354,56 @@ def test_cached_entries_are_used_and_follow_node_and_class_changes() -> None:
     answer = decide(args, state, DEFAULT, cache=cache).result
     assert answer.NodeNames == ["plain-1"]
     assert list(answer.FailedNodes) == ["sandbox-1"]  # unknown now: FailedNodes, with a reason
+
+
+@pytest.mark.parametrize(
+    ("names", "whole"),
+    [
+        (["plain-1", "sandbox-1"], True),
+        (["sandbox-1", "plain-1"], True),  # in any order, answered in the request's
+        (["plain-1"], False),  # one node not named
+        (["plain-1", "plain-1"], False),  # as many names as nodes, one listed twice
+        (["plain-1", "ghost-1"], False),  # as many names as nodes, one unknown
+        (["plain-1", "sandbox-1", "ghost-1"], False),
+        (["plain-1", "sandbox-1", "plain-1"], False),
+    ],
+)
+def test_whole_cluster_answer_only_for_exactly_the_cached_nodes(names: list[str], whole: bool) -> None:
+    state = _sandbox_state()
+    args = _args(names, "gvisor")
+    fast = decide(args, state, DEFAULT, cache=DecisionCache(state))
+    assert (fast.unresolvable_json is not None) == whole
+    assert_same(fast, decide(args, state, DEFAULT))
+
+
+def test_whole_cluster_answer_is_rebuilt_after_every_change() -> None:
+    """The prebuilt bytes never outlive the entry they came from: a label, a taint, a
+    new node, a deleted node and a class edit each change the next whole answer."""
+    state = _sandbox_state()
+    cache = DecisionCache(state)
+
+    def whole(runtime_class: str = "gvisor") -> Decision:
+        args = _args(sorted(state.nodes), runtime_class)
+        decision = decide(args, state, DEFAULT, cache=cache)
+        reference = decide(args, state, DEFAULT)
+        assert decision.unresolvable_json is not None
+        assert_same(decision, reference)
+        return decision
+
+    first = whole()
+    assert first.result.NodeNames == ["sandbox-1"]
+    assert whole().unresolvable_json is first.unresolvable_json  # unchanged entry: the same bytes
+    state.nodes.upsert(NodeView("plain-1", labels=MappingProxyType({"sandbox": "true"})))
+    assert whole().result.NodeNames == ["plain-1", "sandbox-1"]
+    state.nodes.upsert(NodeView("plain-1", taints=(Taint("x", "NoSchedule", "y"),)))
+    assert whole().result.NodeNames == ["sandbox-1"]
+    state.nodes.upsert(NodeView("sandbox-2", labels=MappingProxyType({"sandbox": "true"})))
+    assert whole().result.NodeNames == ["sandbox-1", "sandbox-2"]
+    state.nodes.delete("sandbox-1")
+    assert whole().result.NodeNames == ["sandbox-2"]
+    state.runtime_classes.upsert(RuntimeClassView("gvisor", "runsc", node_selector=MappingProxyType({"x": "y"})))
+    assert whole().result.NodeNames == []
+    assert whole("").result.NodeNames == ["sandbox-2"]  # no class: the untainted node
 
 
 def test_uncacheable_policy_is_evaluated_per_pod() -> None:

@@ -479,6 +479,32 @@ def test_mode_plugin_sets(kustomization: str, taint_filter_disabled: bool) -> No
         assert "plugins" not in profile  # in-tree plugins untouched
 
 
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_profile_sends_every_node_to_the_extender(kustomization: str) -> None:
+    """kube-scheduler's sampling (pkg/scheduler/schedule_one.go, numFeasibleNodesToFind)
+    would hide a class's few nodes from the extender: every shipped profile turns it off."""
+    assert _profile(_render(kustomization))["percentageOfNodesToScore"] == 100
+
+
+def _documented_scheduler_configs() -> Iterator[tuple[str, Manifest]]:
+    """Every YAML block of the docs that configures a scheduler profile with our extender."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))]
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for n, block in enumerate(text.split("```yaml")[1:]):
+            for doc in yaml.safe_load_all(block.split("```")[0]):
+                if isinstance(doc, dict) and "profiles" in doc:
+                    yield f"{page.relative_to(REPO)} yaml block {n + 1}", doc
+
+
+def test_documented_profiles_send_every_node_to_the_extender() -> None:
+    found = list(_documented_scheduler_configs())
+    assert found, "the docs show at least one scheduler profile"
+    for where, config in found:
+        for profile in config["profiles"]:
+            assert profile.get("percentageOfNodesToScore") == 100, where
+
+
 def test_tls_overlay_mounts_every_tls_file() -> None:
     docs = _render("overlays/tls")
     stanza = _extender_stanza(docs)

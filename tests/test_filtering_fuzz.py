@@ -539,5 +539,11 @@ def test_answers_follow_incremental_changes(steps: list[Change], pod_list: list[
         classes = {c["name"]: c for c in map(class_from_api, truth["class"].values())}
         for pod in pod_list:
             args = ExtenderArgs.model_validate({"Pod": pod, "NodeNames": names, "Nodes": None})
-            got = orjson.loads(decide(args, state, POLICY, cache=cache).result.to_json())
+            got = orjson.loads(decide(args, state, POLICY, cache=cache).to_json())
             assert normalise(got) == normalise(answer_names(pod, names, nodes, classes))
+            # Every node the cluster has now, as kube-scheduler names them with
+            # percentageOfNodesToScore: 100 (the prebuilt whole-cluster answer).
+            every = sorted(truth["node"], reverse=True)
+            args = ExtenderArgs.model_validate({"Pod": pod, "NodeNames": every, "Nodes": None})
+            got = orjson.loads(decide(args, state, POLICY, cache=cache).to_json())
+            assert normalise(got) == normalise(answer_names(pod, every, nodes, classes))

@@ -40,6 +40,7 @@ from extender.http.keys import (
     BODY_READ_TIMEOUT,
     CAPTURE,
     DECISIONS,
+    HIDDEN_NODES,
     MAX_BODY_BYTES,
     MAX_NODES,
     METRICS,
@@ -51,6 +52,7 @@ from extender.http.keys import (
     WARNINGS,
 )
 from extender.http.metrics import CLIENT_CLOSED_REQUEST, Handler, Metrics, is_replay
+from extender.http.sampling import HiddenNodeReports
 from extender.protocol import ExtenderArgs, pod_instead_of_extender_args
 from extender.settings import (
     DEFAULT_BODY_READ_TIMEOUT,
@@ -168,12 +170,15 @@ async def filter_handler(request: web.Request) -> web.Response:
         return _bad_request(request, str(exc))
     replayed = is_replay(request)
     app[METRICS].filter.record_decision(decision, replayed=replayed)
+    # A replayed call is not kube-scheduler's: its sample says nothing of the sampling now.
+    if not replayed and decision.hidden is not None and decision.runtime_class is not None:
+        app[HIDDEN_NODES].record(decision.runtime_class.name, decision.hidden)
     result = decision.result
     if result.Error:
         log.warning("filter refused", extra={"pod": decision.pod.key, "error": result.Error})
     elif log.isEnabledFor(logging.DEBUG):
         _log_decision(decision)
-    payload = result.to_json()
+    payload = decision.to_json()
     capture = app.get(CAPTURE)
     # A replayed request is not captured again: replaying a capture directory against
     # the server that writes it would otherwise grow it by itself on every run.
@@ -218,15 +223,16 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     unsynced = state.unsynced_kinds()
-    # Ready or not, the configuration warnings stay visible to whoever checks readiness.
-    warnings = request.app.get(WARNINGS) or ()
+    # Ready or not, the configuration warnings stay visible to whoever checks readiness,
+    # and so do recent filter calls whose fitting nodes the scheduler's sampling hid.
+    warnings = [*(request.app.get(WARNINGS) or ()), *request.app[HIDDEN_NODES].messages()]
     # The version too, so a probe (or an operator's curl) tells which release answers.
     if unsynced:
         return web.json_response(
-            {"status": "not ready", "unsynced": unsynced, "warnings": list(warnings), "version": __version__},
+            {"status": "not ready", "unsynced": unsynced, "warnings": warnings, "version": __version__},
             status=503,
         )
-    return web.json_response({"status": "ready", "warnings": list(warnings), "version": __version__})
+    return web.json_response({"status": "ready", "warnings": warnings, "version": __version__})
 
 
 def create_app(
@@ -254,6 +260,7 @@ def create_app(
     app[STATE] = state
     app[POLICY] = policy
     app[DECISIONS] = decisions if decisions is not None else DecisionCache(state)
+    app[HIDDEN_NODES] = HiddenNodeReports()
     app.router.add_post("/filter", filter_handler)
     app.router.add_get("/healthz", healthz, allow_head=True)
     app.router.add_get("/readyz", readyz, allow_head=True)

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.explain import explain_nodes, explanation_to_json, runtime_class_pod
 from extender.http.bodies import RequestRefused, read_body, require_json
-from extender.http.keys import POLICY, STATE
+from extender.http.keys import HIDDEN_NODES, POLICY, STATE
 from extender.protocol import PodModel, check_pod_document
 from policies.objects import PodView
 
@@ -45,9 +45,12 @@ def explain_routes() -> list[web.RouteDef]:
         runtime_class = state.runtime_classes.get(name) if name else None
         nodes = list(state.nodes.values())
         policy = request.app[POLICY]
+        # What the filter has seen that no node list shows: the scheduler's sampling.
+        hidden = request.app[HIDDEN_NODES].message_for(runtime_class.name if runtime_class else None)
 
         def work() -> bytes:
-            return orjson.dumps(explanation_to_json(explain_nodes(pod, runtime_class, nodes, policy)))
+            explanation = explain_nodes(pod, runtime_class, nodes, policy)
+            return orjson.dumps(explanation_to_json(explanation, warnings=[hidden] if hidden else []))
 
         return web.Response(body=await asyncio.to_thread(work), content_type="application/json")
 

@@ -21,6 +21,7 @@ from policies.registry import Policy
 
 if TYPE_CHECKING:
     from extender.http.admission import AdmissionMetrics
+    from extender.http.sampling import HiddenNodeReports
 
 STATE = web.AppKey("state", ClusterState)
 POLICY = web.AppKey("policy", Policy)
@@ -44,3 +45,5 @@ CAPTURE = web.AppKey("capture", CaptureWriter)
 WARNINGS = web.AppKey("warnings", tuple[str, ...])
 # The webhook's counters (POST /admission/runtimeclasses), on the app's registry.
 ADMISSION_METRICS: web.AppKey[AdmissionMetrics] = web.AppKey("admission_metrics")
+# Filter calls where kube-scheduler's node sampling hid the fitting nodes, per class.
+HIDDEN_NODES: web.AppKey[HiddenNodeReports] = web.AppKey("hidden_nodes")

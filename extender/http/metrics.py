@@ -4,7 +4,7 @@ Each application gets its own ``CollectorRegistry`` (never the process-global on
 tests and tools can build several apps side by side.
 
 Cardinality is bounded by construction: no label ever holds a node name or any other
-value a pod can choose. Reasons map onto a fixed label set (``reason_label``); a
+value a pod can choose. Reasons map onto a fixed label set (``policies.verdict.reason_label``); a
 RuntimeClass label is either a class that existed in the cluster when the call was
 decided, ``none`` (pod without a class) or ``unknown`` (pod naming a missing class).
 
@@ -17,7 +17,6 @@ requeuer's counters are ``extender.requeue.metrics``.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -35,7 +34,7 @@ from extender.cluster.metrics import PREFIX, ClusterCollector, SourceStatsProvid
 from extender.cluster.state import ClusterState
 from extender.filtering import ERROR_NOT_SYNCED, Decision
 from policies.registry import Policy
-from policies.verdict import REASON_NODE_UNKNOWN, REASON_RUNTIMECLASS_MISMATCH, REASON_UNTOLERATED_TAINT
+from policies.verdict import RUNTIME_REASON_LABELS, reason_label
 
 # 100 µs (an in-process decision for a small cluster) to 10 s (past kube-scheduler's
 # default 5 s httpTimeout: anything there is an outage, not latency).
@@ -78,55 +77,8 @@ OUTCOME_BY_STATUS = {
 OUTCOME_OTHER = "other"
 OUTCOMES = (OUTCOME_OK, OUTCOME_NOT_SYNCED, OUTCOME_ERROR, *OUTCOME_BY_STATUS.values(), OUTCOME_OTHER)
 
-# Reason label values: a fixed set, whatever class or handler names a reason embeds.
-REASON_RUNTIMECLASS_MISMATCH_LABEL = "runtimeclass_mismatch"
-REASON_LABELS = (
-    REASON_RUNTIMECLASS_MISMATCH_LABEL,
-    "runtimeclass_not_found",
-    "runtimeclass_invalid",
-    "handler_unsupported",
-    "untolerated_taint",
-    "unknown_node",
-    "other",
-)
-_EXACT_REASONS = {
-    REASON_RUNTIMECLASS_MISMATCH: REASON_RUNTIMECLASS_MISMATCH_LABEL,
-    REASON_UNTOLERATED_TAINT: "untolerated_taint",
-    REASON_NODE_UNKNOWN: "unknown_node",
-}
-# Shapes of the reasons that embed a name (policies/verdict.py).
-_PATTERN_REASONS = (
-    (re.compile(r'RuntimeClass ".*" not found'), "runtimeclass_not_found"),
-    (re.compile(r'RuntimeClass ".*" has an invalid node selector annotation'), "runtimeclass_invalid"),
-    (
-        re.compile(r"node\(s\) don't support runtime handler \".*\"( with the required features)?"),
-        "handler_unsupported",
-    ),
-)
-# Reasons meaning "this node cannot run the pod's runtime" (KEP-585: scheduling
-# failures caused by unsupported runtimes), as opposed to taints or cache misses.
-RUNTIME_REASON_LABELS = frozenset(
-    {
-        REASON_RUNTIMECLASS_MISMATCH_LABEL,
-        "runtimeclass_not_found",
-        "runtimeclass_invalid",
-        "handler_unsupported",
-    }
-)
-
 RUNTIME_CLASS_NONE = "none"
 RUNTIME_CLASS_UNKNOWN = "unknown"
-
-
-def reason_label(reason: str) -> str:
-    """The bounded label value for a reason string a predicate produced."""
-    exact = _EXACT_REASONS.get(reason)
-    if exact is not None:
-        return exact
-    for pattern, label in _PATTERN_REASONS:
-        if pattern.fullmatch(reason):
-            return label
-    return "other"
 
 
 def runtime_class_label(decision: Decision) -> str:
@@ -201,6 +153,14 @@ class FilterMetrics:
             ["runtime_class"],
             registry=registry,
         )
+        self.fitting_nodes_not_offered = Counter(
+            PREFIX + "filter_fitting_nodes_not_offered",
+            "Filter calls where no offered node fit the pod's RuntimeClass while the cache held "
+            "fitting nodes kube-scheduler did not offer (its node sampling hid them: set "
+            "percentageOfNodesToScore: 100 on the profile), by RuntimeClass.",
+            ["runtime_class"],
+            registry=registry,
+        )
         # `replay --url` sends captured requests again, marked with REPLAY_HEADER: they are
         # counted here and in no other filter metric, so a replay run does not show up as
         # kube-scheduler's traffic (rates, rejections, latency) on the dashboards.
@@ -235,6 +195,8 @@ class FilterMetrics:
         runtime_class = runtime_class_label(decision)
         self.requests.labels(self._outcome_of(decision, runtime_class)).inc()
         self.by_runtime_class.labels(runtime_class).inc()
+        if decision.hidden is not None:
+            self.fitting_nodes_not_offered.labels(runtime_class).inc()
 
     def _outcome_of(self, decision: Decision, runtime_class: str) -> str:
         result = decision.result

@@ -40,6 +40,6 @@ def run_filter(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.request}: {problem}") from None
     except ObjectError as exc:
         raise UsageError(f"{args.request}: malformed ExtenderArgs: {exc}") from None
-    pretty = orjson.dumps(orjson.loads(decision.result.to_json()), option=orjson.OPT_INDENT_2)
+    pretty = orjson.dumps(orjson.loads(decision.to_json()), option=orjson.OPT_INDENT_2)
     sys.stdout.buffer.write(pretty + b"\n")
     return 0

@@ -20,14 +20,16 @@ from extender.cluster.node_lookup import LookupStats
 from extender.cluster.state import ClusterState
 from extender.http.app import create_app
 from extender.http.keys import METRICS
-from extender.http.metrics import NODE_LOOKUP_COUNTERS, REASON_LABELS, reason_label
+from extender.http.metrics import NODE_LOOKUP_COUNTERS
 from extender.http.serve import attach_capture
 from extender.policy_file import load_policy
 from policies.objects import NodeView, RuntimeClassView, Taint, Toleration
 from policies.verdict import (
+    REASON_LABELS,
     REASON_NODE_UNKNOWN,
     REASON_RUNTIMECLASS_MISMATCH,
     REASON_UNTOLERATED_TAINT,
+    reason_label,
     reason_runtime_handler_features_unsupported,
     reason_runtime_handler_unsupported,
     reason_runtimeclass_not_found,

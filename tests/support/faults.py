@@ -154,6 +154,10 @@ def random_request(rng: random.Random, server: FakeApiServer) -> dict[str, Any]:
     if rng.random() < 0.8:
         names = [o["metadata"]["name"] for o in nodes]
         rng.shuffle(names)
+        if rng.random() < 0.4:
+            # Every node the server has, as kube-scheduler names them with
+            # percentageOfNodesToScore: 100 (the extender's prebuilt whole-cluster answer).
+            return {"Pod": pod, "NodeNames": names, "Nodes": None}
         names = names[: rng.randrange(len(names) + 1)] + (["ghost"] if rng.random() < 0.2 else [])
         return {"Pod": pod, "NodeNames": names, "Nodes": None}
     items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in nodes]
