@@ -2,30 +2,29 @@
 
 Parsing only: ``serve`` resolves its settings and runs ``extender.http.serve``; the
 other commands are ``extender.tools.commands``.
+
+Building the parser imports nothing of the server: ``serve`` imports it when it runs,
+and each tool command its own modules (``extender.tools.commands``), so ``--version``,
+``--help`` and a mistyped flag answer at once instead of after loading aiohttp,
+kubernetes-asyncio and pydantic (bench/cli_startup.py measures it).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 
-from extender import __version__
-from extender.cluster.file_source import ClusterFileError
-from extender.http.serve import ServeError, serve
-from extender.logs import setup_logging
-from extender.settings import SERVE_SETTINGS, SettingsError, add_arguments, resolve_serve
+from extender.settings import SERVE_SETTINGS, add_arguments
+from extender.tools.arguments import add_version_argument
 from extender.tools.commands import add_filter_command, add_tool_commands
-from extender.tools.output import UsageError, print_error
-from policies.registry import PolicyError
 
 PROG = "runtimeclass-extender"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="A RuntimeClass-aware kube-scheduler extender.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_version_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve_parser = commands.add_parser(
@@ -46,15 +45,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    settings = resolve_serve(args)
-    setup_logging(settings.log_level, settings.log_format)
+    # The server and everything it serves with, imported only to serve.
+    import asyncio
+
+    from extender.cluster.file_source import ClusterFileError
+    from extender.http.serve import ServeError, serve
+    from extender.logs import setup_logging
+    from extender.settings import SettingsError, resolve_serve
+    from extender.tools.output import UsageError, print_error
+    from policies.registry import PolicyError
+
     try:
-        # Optional (the `speed` extra): a faster event loop shortens every round trip.
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(settings))
-    else:
-        uvloop.run(serve(settings))
+        settings = resolve_serve(args)
+        setup_logging(settings.log_level, settings.log_format)
+        try:
+            # Optional (the `speed` extra): a faster event loop shortens every round trip.
+            import uvloop
+        except ImportError:
+            asyncio.run(serve(settings))
+        else:
+            uvloop.run(serve(settings))
+    except (ServeError, UsageError, SettingsError, PolicyError, ClusterFileError) as exc:
+        return print_error(PROG, exc)
     return 0
 
 
@@ -63,8 +75,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status: int = args.run(args)
         return status
-    except (ServeError, UsageError, SettingsError, PolicyError, ClusterFileError) as exc:
-        return print_error(PROG, exc)
     except KeyboardInterrupt:
         return 130
 

@@ -3,7 +3,7 @@
 KEP-585 suggests "a special request or tool ... that would list all the nodes that
 match a RuntimeClass's scheduling rules". This module builds that answer from the
 cluster state and the policy, with no I/O: the HTTP handlers (``extender.http.explain``)
-and the CLI (``extender.tools.commands``) only fetch inputs and print.
+and the CLI (``extender.tools.explain``) only fetch inputs and print.
 
 For every node it runs *every* predicate (``Policy.explain``), so a node that misses a
 label and also has an untolerated taint shows both, each with its detail. The node's

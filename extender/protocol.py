@@ -83,6 +83,30 @@ def check_pod_document(document: Any) -> None:
         raise ObjectError(f"expected kind Pod, got {kind}")
 
 
+def pod_instead_of_extender_args(body: bytes) -> str | None:
+    """For a refused filter body that is a Pod, an error saying where a Pod goes; else None.
+
+    The mirror of ``check_pod_document``: a Pod posted to ``/filter`` (or given to the
+    ``filter`` command) is the likely mix-up with ``/explain``, and the validation error
+    alone ("request.Pod: field required") does not say so. For the error path only: it
+    decodes the body a second time.
+    """
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(document, dict) or any(key in document for key in ("Pod", "pod")):
+        return None
+    kind = document.get("kind")
+    if kind == "Pod" or (kind is None and "spec" in document):
+        return (
+            "expected an ExtenderArgs (a filter request: the Pod under a Pod key, with NodeNames or "
+            "Nodes), got a Pod; filter takes kube-scheduler's request, and a Pod alone goes to "
+            "POST /explain"
+        )
+    return None
+
+
 class NodeListModel(BaseModel):
     model_config = STRICT
     items: list[dict[str, Any]] | None = None

@@ -13,13 +13,13 @@ the requeuer) take their defaults from these constants.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from extender.documents import DocumentError, load_document
 
 ENV_PREFIX = "RUNTIMECLASS_EXTENDER_"
 
@@ -28,32 +28,47 @@ class SettingsError(ValueError):
     """A setting has an invalid value; the message names the setting and its source."""
 
 
+def _int(text: str, what: str) -> int:
+    # int()'s own message ("invalid literal for int() with base 10") names Python, not
+    # the setting's expectation.
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError(f"must be {what}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _int(text, "a positive whole number")
     if value <= 0:
         raise ValueError("must be a positive integer")
     return value
 
 
 def _port(text: str) -> int:
-    value = int(text)
+    value = _int(text, "a port number between 0 and 65535")
     if not 0 <= value <= 65535:
         raise ValueError("must be between 0 and 65535")
     return value
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError("must be a positive number") from None
     if not value > 0:
         raise ValueError("must be a positive number")
     return value
 
 
 def _choice(*choices: str) -> Callable[[str], str]:
+    """One of ``choices`` (lower case), in any case: ``DEBUG`` is ``debug``."""
+
     def parse(text: str) -> str:
-        if text not in choices:
+        value = text.strip().lower()
+        if value not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}")
-        return text
+        return value
 
     return parse
 
@@ -96,6 +111,9 @@ class Setting:
     default: Any
     help: str
     metavar: str | None = None
+    # A flag that names exactly one thing and could be mistaken for one that takes
+    # several (as kubectl's -f does): given twice, an error instead of the last one winning.
+    once: bool = False
 
     @property
     def env(self) -> str:
@@ -141,6 +159,7 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "read Nodes and RuntimeClasses from this file (kubectl get nodes,runtimeclasses -o yaml) "
         "instead of watching an API server",
         "PATH",
+        once=True,
     ),
     Setting("policy-file", _path, None, "policy file (YAML); default: the bundled policy", "PATH"),
     Setting(
@@ -294,6 +313,23 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
 )
 
 
+class GivenOnce(argparse.Action):
+    """A flag that may be given once: a second one is a usage error naming the flag, not a
+    silent override (``--cluster-file a.yaml --cluster-file b.yaml`` reads one file, and
+    which one would be a surprise)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice: it takes one file (merge the files into one List)")
+        setattr(namespace, self.dest, values)
+
+
 def add_arguments(parser: argparse.ArgumentParser, settings: Sequence[Setting]) -> None:
     parser.add_argument(
         "--config", metavar="PATH", help=f"YAML file of settings by name (env {ENV_PREFIX}CONFIG)"
@@ -306,7 +342,11 @@ def add_arguments(parser: argparse.ArgumentParser, settings: Sequence[Setting]) 
             )
         else:
             parser.add_argument(
-                f"--{setting.name}", dest=setting.attr, metavar=setting.metavar, help=help_text
+                f"--{setting.name}",
+                dest=setting.attr,
+                metavar=setting.metavar,
+                help=help_text,
+                action=GivenOnce if setting.once else "store",
             )
 
 
@@ -319,6 +359,10 @@ def _default_text(default: Any) -> str:
 
 
 def _load_config_file(path: str) -> Mapping[str, Any]:
+    # Imported here: the parsers are built from this module for every command, --help
+    # included, and only a --config file needs a YAML reader.
+    from extender.documents import DocumentError, load_document
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -395,6 +439,14 @@ def default_serve_settings(**overrides: Any) -> ServeSettings:
     return ServeSettings(**{**values, **overrides})
 
 
+def _with_suggestion(key: str, known: set[str]) -> str:
+    """``clusterFile (did you mean cluster-file?)``: the keys are the flags' names, and
+    a camelCase or snake_case spelling (as in Kubernetes objects) is the usual slip."""
+    kebab = re.sub(r"(?<=[a-z0-9])([A-Z])", r"-\1", key).replace("_", "-").lower()
+    close = [kebab] if kebab in known else difflib.get_close_matches(kebab, sorted(known), n=1)
+    return f"{key} (did you mean {close[0]}?)" if close else key
+
+
 def resolve(
     namespace: argparse.Namespace,
     settings: Sequence[Setting],
@@ -407,7 +459,8 @@ def resolve(
     known = {s.name for s in settings}
     unknown = [str(key) for key in config if key not in known]
     if unknown:
-        raise SettingsError(f"config file {config_path}: unknown setting(s) {', '.join(sorted(unknown))}")
+        described = ", ".join(_with_suggestion(key, known) for key in sorted(unknown))
+        raise SettingsError(f"config file {config_path}: unknown setting(s) {described}")
 
     values: dict[str, Any] = {}
     for setting in settings:

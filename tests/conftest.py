@@ -23,8 +23,7 @@ def make_app() -> AppFactory:
 
 @pytest.fixture
 def fixtures_dir() -> Path:
-    if not KUBE_SCHEDULER_FIXTURES.is_dir():
-        pytest.skip(f"captured kube-scheduler requests not found at {KUBE_SCHEDULER_FIXTURES}")
+    """The requests captured from a real kube-scheduler (tests/data/fixtures/kube-scheduler)."""
     return KUBE_SCHEDULER_FIXTURES
 
 

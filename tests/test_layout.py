@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import paths
 from tests.support.paths import REPO
 
 ALLOWED = ("extender/http/", "extender/cli.py")
@@ -63,3 +64,14 @@ def test_no_test_imports_conftest_or_registers_plugins(path: Path) -> None:
 def test_every_test_folder_is_a_package() -> None:
     folders = {p.parent for p in TEST_MODULES}
     assert [f for f in folders if not (f / "__init__.py").is_file()] == []
+
+
+def test_every_test_data_path_is_inside_the_repository() -> None:
+    """A fresh clone has everything the tests read (nothing skipped for data kept beside it)."""
+    constants = {name: value for name, value in vars(paths).items() if isinstance(value, Path)}
+    assert "KUBE_SCHEDULER_FIXTURES" in constants
+    for name, path in constants.items():
+        assert path.is_relative_to(REPO), f"{name} = {path} is outside {REPO}"
+        assert path.exists(), f"{name} = {path} is missing"
+    # The captured requests come with the README that says how they were captured.
+    assert (paths.KUBE_SCHEDULER_FIXTURES / "README.md").is_file()

@@ -306,6 +306,23 @@ def runtime_class(name: str, *, handler: str = "runc", annotation: str | None = 
     return {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": metadata, "handler": handler}
 
 
+def _kubeconfig_for(directory: Path, server_url: str) -> Path:
+    kubeconfig = directory / "kubeconfig.yaml"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server_url}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c"}}],
+                "current-context": "c",
+            }
+        ),
+        encoding="utf-8",
+    )
+    return kubeconfig
+
+
 def capture_files(directory: Path) -> list[Path]:
     return sorted(
         p for p in directory.iterdir() if p.name.startswith("capture-") and p.name.endswith(".json")
@@ -795,20 +812,7 @@ def test_error_bodies_have_one_shape(tmp_path: Path) -> None:
 
 def test_not_synced_error_body_has_the_same_shape(tmp_path: Path) -> None:
     """Live mode with an API server that never answers: /explain refuses until synced."""
-    kubeconfig = tmp_path / "kubeconfig"
-    server_url = f"http://127.0.0.1:{_free_loopback_port()}"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": server_url}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c"}}],
-                "current-context": "c",
-            }
-        ),
-        encoding="utf-8",
-    )
+    kubeconfig = _kubeconfig_for(tmp_path, f"http://127.0.0.1:{_free_loopback_port()}")
     with serving(tmp_path, "--kubeconfig", str(kubeconfig)) as server:
         answers = {
             "explain: runtimeclass, not synced": http(server.url("/explain/runtimeclasses/gvisor")),
@@ -839,21 +843,7 @@ def _write_inputs(directory: Path, captures: Path, busy: int) -> Inputs:
     node.write_text(
         json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}), encoding="utf-8"
     )
-    kubeconfig = directory / "kubeconfig.yaml"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {"name": "c", "cluster": {"server": f"http://127.0.0.1:{_free_loopback_port()}"}}
-                ],
-                "contexts": [{"name": "c", "context": {"cluster": "c"}}],
-                "current-context": "c",
-            }
-        ),
-        encoding="utf-8",
-    )
+    kubeconfig = _kubeconfig_for(directory, f"http://127.0.0.1:{_free_loopback_port()}")
     unreadable = directory / "unreadable.yaml"
     unreadable.write_text(EXAMPLE_CLUSTER.read_text(encoding="utf-8"), encoding="utf-8")
     unreadable.chmod(0)
@@ -1021,3 +1011,226 @@ def test_no_traceback_anywhere(case: str, tmp_path: Path, captures: Path, busy_p
         pytest.skip("running as a user that reads any file (root): cannot make a file unreadable")
     done = run(argv, tmp_path)
     assert_one_line_error(done)
+
+
+# ===== what a new user trips on (issue: from a clone to a cluster, section 4) ============
+
+
+def _pyproject_version() -> str:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    version: str = project["version"]
+    return version
+
+
+@pytest.mark.parametrize("command", ["runtimeclass-extender", "kubectl-runtimeclass"])
+def test_version_is_pyprojects(tmp_path: Path, command: str) -> None:
+    argv = EXTENDER if command == "runtimeclass-extender" else KUBECTL_PLUGIN
+    done = run([*argv, "--version"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
+        "runtimeclass-extender" if command == "runtimeclass-extender" else "kubectl",
+        *(["runtimeclass"] if command == "kubectl-runtimeclass" else []),
+        _pyproject_version(),
+    ]
+
+
+def test_readyz_reports_pyprojects_version(tmp_path: Path) -> None:
+    with serving_example(tmp_path) as server:
+        status, body = http(server.url("/readyz"))
+    assert status == 200, body
+    assert json.loads(body)["version"] == _pyproject_version()
+
+
+def test_readyz_reports_the_version_before_it_is_ready_too(tmp_path: Path) -> None:
+    kubeconfig = _kubeconfig_for(tmp_path, f"http://127.0.0.1:{_free_loopback_port()}")
+    with serving(tmp_path, "--kubeconfig", str(kubeconfig)) as server:
+        status, body = http(server.url("/readyz"))
+    assert status == 503, body
+    assert json.loads(body)["version"] == _pyproject_version()
+
+
+# The modules that make the server slow to import: none of them may load to parse
+# arguments, print help or the version (bench/cli_startup.py measures the time).
+HEAVY_MODULES = ("aiohttp", "kubernetes_asyncio", "pydantic", "prometheus_client")
+
+LIGHT_INVOCATIONS = {
+    "--version": [*EXTENDER, "--version"],
+    "--help": [*EXTENDER, "--help"],
+    "serve --help": [*EXTENDER, "serve", "--help"],
+    "explain --help": [*EXTENDER, "explain", "--help"],
+    "audit --help": [*EXTENDER, "audit", "--help"],
+    "kubectl plugin --help": [*KUBECTL_PLUGIN, "--help"],
+    "a mistyped flag": [*EXTENDER, "classes", "--no-such-flag"],
+}
+
+
+@pytest.mark.parametrize("case", list(LIGHT_INVOCATIONS))
+def test_parsing_imports_nothing_of_the_server(tmp_path: Path, case: str) -> None:
+    argv = LIGHT_INVOCATIONS[case]
+    # -X importtime lists every module imported, one line each, on stderr.
+    done = run([argv[0], "-X", "importtime", *argv[1:]], tmp_path)
+    assert done.returncode in (0, EXIT_USAGE), done.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")
+    }
+    assert "argparse" in imported  # the check sees imports at all
+    loaded = sorted(m for m in imported if m.split(".")[0] in HEAVY_MODULES)
+    assert loaded == [], f"{case} imported {loaded[:10]}"
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A loopback port that accepts connections and never answers (nor reads)."""
+    held: list[socket.socket] = []
+    stop = threading.Event()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(0.1)
+
+        def accept() -> None:
+            while not stop.is_set():
+                try:
+                    connection, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                held.append(connection)
+
+        acceptor = threading.Thread(target=accept, daemon=True)
+        acceptor.start()
+        try:
+            yield listener.getsockname()[1]
+        finally:
+            stop.set()
+            acceptor.join(timeout=5)
+            for connection in held:
+                connection.close()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["classes"], ["audit"], ["explain", "gvisor"], ["audit", "-n", "default"]],
+    ids=["classes", "audit", "explain", "audit-namespace"],
+)
+def test_request_timeout_names_the_reason(tmp_path: Path, silent_server: int, argv: list[str]) -> None:
+    server_url = f"http://127.0.0.1:{silent_server}"
+    kubeconfig = _kubeconfig_for(tmp_path, server_url)
+    done = extender(tmp_path, *argv, "--kubeconfig", str(kubeconfig), "--request-timeout", "1s")
+    line = assert_one_line_error(done, f"cannot list from {server_url}")
+    # Never "cannot list from URL: " with nothing after it.
+    reason = line.split(f"cannot list from {server_url}:", 1)[1].strip()
+    assert reason == "no answer within 1s (--request-timeout)", line
+
+
+def test_kubectl_plugin_has_the_request_timeout_too(tmp_path: Path, silent_server: int) -> None:
+    kubeconfig = _kubeconfig_for(tmp_path, f"http://127.0.0.1:{silent_server}")
+    done = run(
+        [*KUBECTL_PLUGIN, "classes", "--kubeconfig", str(kubeconfig), "--request-timeout", "500ms"], tmp_path
+    )
+    assert_one_line_error(done, "no answer within 0.5s (--request-timeout)")
+
+
+@pytest.mark.parametrize("value", ["abc", "-1s", "1x", "1.5", ""])
+def test_request_timeout_refuses_what_is_no_duration(tmp_path: Path, value: str) -> None:
+    # kubectl refuses all but the negative one, which means nothing as a timeout.
+    done = extender(tmp_path, "classes", f"--request-timeout={value}")
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "--request-timeout" in done.stderr and "1s, 2m, 3h" in done.stderr, done.stderr
+
+
+def test_request_timeout_help_says_zero_waits_without_a_limit(tmp_path: Path) -> None:
+    for command in ("classes", "explain", "audit"):
+        text = _option_help(_help(tmp_path, [*EXTENDER, command]), "--request-timeout")
+        assert "0 waits without a limit" in text and "default: 30s" in text, text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "--port", "0", "--cluster-file", "{cluster}", "--cluster-file", "{cluster}"],
+        ["filter", "{request}", "--cluster-file", "{cluster}", "--cluster-file", "{cluster}"],
+        ["explain", "gvisor", "--cluster-file", "{cluster}", "--cluster-file", "{cluster}"],
+        ["classes", "--cluster-file", "{cluster}", "--cluster-file", "{cluster}"],
+        ["audit", "--cluster-file", "{cluster}", "--cluster-file", "{cluster}"],
+        ["replay", "{captures}", "--cluster-file", "{cluster}", "--cluster-file", "{cluster}"],
+    ],
+    ids=["serve", "filter", "explain", "classes", "audit", "replay"],
+)
+def test_cluster_file_given_twice_is_an_error(tmp_path: Path, captures: Path, argv: list[str]) -> None:
+    values = {"cluster": str(EXAMPLE_CLUSTER), "request": str(EXAMPLE_REQUEST), "captures": str(captures)}
+    done = extender(tmp_path, *(arg.format(**values) for arg in argv))
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "--cluster-file given twice: it takes one file" in done.stderr, done.stderr
+
+
+def test_replay_of_a_file_says_it_wants_the_directory(tmp_path: Path, captures: Path) -> None:
+    one_capture = capture_files(captures)[0]
+    done = extender(tmp_path, "replay", str(one_capture))
+    line = assert_one_line_error(done, str(one_capture), "is a file", "capture directory")
+    assert "Errno" not in line, line
+
+
+def test_filter_endpoint_refuses_a_pod_with_a_hint(tmp_path: Path) -> None:
+    pod = json.loads(example_request())["Pod"]
+    with serving_example(tmp_path) as server:
+        answers = [
+            post_json(server.url("/filter"), json.dumps({"apiVersion": "v1", "kind": "Pod", **pod}).encode()),
+            post_json(server.url("/filter"), json.dumps(pod).encode()),  # kube-scheduler's form: no kind
+        ]
+    for status, body in answers:
+        assert status == 400, body
+        _assert_error_shape("filter: a Pod", status, body)
+        message = _error_text(body)
+        assert "got a Pod" in message and "ExtenderArgs" in message and "/explain" in message, message
+
+
+def test_filter_command_refuses_a_pod_with_a_hint(tmp_path: Path) -> None:
+    pod_file = tmp_path / "pod.json"
+    pod_file.write_text(json.dumps(json.loads(example_request())["Pod"]), encoding="utf-8")
+    done = extender(tmp_path, "filter", str(pod_file), "--cluster-file", str(EXAMPLE_CLUSTER))
+    assert_one_line_error(done, str(pod_file), "got a Pod", "ExtenderArgs", "/explain")
+
+
+def _filter_series(metrics: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the production /filter metrics, by name and labels."""
+    production = (
+        "filter_requests_total",
+        "filter_requests_by_runtimeclass_total",
+        "nodes_rejected_total",
+        "runtime_rejections_total",
+        "filter_duration_seconds_count",
+    )
+    return {
+        (name, tuple(sorted(labels.items()))): value
+        for name, labels, value in metric_samples(metrics)
+        if name.removeprefix(PREFIX) in production
+    }
+
+
+def test_replayed_requests_are_counted_apart(tmp_path: Path, captures: Path) -> None:
+    replayed = PREFIX + "replayed_filter_requests_total"
+    with serving_example(tmp_path) as server:
+        before = scrape(server)
+        done = extender(tmp_path, "replay", str(captures), "--url", server.url())
+        assert done.returncode in (0, 1), done.stderr
+        # A marked request the server refuses is counted apart too, by its outcome.
+        status, _ = post_json(server.url("/filter"), b"{not json", **{REPLAY_HEADER: "1"})
+        assert status == 400
+        after = scrape(server)
+        # An unmarked request still counts as kube-scheduler's.
+        assert post_json(server.url("/filter"), example_request())[0] == 200
+        last = scrape(server)
+    sent = len(capture_files(captures))
+    assert sent >= 1
+    assert (metric_value(after, replayed, outcome="ok") or 0) - (
+        metric_value(before, replayed, outcome="ok") or 0
+    ) == sent
+    assert (metric_value(after, replayed, outcome="bad_request") or 0) == 1
+    # None of it in the production filter metrics.
+    assert _filter_series(after) == _filter_series(before)
+    assert (
+        metric_value(last, PREFIX + "filter_requests_total", outcome="ok")
+        == (metric_value(before, PREFIX + "filter_requests_total", outcome="ok") or 0) + 1
+    )

@@ -189,6 +189,8 @@ def test_the_reference_config_file_example(tmp_path: Path) -> None:
     for setting in SERVE_SETTINGS:
         if setting.name in shown:
             assert values[setting.attr] == shown[setting.name], setting.name
+
+
 def test_pod_webhook_routing_and_namespace() -> None:
     values = _resolve([])
     assert values["route_pods_to_scheduler"] is None and values["namespace"] is None
@@ -207,3 +209,80 @@ def test_pod_webhook_names_must_be_one_name(
     status, err = _main([flag, value], capsys)
     assert status == 2
     assert f"{flag}: invalid value" in err and "must be one name without blanks" in err
+
+
+# ----- what a new user trips on -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("RUNTIMECLASS_EXTENDER_PORT", "abc", "must be a port number between 0 and 65535"),
+        ("RUNTIMECLASS_EXTENDER_MAX_BODY_BYTES", "1MB", "must be a positive whole number"),
+        ("RUNTIMECLASS_EXTENDER_BODY_READ_TIMEOUT", "5s", "must be a positive number"),
+    ],
+)
+def test_a_number_that_is_not_one_is_one_line_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    expected: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    status, err = _main([], capsys)
+    assert status == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0] == f"runtimeclass-extender: error: {variable}: invalid value {value!r}: {expected}"
+    # Python's own wording names the parser, not what the setting wants.
+    assert "invalid literal" not in err and "could not convert" not in err
+
+
+@pytest.mark.parametrize("given", ["DEBUG", "Debug", "debug", " WARNING "])
+def test_log_level_in_any_case(given: str) -> None:
+    assert _resolve(["--log-level", given])["log_level"] == given.strip().lower()
+    assert _resolve([], {"RUNTIMECLASS_EXTENDER_LOG_LEVEL": given})["log_level"] == given.strip().lower()
+
+
+def test_log_format_in_any_case() -> None:
+    assert _resolve(["--log-format", "JSON"])["log_format"] == "json"
+
+
+@pytest.mark.parametrize(
+    ("key", "suggestion"),
+    [
+        ("clusterFile", "cluster-file"),
+        ("cluster_file", "cluster-file"),
+        ("maxBodyBytes", "max-body-bytes"),
+        ("prot", "port"),
+    ],
+)
+def test_unknown_config_key_suggests_the_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, suggestion: str
+) -> None:
+    config = _config(tmp_path, f"{key}: x\n")
+    status, err = _main(["--config", str(config)], capsys)
+    assert status == 2
+    assert f"unknown setting(s) {key} (did you mean {suggestion}?)" in err
+
+
+def test_unknown_config_key_without_a_close_setting_gets_no_guess(tmp_path: Path) -> None:
+    config = _config(tmp_path, "zzzzzz: 1\n")
+    with pytest.raises(SettingsError) as error:
+        _resolve(["--config", str(config)])
+    assert str(error.value).endswith("unknown setting(s) zzzzzz")
+
+
+def test_cluster_file_given_twice_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["serve", "--cluster-file", "a.yaml", "--cluster-file", "b.yaml"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--cluster-file given twice: it takes one file" in err
+
+
+def test_other_flags_given_twice_keep_the_last_as_kubectl_does() -> None:
+    # pflag's rule for a single-valued flag; only cluster-file, which reads like
+    # kubectl's repeatable -f, is refused.
+    assert _resolve(["--port", "1", "--port", "2"])["port"] == 2

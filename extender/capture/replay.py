@@ -10,7 +10,7 @@ difference; so is a changed ``Error``.
 
 Here: finding and reading the capture files of a directory, and the pure parts,
 re-deciding and comparing. POSTing to a running extender and printing live in
-``extender.tools.commands``.
+``extender.tools.replay``.
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
+
 from extender.cluster.annotations import SelectorErrorLog
-from extender.cluster.api import ApiError, ListOptions, list_pages
+from extender.cluster.api import DEFAULT_REQUEST_TIMEOUT, ApiError, ListOptions, list_pages
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
 from extender.cluster.pods import (
     RUNNING_POD_SELECTOR,
@@ -28,11 +30,35 @@ class ClusterUnavailable(Exception):
     """No way to reach a cluster, or the cluster refused; the message says which."""
 
 
-async def _list_all(api: Any, path: str, field_selector: str = "") -> list[dict[str, Any]]:
+# With no request timeout the connect is still bounded, as client-go's dialer bounds it
+# (30 s) under kubectl --request-timeout 0.
+CONNECT_TIMEOUT_SECONDS = 30.0
+
+
+def client_timeout(request_timeout: float) -> aiohttp.ClientTimeout:
+    """One request's limit, from kubectl-style --request-timeout seconds (0: none)."""
+    if request_timeout > 0:
+        return aiohttp.ClientTimeout(total=request_timeout)
+    return aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_SECONDS)
+
+
+def describe_failure(exc: BaseException, request_timeout: float) -> str:
+    """Why a request failed, never empty: a timeout's str() is "" (asyncio.TimeoutError),
+    and so is that of some connection errors; then the exception's type says it."""
+    if isinstance(exc, TimeoutError):
+        limit = f"{request_timeout:g}s" if request_timeout > 0 else "the connect timeout"
+        return f"no answer within {limit} (--request-timeout)"
+    return str(exc).strip() or type(exc).__name__
+
+
+async def _list_all(
+    api: Any, path: str, field_selector: str = "", *, timeout: aiohttp.ClientTimeout | None = None
+) -> list[dict[str, Any]]:
     """Every item of a collection."""
     items: list[dict[str, Any]] = []
     try:
-        async for page in list_pages(api, path, ListOptions(field_selector=field_selector)):
+        options = ListOptions(field_selector=field_selector, timeout=timeout)
+        async for page in list_pages(api, path, options):
             if page.restarted:
                 items = []
             items.extend(page.items)
@@ -48,17 +74,27 @@ async def list_cluster(
     kubeconfig: str | None = None,
     context: str | None = None,
     selector_errors: SelectorErrorLog | None = None,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
 ) -> ClusterState:
     """Nodes and RuntimeClasses as the API server lists them now; bad node-selector-term
-    annotations are reported to ``selector_errors`` (if given). Raises ClusterUnavailable."""
+    annotations are reported to ``selector_errors`` (if given). Each request may take
+    ``request_timeout`` seconds (0: no limit). Raises ClusterUnavailable."""
     state, _ = await _snapshot(
-        kubeconfig=kubeconfig, context=context, pods_path=None, selector_errors=selector_errors
+        kubeconfig=kubeconfig,
+        context=context,
+        pods_path=None,
+        selector_errors=selector_errors,
+        request_timeout=request_timeout,
     )
     return state
 
 
 async def list_cluster_with_pods(
-    *, kubeconfig: str | None = None, context: str | None = None, namespace: str | None = None
+    *,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    namespace: str | None = None,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
 ) -> tuple[ClusterState, list[ScheduledPod]]:
     """Nodes, RuntimeClasses and the running pods (bound, not terminated; of
     ``namespace``, or of every namespace) as the API server lists them now.
@@ -71,7 +107,11 @@ async def list_cluster_with_pods(
     """
     path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
     state, pods = await _snapshot(
-        kubeconfig=kubeconfig, context=context, pods_path=path, selector_errors=None
+        kubeconfig=kubeconfig,
+        context=context,
+        pods_path=path,
+        selector_errors=None,
+        request_timeout=request_timeout,
     )
     return state, pods
 
@@ -82,6 +122,7 @@ async def _snapshot(
     context: str | None,
     pods_path: str | None,
     selector_errors: SelectorErrorLog | None,
+    request_timeout: float,
 ) -> tuple[ClusterState, list[ScheduledPod]]:
     # Imported here: kubernetes-asyncio takes about a second to import, and only the
     # live mode of the tools needs it (not --cluster-file, not serve).
@@ -91,15 +132,20 @@ async def _snapshot(
         connection = await connect(kubeconfig=kubeconfig, context=context)
     except KubeConfigError as exc:
         raise ClusterUnavailable(str(exc)) from None
+    timeout = client_timeout(request_timeout)
     try:
         async with connection.api as api:
-            pod_items = await _list_all(api, pods_path, RUNNING_POD_SELECTOR) if pods_path else []
-            node_items = await _list_all(api, "/api/v1/nodes")
-            class_items = await _list_all(api, "/apis/node.k8s.io/v1/runtimeclasses")
+            pod_items = (
+                await _list_all(api, pods_path, RUNNING_POD_SELECTOR, timeout=timeout) if pods_path else []
+            )
+            node_items = await _list_all(api, "/api/v1/nodes", timeout=timeout)
+            class_items = await _list_all(api, "/apis/node.k8s.io/v1/runtimeclasses", timeout=timeout)
     except ClusterUnavailable:
         raise
-    except Exception as exc:  # connection refused, TLS, DNS: say where we tried
-        raise ClusterUnavailable(f"cannot list from {connection.host}: {exc}") from None
+    except Exception as exc:  # connection refused, TLS, DNS, timeouts: say where we tried, and why
+        raise ClusterUnavailable(
+            f"cannot list from {connection.host}: {describe_failure(exc, request_timeout)}"
+        ) from None
     state = ClusterState()
     try:
         state.nodes.replace(node_from_api(item) for item in node_items)

@@ -20,7 +20,6 @@ from pydantic import ValidationError
 
 from extender import __version__
 from extender.admission import RoutingConfig
-from extender.capture.format import REPLAY_HEADER
 from extender.cluster.health import failing_too_long, failure_report
 from extender.cluster.metrics import SourceStatsProvider
 from extender.cluster.objects import ObjectError, describe_validation_error
@@ -54,9 +53,9 @@ from extender.http.keys import (
     UNHEALTHY_AFTER,
     WARNINGS,
 )
-from extender.http.metrics import CLIENT_CLOSED_REQUEST, Handler, Metrics
+from extender.http.metrics import CLIENT_CLOSED_REQUEST, Handler, Metrics, is_replay
 from extender.http.sampling import HiddenNodeReports
-from extender.protocol import ExtenderArgs
+from extender.protocol import ExtenderArgs, pod_instead_of_extender_args
 from extender.settings import (
     DEFAULT_BODY_READ_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
@@ -146,7 +145,9 @@ async def filter_handler(request: web.Request) -> web.Response:
     except ValidationError as exc:
         if any("recursion limit exceeded" in e["msg"] for e in exc.errors(include_url=False)):
             return _bad_request(request, f"request: JSON nested deeper than {JSON_DEPTH_LIMIT} levels")
-        return _bad_request(request, describe_validation_error(exc, "request"))
+        return _bad_request(
+            request, pod_instead_of_extender_args(body) or describe_validation_error(exc, "request")
+        )
     app = request.app
     # Cheap: one len() of the list the parser already built.
     count = len(args.NodeNames if args.NodeNames is not None else (args.Nodes and args.Nodes.items) or ())
@@ -169,8 +170,10 @@ async def filter_handler(request: web.Request) -> web.Response:
         )
     except ObjectError as exc:
         return _bad_request(request, str(exc))
-    app[METRICS].filter.record_decision(decision)
-    if decision.hidden is not None and decision.runtime_class is not None:
+    replayed = is_replay(request)
+    app[METRICS].filter.record_decision(decision, replayed=replayed)
+    # A replayed call is not kube-scheduler's: its sample says nothing of the sampling now.
+    if not replayed and decision.hidden is not None and decision.runtime_class is not None:
         app[HIDDEN_NODES].record(decision.runtime_class.name, decision.hidden)
     result = decision.result
     if result.Error:
@@ -181,7 +184,7 @@ async def filter_handler(request: web.Request) -> web.Response:
     capture = app.get(CAPTURE)
     # A replayed request is not captured again: replaying a capture directory against
     # the server that writes it would otherwise grow it by itself on every run.
-    if capture is not None and not result.Error and REPLAY_HEADER not in request.headers:
+    if capture is not None and not result.Error and not replayed:
         capture.submit_decision(body, payload, args, decision, app[STATE], app[POLICY], extra_nodes)
     return web.Response(body=payload, content_type="application/json")
 

@@ -29,6 +29,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from extender.capture.format import REPLAY_HEADER
 from extender.cluster.metrics import PREFIX, ClusterCollector, SourceStatsProvider
 from extender.cluster.state import ClusterState
 from extender.filtering import ERROR_NOT_SYNCED, Decision
@@ -96,6 +97,19 @@ def _passing_count(decision: Decision) -> int:
     return 0
 
 
+def _answer_outcome(decision: Decision) -> str:
+    """ok, or what its Error means."""
+    error = decision.result.Error
+    if not error:
+        return OUTCOME_OK
+    return OUTCOME_NOT_SYNCED if error == ERROR_NOT_SYNCED else OUTCOME_ERROR
+
+
+def is_replay(request: web.Request) -> bool:
+    """Sent by ``replay --url`` (extender.tools.replay marks every request it sends)."""
+    return REPLAY_HEADER in request.headers
+
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -147,21 +161,37 @@ class FilterMetrics:
             ["runtime_class"],
             registry=registry,
         )
+        # `replay --url` sends captured requests again, marked with REPLAY_HEADER: they are
+        # counted here and in no other filter metric, so a replay run does not show up as
+        # kube-scheduler's traffic (rates, rejections, latency) on the dashboards.
+        self.replayed = Counter(
+            PREFIX + "replayed_filter_requests",
+            "POST /filter requests sent by replay --url (header " + REPLAY_HEADER + "), by outcome "
+            "(as filter_requests); they count in no other filter metric.",
+            ["outcome"],
+            registry=registry,
+        )
         for outcome in OUTCOMES:
             self.requests.labels(outcome)
+            self.replayed.labels(outcome)
 
-    def observe(self, seconds: float, status: int) -> None:
+    def observe(self, seconds: float, status: int, *, replayed: bool = False) -> None:
         """One finished request; answers other than 200 are counted here by status."""
-        self.duration.observe(seconds)
+        if not replayed:
+            self.duration.observe(seconds)
         if status == 200:
             return  # counted by record_decision, which knows whether it carried an Error
+        counter = self.replayed if replayed else self.requests
         if status >= 500:
-            self.requests.labels(OUTCOME_ERROR).inc()
+            counter.labels(OUTCOME_ERROR).inc()
         else:
-            self.requests.labels(OUTCOME_BY_STATUS.get(status, OUTCOME_OTHER)).inc()
+            counter.labels(OUTCOME_BY_STATUS.get(status, OUTCOME_OTHER)).inc()
 
-    def record_decision(self, decision: Decision) -> None:
+    def record_decision(self, decision: Decision, *, replayed: bool = False) -> None:
         """The answer the filter handler is about to send (status 200)."""
+        if replayed:
+            self.replayed.labels(_answer_outcome(decision)).inc()
+            return
         runtime_class = runtime_class_label(decision)
         self.requests.labels(self._outcome_of(decision, runtime_class)).inc()
         self.by_runtime_class.labels(runtime_class).inc()
@@ -171,7 +201,7 @@ class FilterMetrics:
     def _outcome_of(self, decision: Decision, runtime_class: str) -> str:
         result = decision.result
         if result.Error:
-            return OUTCOME_NOT_SYNCED if result.Error == ERROR_NOT_SYNCED else OUTCOME_ERROR
+            return _answer_outcome(decision)
         if decision.reason_counts is not None:
             rejected = Tally(decision.reason_counts)
         else:
@@ -271,16 +301,17 @@ class Metrics:
         """
         if request.path != "/filter":
             return await handler(request)
+        replayed = is_replay(request)
         start = time.perf_counter()
         try:
             response = await handler(request)
         except web.HTTPException as exc:
-            self.filter.observe(time.perf_counter() - start, exc.status)
+            self.filter.observe(time.perf_counter() - start, exc.status, replayed=replayed)
             raise
         except Exception:
-            self.filter.observe(time.perf_counter() - start, 500)
+            self.filter.observe(time.perf_counter() - start, 500, replayed=replayed)
             raise
-        self.filter.observe(time.perf_counter() - start, response.status)
+        self.filter.observe(time.perf_counter() - start, response.status, replayed=replayed)
         return response
 
     async def handler(self, request: web.Request) -> web.Response:

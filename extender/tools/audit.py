@@ -16,15 +16,13 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from extender.audit.check import Misplaced, audit
 from extender.cluster.file_source import load_cluster_file_with_pods
 from extender.cluster.pods import ScheduledPod, is_audited
 from extender.cluster.snapshot import list_cluster_with_pods
 from extender.cluster.state import ClusterState
-from extender.tools.inputs import add_cluster_arguments, add_output_argument
-from extender.tools.output import UsageError, format_table, guarded, print_structured
+from extender.tools.output import UsageError, guarded, print_names, print_structured, print_table
 
 EXIT_CLEAN = 0
 EXIT_MISPLACED = 1
@@ -39,7 +37,12 @@ def _load(args: argparse.Namespace) -> tuple[ClusterState, list[ScheduledPod]]:
             pods = [pod for pod in pods if pod.namespace == args.namespace]
         return state, pods
     return asyncio.run(
-        list_cluster_with_pods(kubeconfig=args.kubeconfig, context=args.context, namespace=args.namespace)
+        list_cluster_with_pods(
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            namespace=args.namespace,
+            request_timeout=args.request_timeout,
+        )
     )
 
 
@@ -54,19 +57,23 @@ def misplaced_to_json(item: Misplaced) -> dict[str, str]:
     }
 
 
-def audit_table(misplaced: Sequence[Misplaced], checked: int, *, wide: bool) -> str:
-    """The kubectl-style table and a summary line; only the summary when all fit."""
-    if not misplaced:
-        return f"No misplaced pods ({checked} running pods with a RuntimeClass checked).\n"
+def audit_rows(misplaced: Sequence[Misplaced], *, wide: bool) -> tuple[list[str], list[list[str]]]:
+    """The kubectl-style table's header and rows."""
     header = [*HEADER, "DETAIL"] if wide else list(HEADER)
     rows = [
         [m.namespace, m.pod, m.runtime_class, m.node, m.problem, *([m.detail] if wide else [])]
         for m in misplaced
     ]
-    summary = f"{len(misplaced)} of {checked} running pods with a RuntimeClass are misplaced."
-    return format_table(header, rows) + "\n" + summary + "\n"
+    return header, rows
 
 
+def audit_summary(misplaced: Sequence[Misplaced], checked: int) -> str:
+    if not misplaced:
+        return f"No misplaced pods ({checked} running pods with a RuntimeClass checked)."
+    return f"{len(misplaced)} of {checked} running pods with a RuntimeClass are misplaced."
+
+
+@guarded
 def run_audit(args: argparse.Namespace) -> int:
     if args.namespace is not None and not args.namespace:
         raise UsageError("--namespace must not be empty")
@@ -74,8 +81,16 @@ def run_audit(args: argparse.Namespace) -> int:
     audited = [pod for pod in pods if is_audited(pod)]
     misplaced = audit(audited, state)
     if args.output in ("table", "wide"):
-        sys.stdout.write(audit_table(misplaced, len(audited), wide=args.output == "wide"))
-        sys.stdout.flush()
+        summary = audit_summary(misplaced, len(audited))
+        if misplaced:
+            header, rows = audit_rows(misplaced, wide=args.output == "wide")
+            print_table(header, rows, headers=not args.no_headers, footer=summary)
+        else:
+            # Like kubectl's "No resources found": no table at all, the sentence on stderr.
+            print(summary, file=sys.stderr)
+    elif args.output == "name":
+        # As `kubectl get pods -A -o name`: pod/NAME, without the namespace.
+        print_names(f"pod/{m.pod}" for m in misplaced)
     else:
         document = {
             "checked": len(audited),
@@ -83,28 +98,3 @@ def run_audit(args: argparse.Namespace) -> int:
         }
         print_structured(document, args.output)
     return EXIT_MISPLACED if misplaced else EXIT_CLEAN
-
-
-def add_audit_command(commands: Any, *, prog: str) -> None:
-    """Register ``audit`` on an argparse subparsers object."""
-    parser = commands.add_parser(
-        "audit",
-        help="list running pods on nodes that no longer fit their RuntimeClass (exit 1 on any)",
-        description="Check every running pod that names a RuntimeClass against its node as it is now: "
-        "the class was deleted (runtimeclass-deleted), the node is gone (node-not-found), the class's "
-        "node-selector-term annotation is malformed (selector-invalid), the node no longer matches the "
-        "class's selector (selector-mismatch), or the node has a NoExecute taint the pod does not "
-        "tolerate (noexecute-taint). NoSchedule taints added after binding do not count. "
-        "Exit status: 0 none misplaced, 1 some misplaced, 2 bad input.",
-    )
-    add_cluster_arguments(parser, with_pods=True, policy=False)
-    scope = parser.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", metavar="NAME", help="only the pods of this namespace")
-    scope.add_argument(
-        "-A",
-        "--all-namespaces",
-        action="store_true",
-        help="the pods of every namespace (the default: the audit is cluster-wide)",
-    )
-    add_output_argument(parser, wide="the DETAIL column")
-    parser.set_defaults(run=guarded(run_audit), prog=prog)

@@ -1,5 +1,5 @@
-"""What the operator commands read: the cluster (a file or a one-shot LIST), a pod file,
-and the arguments that choose them and the output format."""
+"""What the operator commands read: the cluster (a file or a one-shot LIST), a pod file.
+The arguments that choose them are ``extender.tools.arguments``."""
 
 from __future__ import annotations
 
@@ -18,46 +18,8 @@ from extender.cluster.snapshot import list_cluster
 from extender.cluster.state import ClusterState
 from extender.documents import DocumentError, load_document
 from extender.protocol import PodModel, check_pod_document
-from extender.tools.output import (
-    UsageError,
-)
+from extender.tools.output import UsageError
 from policies.objects import PodView
-
-
-def add_cluster_arguments(
-    parser: argparse.ArgumentParser, *, with_pods: bool = False, policy: bool = True
-) -> None:
-    """--cluster-file, --kubeconfig and --context (and --policy-file with ``policy``)."""
-    what = "a cluster file with pods" if with_pods else "a cluster file"
-    source = parser.add_argument_group(f"cluster ({what}, or else the live cluster of the kubeconfig)")
-    source.add_argument(
-        "--cluster-file",
-        metavar="PATH",
-        help="Nodes, RuntimeClasses and Pods (kubectl get nodes,runtimeclasses,pods -A -o yaml)"
-        if with_pods
-        else "Nodes and RuntimeClasses (kubectl get nodes,runtimeclasses -o yaml)",
-    )
-    source.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="kubeconfig (default: $KUBECONFIG, then the in-cluster service account, then ~/.kube/config)",
-    )
-    source.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
-    if policy:
-        parser.add_argument("--policy-file", metavar="PATH", help="policy file (default: the bundled policy)")
-
-
-def add_output_argument(parser: argparse.ArgumentParser, *, wide: str = "more columns") -> None:
-    """-o table|wide|json|yaml; ``wide`` says what -o wide adds."""
-    parser.add_argument(
-        "-o",
-        "--output",
-        choices=("table", "wide", "json", "yaml"),
-        default="table",
-        help=f"output format: table, wide (a table with {wide}, as kubectl's -o wide), json or yaml "
-        "(default: table)",
-    )
-
 
 # Both report each class whose node-selector-term annotation is unusable, as ``serve``
 # logs it: such a class fits no node, which the output alone does not say.
@@ -71,7 +33,12 @@ def load_state(args: argparse.Namespace) -> ClusterState:
     if args.cluster_file:
         return read_cluster_file(args.cluster_file)
     return asyncio.run(
-        list_cluster(kubeconfig=args.kubeconfig, context=args.context, selector_errors=SelectorErrorLog())
+        list_cluster(
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            selector_errors=SelectorErrorLog(),
+            request_timeout=args.request_timeout,
+        )
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -62,18 +62,44 @@ def print_structured(value: Any, output: str) -> None:
     sys.stdout.flush()
 
 
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """kubectl's plain table: upper-case headers, columns padded, three spaces apart."""
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, headers: bool = True) -> str:
+    """kubectl's plain table: upper-case headers, columns padded, three spaces apart.
+
+    Without ``headers`` (--no-headers) the header line is left out, and the columns are
+    as wide as they would be with it, as kubectl's are.
+    """
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     lines = []
-    for row in [header, *rows]:
+    for row in [header, *rows] if headers else rows:
         cells = [str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)]
         lines.append("   ".join(cells).rstrip())
-    return "\n".join(lines) + "\n"
+    return "".join(line + "\n" for line in lines)
 
 
-def explanation_table(explanation: Explanation, *, wide_nodes: Mapping[str, NodeView] | None = None) -> str:
-    """One row per node (its filter reason), one more row per further failing predicate.
+def print_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], *, headers: bool = True, footer: str | None = None
+) -> None:
+    """The table on stdout and its summary ``footer`` on stderr, as kubectl prints
+    ``No resources found``: a pipe (``| grep``, ``| wc -l``) sees only rows."""
+    sys.stdout.write(format_table(header, rows, headers=headers))
+    sys.stdout.flush()
+    if footer is not None:
+        print(footer, file=sys.stderr)
+
+
+def print_names(names: Iterable[str]) -> None:
+    """``-o name``: one ``kind/name`` per line, as kubectl prints them."""
+    sys.stdout.write("".join(name + "\n" for name in names))
+    sys.stdout.flush()
+
+
+Table = tuple[list[str], list[list[str]]]
+
+
+def explanation_table(explanation: Explanation, *, wide_nodes: Mapping[str, NodeView] | None = None) -> Table:
+    """Header and rows: one row per node (its filter reason), one more row per further
+    failing predicate, naming the node again (so ``grep NODE`` finds all of its rows; FITS
+    is left empty there, so each node is counted once).
 
     With ``wide_nodes`` (``-o wide``), three more columns: the failing PREDICATE, the
     node's labels under the keys the RuntimeClass selects on (SELECTOR), and how each of
@@ -96,9 +122,11 @@ def explanation_table(explanation: Explanation, *, wide_nodes: Mapping[str, Node
             continue
         first, *rest = node.failures
         rows.append([node.node, "no", first.reason, first.detail, *extra])
-        rows.extend(["", "", f.reason, f.detail, *([f.predicate, "", ""] if wide else [])] for f in rest)
+        rows.extend(
+            [node.node, "", f.reason, f.detail, *([f.predicate, "", ""] if wide else [])] for f in rest
+        )
     header = ["NODE", "FITS", "REASON", "DETAIL", *(["PREDICATE", "SELECTOR", "TOLERATIONS"] if wide else [])]
-    return format_table(header, rows) + "\n" + explanation.summary + "\n"
+    return header, rows
 
 
 def _selector_labels(rc: RuntimeClassView | None, node: NodeView | None) -> str:

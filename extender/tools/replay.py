@@ -29,9 +29,7 @@ from extender.capture.replay import (
 )
 from extender.policy_file import load_policy
 from extender.tools.inputs import read_cluster_file
-from extender.tools.output import (
-    UsageError,
-)
+from extender.tools.output import UsageError, guarded
 
 
 def _check_url(url: str) -> None:
@@ -70,7 +68,9 @@ async def _post_all(url: str, captures: Sequence[Capture]) -> list[dict[str, Any
                 async with session.post(endpoint, data=capture.request_json, headers=headers) as response:
                     body = await response.read()
             except (aiohttp.ClientError, OSError, ValueError) as exc:
-                raise UsageError(f"cannot reach the extender at {endpoint}: {exc}") from None
+                # A timeout's str() is empty: its type names the reason then.
+                reason = str(exc).strip() or type(exc).__name__
+                raise UsageError(f"cannot reach the extender at {endpoint}: {reason}") from None
             if response.status in (404, 405):
                 raise UsageError(
                     f"{url} is not a RuntimeClass extender (HTTP {response.status}): POST {endpoint}"
@@ -91,10 +91,17 @@ async def _post_all(url: str, captures: Sequence[Capture]) -> list[dict[str, Any
     return answers
 
 
+@guarded
 def run_replay(args: argparse.Namespace) -> int:
     if args.url:
         _check_url(args.url)
     directory = Path(args.dir)
+    if directory.is_file():
+        # iterdir() would say "[Errno 20] Not a directory".
+        raise UsageError(
+            f"{directory} is a file: replay takes the capture directory (serve --capture-dir), "
+            "the one holding the capture-*.json files"
+        )
     try:
         paths = capture_files(directory)
     except OSError as exc:

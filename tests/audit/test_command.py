@@ -65,11 +65,12 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_example_table_and_exit_status() -> None:
     result = executable("runtimeclass-extender", "audit", "--cluster-file", str(EXAMPLE))
     assert result.returncode == 1, result.stderr
-    assert result.stderr == ""
+    # The table on stdout, its summary (a footer, as kubectl prints them) alone on stderr.
+    assert result.stderr == "4 of 6 running pods with a RuntimeClass are misplaced.\n"
     lines = result.stdout.splitlines()
     assert rows(lines[0]) == [HEADER]
-    assert rows("\n".join(lines[1:-2])) == EXAMPLE_ROWS
-    assert lines[-2:] == ["", "4 of 6 running pods with a RuntimeClass are misplaced."]
+    assert rows("\n".join(lines[1:])) == EXAMPLE_ROWS
+    assert len(lines) == 1 + len(EXAMPLE_ROWS)
 
 
 def test_kubectl_plugin_json_and_yaml_agree() -> None:
@@ -88,15 +89,17 @@ def test_kubectl_plugin_json_and_yaml_agree() -> None:
 
 
 def test_wide_adds_the_detail_and_namespace_narrows(capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, _ = run(capsys, "audit", "--cluster-file", str(EXAMPLE), "-o", "wide", "-n", "sandbox")
+    status, out, err = run(capsys, "audit", "--cluster-file", str(EXAMPLE), "-o", "wide", "-n", "sandbox")
     assert status == 1
     table = rows(out)
     assert table[0] == [*HEADER, "DETAIL"]
-    assert [row[:5] for row in table[1:-1]] == EXAMPLE_ROWS[:3]
+    assert [row[:5] for row in table[1:]] == EXAMPLE_ROWS[:3]
     assert "missing label sandbox.gke.io/runtime=gvisor" in table[3][5]
-    assert table[-1] == ["3 of 4 running pods with a RuntimeClass are misplaced."]
-    status, out, _ = run(capsys, "audit", "--cluster-file", str(EXAMPLE), "-n", "default")
-    assert (status, out) == (0, "No misplaced pods (0 running pods with a RuntimeClass checked).\n")
+    assert err == "3 of 4 running pods with a RuntimeClass are misplaced.\n"
+    status, out, err = run(capsys, "audit", "--cluster-file", str(EXAMPLE), "-n", "default")
+    # Nothing to list: no table at all, the sentence on stderr (kubectl's "No resources found").
+    assert (status, out) == (0, "")
+    assert err == "No misplaced pods (0 running pods with a RuntimeClass checked).\n"
 
 
 # --- every problem kind, and what does not count ---------------------------------------
@@ -171,8 +174,9 @@ def test_clean_cluster_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixture[
         if o["metadata"]["name"] in ("n1", "cordoned", "gvisor", "fits", "noschedule-is-fine")
     ]
     cluster = write_cluster(tmp_path / "cluster.yaml", objects)
-    status, out, _ = run(capsys, "audit", "--cluster-file", str(cluster))
-    assert (status, out) == (0, "No misplaced pods (2 running pods with a RuntimeClass checked).\n")
+    status, out, err = run(capsys, "audit", "--cluster-file", str(cluster))
+    assert (status, out) == (0, "")
+    assert err == "No misplaced pods (2 running pods with a RuntimeClass checked).\n"
     status, out, _ = run(capsys, "audit", "--cluster-file", str(cluster), "-o", "yaml")
     assert (status, yaml.safe_load(out)) == (0, {"checked": 2, "misplaced": []})
 
@@ -268,8 +272,9 @@ def test_readme_examples_are_the_commands_output(
     section = readme_section()
     command = " ".join(["audit", "--cluster-file", "deploy/examples/cluster-with-pods.yaml", *argv])
     shown = section.split(command + "\n```\n\n```" + fence + "\n", 1)[1].split("```", 1)[0]
-    _, out, _ = run(capsys, "audit", "--cluster-file", str(EXAMPLE), *argv)
-    assert shown == out
+    _, out, err = run(capsys, "audit", "--cluster-file", str(EXAMPLE), *argv)
+    # What a terminal shows: the table (stdout), then the summary (stderr).
+    assert shown == out + err
 
 
 def test_readme_lists_every_problem_metric_and_the_setting() -> None:
@@ -279,3 +284,21 @@ def test_readme_lists_every_problem_metric_and_the_setting() -> None:
     for metric in ("runtimeclass_extender_misplaced_pods", "runtimeclass_extender_audited_pods"):
         assert f"| `{metric}` |" in section, metric
     assert "--audit-running-pods" in section and "deploy/components/audit-running-pods" in section
+
+
+# --- kubectl habits: -o name, --no-headers ------------------------------------------------
+
+
+def test_output_name_is_kubectls_pod_slash_name(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "audit", "--cluster-file", str(EXAMPLE), "-o", "name")
+    # The exit status still says whether some are misplaced; no summary, nothing on stderr.
+    assert (status, err) == (1, "")
+    # As `kubectl get pods -A -o name`: pod/NAME, the namespace left out.
+    assert out.splitlines() == [f"pod/{row[1]}" for row in EXAMPLE_ROWS]
+
+
+def test_no_headers_drops_the_header_only(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "audit", "--cluster-file", str(EXAMPLE), "--no-headers")
+    assert status == 1
+    assert rows(out) == EXAMPLE_ROWS
+    assert err == "4 of 6 running pods with a RuntimeClass are misplaced.\n"

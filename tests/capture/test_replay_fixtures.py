@@ -1,6 +1,6 @@
 """Replay requests captured from a real kube-scheduler v1.36.2 against ``POST /filter``.
 
-The request bodies live in ../shared/fixtures/kube-scheduler/ (README.md there says how
+The request bodies live in tests/data/fixtures/kube-scheduler/ (README.md there says how
 they were captured). They are posted byte for byte, with the headers kube-scheduler
 sent, to the app serving tests/data/capture-cluster.yaml, the cluster they came from
 (environment.json): gvisor-{1,fail-1,unres-1} labelled runtime/gvisor=true and tainted

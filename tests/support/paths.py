@@ -13,8 +13,9 @@ CAPTURE_CLUSTER = TESTS_DATA / "capture-cluster.yaml"
 # AdmissionReviews captured from a real kube-apiserver (tests/data/admission/README.md).
 ADMISSION_DATA = TESTS_DATA / "admission"
 ADMISSION_CLUSTER = ADMISSION_DATA / "cluster.yaml"
-# Requests captured from a real kube-scheduler, kept beside the repository.
-KUBE_SCHEDULER_FIXTURES = REPO.parent / "shared" / "fixtures" / "kube-scheduler"
+# Requests captured from a real kube-scheduler (README.md there says how), kept in the
+# repository so every clone replays them.
+KUBE_SCHEDULER_FIXTURES = TESTS_DATA / "fixtures" / "kube-scheduler"
 # The operator documentation: README.md is the map, docs/ the pages by task.
 README = REPO / "README.md"
 DOCS = REPO / "docs"

@@ -41,8 +41,8 @@ def test_explain_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert status == 0, err
     lines = out.splitlines()
     assert lines[0].split() == ["NODE", "FITS", "REASON", "DETAIL"]
-    rows = table_rows("\n".join(lines[1:-2]))
-    by_node = {row[0]: row for row in rows if row[0]}
+    rows = table_rows("\n".join(lines[1:]))
+    by_node = {row[0]: row for row in rows if row[1]}
     assert by_node["gvisor-1"] == ["gvisor-1", "yes"]
     assert by_node["runc-1"] == [
         "runc-1",
@@ -50,12 +50,18 @@ def test_explain_table(capsys: pytest.CaptureFixture[str]) -> None:
         "node(s) didn't match RuntimeClass",
         "missing label sandbox.gke.io/runtime=gvisor",
     ]
-    # win-1 fails two predicates: a continuation row follows it with the second one.
+    # win-1 fails two predicates: a continuation row follows it with the second one. It
+    # names the node again (so grep finds every row of a node), FITS left empty.
     win = lines.index(next(line for line in lines if line.startswith("win-1")))
-    assert lines[win + 1].split("   ")[0] == ""
+    assert lines[win + 1].split("   ")[0] == "win-1"
+    fits = lines[0].index("FITS")
+    assert lines[win][fits : fits + 4] == "no  " and lines[win + 1][fits : fits + 4] == "    "
     assert "untolerated taint os=windows:NoSchedule" in lines[win + 1]
-    assert lines[-2] == ""
-    assert lines[-1].startswith("2/") and "4 node(s) didn't match RuntimeClass" in lines[-1]
+    assert [line for line in lines if line.startswith("win-1")] == lines[win : win + 2]
+    # Only table rows on stdout; the summary sentence (a footer) on stderr.
+    assert all(not line.startswith("2/") for line in lines) and "" not in lines
+    assert err.startswith("2/") and "4 node(s) didn't match RuntimeClass" in err
+    assert len(err.splitlines()) == 1
 
 
 def test_explain_json_and_yaml_agree(capsys: pytest.CaptureFixture[str]) -> None:
@@ -317,9 +323,56 @@ def test_docs_examples_are_the_commands_output(
     shown = block_after(page("explain.md"), shown_command + "\n```", "text")
     status, out, err = run(capsys, *command, *CLUSTER, *options)
     assert status == 0, err
+    # What a terminal shows: the rows (stdout), then the summary sentence (stderr).
+    screen = out + err
     if shown.endswith("\n...\n"):
         rows = [line.rstrip() for line in shown.splitlines()[:-1]]
         assert [line.rstrip() for line in out.splitlines()[: len(rows)]] == rows
         assert len(out.splitlines()) > len(rows)
     else:
-        assert out == shown
+        assert screen == shown
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["explain", "gvisor"], ["node/gvisor-1", "node/gvisor-2"]),
+        (["explain", "windows-hyperv"], ["node/win-1"]),
+    ],
+    ids=["gvisor", "windows-hyperv"],
+)
+def test_explain_output_name_lists_the_fitting_nodes(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: list[str]
+) -> None:
+    status, out, err = run(capsys, *argv, *CLUSTER, "-o", "name")
+    assert (status, err) == (0, "")
+    assert out.splitlines() == expected
+    # The same nodes the JSON says fit.
+    _, as_json, _ = run(capsys, *argv, *CLUSTER, "-o", "json")
+    assert [f"node/{n['name']}" for n in json.loads(as_json)["nodes"] if n["fits"]] == expected
+
+
+def test_classes_output_name_is_kubectls(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "classes", *CLUSTER, "-o", "name")
+    assert status == 0
+    _, as_json, _ = run(capsys, "classes", *CLUSTER, "-o", "json")
+    names = [rc["name"] for rc in json.loads(as_json)["runtimeClasses"]]
+    # `kubectl get runtimeclasses -o name` prints runtimeclass.node.k8s.io/NAME.
+    assert out.splitlines() == [f"runtimeclass.node.k8s.io/{name}" for name in names]
+    assert "runtimeclass.node.k8s.io/gvisor" in out.splitlines()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["explain", "gvisor"], ["explain", "gvisor", "-o", "wide"], ["classes"], ["classes", "-o", "wide"]],
+    ids=["explain", "explain-wide", "classes", "classes-wide"],
+)
+def test_no_headers_drops_only_the_header_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    status, with_headers, err = run(capsys, *argv, *CLUSTER)
+    assert status == 0, err
+    status, without, err_without = run(capsys, *argv, *CLUSTER, "--no-headers")
+    assert status == 0, err_without
+    # Same rows, same column widths (kubectl pads as if the header were there).
+    assert without.splitlines() == with_headers.splitlines()[1:]
+    assert not without.startswith(("NODE", "NAME"))
+    assert err_without == err

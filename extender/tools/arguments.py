@@ -1,0 +1,137 @@
+"""The arguments the operator commands share: which cluster, how long to wait for it, and
+the output format.
+
+Light on purpose: the parsers of every command are built from these before any command
+runs (``--help`` included), so nothing here imports the modules that do the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from extender.settings import GivenOnce
+
+# Per request of a live LIST (each page of it), when --request-timeout is not given.
+# kubectl's own default is "0" (no limit), which leaves its connect (30 s) and TLS
+# handshake (10 s) bounded by client-go's transport, but waits forever for a server that
+# accepts the connection and then never answers. A one-shot tool that scripts and CI jobs
+# gate on should fail instead: 30 s is what these commands always allowed per request,
+# far above what a LIST page of 500 objects takes on a healthy API server. (The same as
+# extender.cluster.api.DEFAULT_REQUEST_TIMEOUT, which this module is too light to import.)
+DEFAULT_REQUEST_TIMEOUT = "30s"
+
+_GO_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,  # µ (micro sign)
+    "\u03bcs": 1e-6,  # μ (Greek mu)
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_GO_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+
+
+def parse_request_timeout(text: str) -> float:
+    """Seconds to wait for one request, 0 for no limit, read as kubectl reads its
+    ``--request-timeout`` (client-go ``clientcmd.ParseTimeout``,
+    staging/src/k8s.io/client-go/tools/clientcmd/helpers.go): a whole number of seconds,
+    or a Go duration such as ``1s``, ``2m``, ``1m30s``, ``500ms``. Negative values, which
+    mean nothing as a timeout, are refused."""
+    value = text.strip()
+    if value.isdigit():
+        return float(value)
+    parts = _GO_DURATION_PART.findall(value)
+    if value and "".join(number + unit for number, unit in parts) == value:
+        return sum(float(number) * _GO_DURATION_UNITS[unit] for number, unit in parts)
+    raise argparse.ArgumentTypeError(
+        f"invalid value {text!r}: a whole number of seconds, or a number with a time unit "
+        "(e.g. 1s, 2m, 3h; 0 waits without a limit)"
+    )
+
+
+class _Version(argparse.Action):
+    """``--version``: prints ``PROG VERSION`` and exits, reading the version only then."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(
+            option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help="show the version and exit"
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from extender import version
+
+        # On stdout, as argparse's own version action prints it.
+        print(f"{parser.prog} {version()}")
+        parser.exit()
+
+
+def add_version_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action=_Version)
+
+
+def add_cluster_arguments(
+    parser: argparse.ArgumentParser, *, with_pods: bool = False, policy: bool = True
+) -> None:
+    """--cluster-file, --kubeconfig, --context and --request-timeout (and --policy-file
+    with ``policy``)."""
+    what = "a cluster file with pods" if with_pods else "a cluster file"
+    source = parser.add_argument_group(f"cluster ({what}, or else the live cluster of the kubeconfig)")
+    source.add_argument(
+        "--cluster-file",
+        metavar="PATH",
+        action=GivenOnce,
+        help="Nodes, RuntimeClasses and Pods (kubectl get nodes,runtimeclasses,pods -A -o yaml)"
+        if with_pods
+        else "Nodes and RuntimeClasses (kubectl get nodes,runtimeclasses -o yaml)",
+    )
+    source.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="kubeconfig (default: $KUBECONFIG, then the in-cluster service account, then ~/.kube/config)",
+    )
+    source.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
+    source.add_argument(
+        "--request-timeout",
+        metavar="DURATION",
+        type=parse_request_timeout,
+        default=parse_request_timeout(DEFAULT_REQUEST_TIMEOUT),
+        help="how long to wait for each request to the API server before giving up, as kubectl's "
+        "--request-timeout: seconds, or a number with a unit (1s, 2m, 3h); 0 waits without a limit "
+        f"(default: {DEFAULT_REQUEST_TIMEOUT})",
+    )
+    if policy:
+        parser.add_argument("--policy-file", metavar="PATH", help="policy file (default: the bundled policy)")
+
+
+def add_output_argument(
+    parser: argparse.ArgumentParser, *, wide: str = "more columns", names: str | None = None
+) -> None:
+    """-o table|wide|json|yaml (and name, when ``names`` says what it prints), and
+    --no-headers; ``wide`` says what -o wide adds."""
+    choices = ["table", "wide", "json", "yaml"]
+    name_help = ""
+    if names is not None:
+        choices.append("name")
+        name_help = f", name ({names}, one per line, as kubectl's -o name)"
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=choices,
+        default="table",
+        help=f"output format: table, wide (a table with {wide}, as kubectl's -o wide), json, yaml"
+        f"{name_help} (default: table)",
+    )
+    parser.add_argument(
+        "--no-headers",
+        action="store_true",
+        help="with table or wide output, print no header line (as kubectl's --no-headers)",
+    )
