@@ -40,6 +40,7 @@ from extender.http.keys import (
     BODY_READ_TIMEOUT,
     CAPTURE,
     DECISIONS,
+    LEADERSHIP,
     MAX_BODY_BYTES,
     MAX_NODES,
     METRICS,
@@ -217,11 +218,15 @@ async def readyz(request: web.Request) -> web.Response:
     unsynced = state.unsynced_kinds()
     # Ready or not, the configuration warnings stay visible to whoever checks readiness.
     warnings = request.app.get(WARNINGS) or ()
+    # With --leader-elect: this replica's identity and the holder it last saw. Leading is
+    # not a readiness condition: every replica answers /filter.
+    leadership = request.app.get(LEADERSHIP)
+    extra = {"leader": leadership.details()} if leadership is not None else {}
     if unsynced:
         return web.json_response(
-            {"status": "not ready", "unsynced": unsynced, "warnings": list(warnings)}, status=503
+            {"status": "not ready", "unsynced": unsynced, "warnings": list(warnings), **extra}, status=503
         )
-    return web.json_response({"status": "ready", "warnings": list(warnings)})
+    return web.json_response({"status": "ready", "warnings": list(warnings), **extra})
 
 
 def create_app(

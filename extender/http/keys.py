@@ -13,6 +13,7 @@ from aiohttp import web
 
 from extender.capture.writer import CaptureWriter
 from extender.cluster.health import SourceStats
+from extender.cluster.leader import Leadership
 from extender.cluster.node_lookup import NodeLookup
 from extender.cluster.state import ClusterState
 from extender.decision_cache import DecisionCache
@@ -44,3 +45,5 @@ CAPTURE = web.AppKey("capture", CaptureWriter)
 WARNINGS = web.AppKey("warnings", tuple[str, ...])
 # The webhook's counters (POST /admission/runtimeclasses), on the app's registry.
 ADMISSION_METRICS: web.AppKey[AdmissionMetrics] = web.AppKey("admission_metrics")
+# Set with --leader-elect: who leads, for /readyz and the leader gauge.
+LEADERSHIP = web.AppKey("leadership", Leadership)
