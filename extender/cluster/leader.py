@@ -260,34 +260,60 @@ async def _unused() -> None:  # pragma: no cover - run() is replaced, never call
 
 
 class _Election(LeaderElection):
-    """One candidacy: the library's acquire and record logic, client-go's renew bound."""
+    """One candidacy: the library's acquire and record logic, client-go's renew bound.
+
+    Deadlines are kept by waiting on the attempt, not by cancelling into it: aiohttp
+    turns a cancellation that meets its own timer into ``TimeoutError``, which the lock
+    reports as a failed attempt, and a deadline enforced by cancellation alone would
+    then be lost. An attempt past its deadline is cancelled and left to finish.
+    """
 
     def __init__(self, config: Config, *, observe: Callable[[str], None]) -> None:
         super().__init__(config)
         self._observe = observe
+        self._abandoned: set[asyncio.Future[bool]] = set()
 
     async def try_acquire_or_renew(self) -> bool:
-        config = self.election_config
+        return await self._attempt(self.election_config.renew_deadline)
+
+    async def _attempt(self, timeout: float) -> bool:
+        attempt = asyncio.ensure_future(super().try_acquire_or_renew())
         try:
-            async with asyncio.timeout(config.renew_deadline):
-                succeeded = await super().try_acquire_or_renew()
-        except TimeoutError:
-            succeeded = False
+            done, _ = await asyncio.wait({attempt}, timeout=timeout)
+        finally:
+            if not attempt.done():
+                attempt.cancel()
+                self._abandoned.add(attempt)
+                attempt.add_done_callback(self._abandoned.discard)
+        succeeded = False
+        if done and not attempt.cancelled():
+            error = attempt.exception()
+            if error is not None:
+                log.warning(
+                    "leader election attempt failed", extra={"error": f"{type(error).__name__}: {error}"}
+                )
+            else:
+                succeeded = attempt.result()
         if self.observed_record is not None:
             self._observe(self.observed_record.holder_identity or "")
         return succeeded
 
     async def renew_loop(self) -> None:
-        """Renew every retry period; return when a renewal has not succeeded within the
+        """Renew every retry period; return when no renewal has succeeded within the
         renew deadline, counting requests that hang (client-go ``renew``)."""
         config = self.election_config
+        loop = asyncio.get_running_loop()
         while True:
-            try:
-                async with asyncio.timeout(config.renew_deadline):
-                    while not await self.try_acquire_or_renew():
-                        await asyncio.sleep(config.retry_period)
-            except TimeoutError:
-                return
+            deadline = loop.time() + config.renew_deadline
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return
+                if await self._attempt(remaining):
+                    break
+                if loop.time() + config.retry_period >= deadline:
+                    return
+                await asyncio.sleep(config.retry_period)
             await asyncio.sleep(config.retry_period)
 
 
