@@ -70,9 +70,15 @@ def requeued_at(now: datetime | None = None) -> str:
 
 
 def merge_patch(pod: PendingPod, stamp: str, revision: str | None = None) -> dict[str, Any]:
-    """The JSON merge patch of one nudge: the annotation, guarded by the pod's uid; with
-    ``revision`` (leader election) also the digest of the class revision it is for."""
+    """The JSON merge patch of one nudge: the annotation, guarded by the pod's uid.
+
+    With ``revision`` (leader election) the patch also names the digest of the class
+    revision it is for, and is guarded by the pod's resourceVersion as well: a patch
+    that reaches the API server late (sent by a leader just cut off, delivered after
+    its successor nudged the pod) then fails with 409 instead of nudging twice."""
     annotations = {REQUEUE_ANNOTATION: stamp}
+    metadata: dict[str, Any] = {"uid": pod.uid, "annotations": annotations}
     if revision is not None:
         annotations[REVISION_ANNOTATION] = revision
-    return {"metadata": {"uid": pod.uid, "annotations": annotations}}
+        metadata["resourceVersion"] = pod.resource_version
+    return {"metadata": metadata}

@@ -493,7 +493,11 @@ class Requeuer:
         """One PATCH: (status, message, Retry-After); status 0 for a connection error."""
         pod = item.nudge.pod
         # Only with leader election: without it the patch stays one annotation.
-        revision = revision_digest(item.nudge.revision) if self.leadership is not None else None
+        revision = None
+        if self.leadership is not None:
+            revision = revision_digest(item.nudge.revision)
+            # The pod as the informer has it now: its resourceVersion is the precondition.
+            pod = self.pending.get(pod.name) or pod
         try:
             async with await request(
                 self._api,

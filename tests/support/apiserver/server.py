@@ -385,6 +385,11 @@ class FakeApiServer:
         obj = self._objects[rtype.key].get(self._key(rtype, name, namespace))
         return copy.deepcopy(obj) if obj is not None else None
 
+    def changes(self, resource: ResourceType | str) -> list[tuple[str, JsonObj, JsonObj | None]]:
+        """Every change of ``resource`` kept in history: (event type, object, previous)."""
+        rtype = self._resource(resource)
+        return [(e.type, e.obj, e.prev) for e in self._history if e.resource == rtype.key]
+
     def objects(self, resource: ResourceType | str) -> list[JsonObj]:
         rtype = self._resource(resource)
         return [copy.deepcopy(o) for _, o in sorted(self._objects[rtype.key].items())]
