@@ -159,7 +159,7 @@ async def test_soak_leadership_moves_under_churn_and_every_pod_is_nudged_once_pe
             expected.setdefault(f"default/{obj['metadata']['name']}", []).append(digest)
         # Move the Lease while the batch goes out.
         await eventually(
-            lambda: sum(d == [digest] or d[-1:] == [digest] for d in nudges(fake_apiserver).values()) >= 3,
+            lambda digest=digest: sum(d[-1:] == [digest] for d in nudges(fake_apiserver).values()) >= 3,
             what="the batch under way",
         )
         (leader,) = [r for r in live if r.leading]
