@@ -397,6 +397,8 @@ class LeaderElector:
         self.leadership = leadership
         self._ready = ready
         self._on_change = on_change
+        # Requests time out at the renew deadline, as kube-scheduler's lock client does
+        # (resourcelock.NewFromKubeconfig with RenewDeadline, cmd/kube-scheduler/app/options).
         self.lock = LeaseLock(
             api, options.lease_name, options.namespace, leadership.identity, timeout=options.renew_deadline
         )
