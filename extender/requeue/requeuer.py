@@ -346,10 +346,11 @@ class Requeuer:
         if batch.finished:
             self._log_batch(batch)
 
-    @staticmethod
-    def _log_batch(batch: _Batch) -> None:
+    def _log_batch(self, batch: _Batch) -> None:
         change = batch.change
-        log.info(
+        # A follower's batch ends as the leader's patches arrive: the leader's line says it.
+        log.log(
+            logging.INFO if self._may_patch else logging.DEBUG,
             "RuntimeClass %s: requeued %d pending pod(s)",
             change.kind,
             batch.sent,

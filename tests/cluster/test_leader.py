@@ -30,15 +30,10 @@ from extender.cluster.leader import (
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import LEASES, FakeApiServer
 from tests.support.proxy import TcpProxy
+from tests.support.replicas import FAST_ELECTION
 from tests.support.waiting import eventually
 
-FAST = ElectionOptions(
-    lease_name="runtimeclass-extender",
-    namespace="kube-system",
-    lease_duration=1.0,
-    renew_deadline=0.6,
-    retry_period=0.1,
-)
+FAST = FAST_ELECTION
 
 
 @dataclass
@@ -99,8 +94,17 @@ async def replicas(fake_apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterat
         await replica.api.close()
 
 
+async def leader_then_follower(replicas: Start) -> tuple[Replica, Replica]:
+    """a starts alone and leads; b starts and sees a as the holder."""
+    a = await replicas("a")
+    await eventually(lambda: a.leadership.leading, what="a leads")
+    b = await replicas("b")
+    await eventually(lambda: b.leadership.holder == a.leadership.identity, what="b sees a")
+    return a, b
+
+
 def lease(server: FakeApiServer) -> dict[str, Any]:
-    obj = server.get(LEASES, "runtimeclass-extender", namespace="kube-system")
+    obj = server.get(LEASES, "runtimeclass-extender", namespace=FAST.namespace)
     assert obj is not None
     return obj
 
@@ -132,10 +136,7 @@ async def test_one_of_two_leads_and_both_know_the_holder(
 async def test_a_cancelled_leader_stops_acting_then_releases_and_the_other_takes_over(
     fake_apiserver: FakeApiServer, replicas: Start
 ) -> None:
-    a = await replicas("a")
-    await eventually(lambda: a.leadership.leading, what="a leads")
-    b = await replicas("b")
-    await eventually(lambda: b.leadership.holder == a.leadership.identity, what="b sees a")
+    a, b = await leader_then_follower(replicas)
     transitions = lease(fake_apiserver)["spec"]["leaseTransitions"]
     await stop_task(a.task)
     # a's job ended before the release (it saw itself no longer leading)...
@@ -152,10 +153,7 @@ async def test_a_cancelled_leader_stops_acting_then_releases_and_the_other_takes
 async def test_a_leader_cut_off_from_the_api_server_stops_within_the_renew_deadline(
     fake_apiserver: FakeApiServer, replicas: Start
 ) -> None:
-    a = await replicas("a")
-    await eventually(lambda: a.leadership.leading, what="a leads")
-    b = await replicas("b")
-    await eventually(lambda: b.leadership.holder == a.leadership.identity, what="b sees a")
+    a, b = await leader_then_follower(replicas)
     loop = asyncio.get_running_loop()
     a.proxy.blackhole()  # requests hang: no answer, no error
     cut = loop.time()
@@ -244,10 +242,7 @@ async def test_each_transition_is_one_log_line(
     fake_apiserver: FakeApiServer, replicas: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="extender.leader")
-    a = await replicas("a")
-    await eventually(lambda: a.leadership.leading, what="a leads")
-    b = await replicas("b")
-    await eventually(lambda: b.leadership.holder == a.leadership.identity, what="b sees a")
+    a, b = await leader_then_follower(replicas)
     await stop_task(a.task)
     await eventually(lambda: b.leadership.leading, what="b leads")
     messages = [r.getMessage() for r in caplog.records if r.name == "extender.leader"]
