@@ -109,7 +109,9 @@ async def test_the_other_takes_over_and_patches_only_what_the_first_had_not(
     applied = nudges(fake_apiserver)
     assert applied == {f"default/p{i:02}": [digest] for i in range(count)}, applied
     by_a, by_b = a.metric(SENT), b.metric(SENT)
-    assert by_a >= 5 and by_b >= 1 and by_a + by_b == count
+    # A patch the API server applied just as a's term ended may not have been counted
+    # by a (its answer was cut off); the server's history above is the exact record.
+    assert by_a >= 5 and by_b >= 1 and count - 1 <= by_a + by_b <= count
     assert b.requeuer is not None
     await eventually(lambda: b.requeuer is not None and not b.requeuer.busy, what="b idle")
     assert nudges(fake_apiserver) == applied  # nothing more
