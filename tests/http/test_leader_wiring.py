@@ -25,18 +25,11 @@ from tests.support.apiserver import (
     make_node,
     make_runtime_class,
 )
-from tests.support.apps import ClientFactory
+from tests.support.apps import ClientFactory, free_port
 from tests.support.paths import REPO
 from tests.support.waiting import eventually
 
 GAUGE = "runtimeclass_extender_leader"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.mark.parametrize("enabled", [False, True], ids=["flag-off", "flag-on"])
@@ -120,7 +113,7 @@ async def test_two_serve_processes_one_leader_and_a_sigterm_hands_over(
     processes: list[tuple[asyncio.subprocess.Process, int]] = []
     try:
         for _ in range(2):
-            port = _free_port()
+            port = free_port()
             argv = [
                 "serve",
                 "--host=127.0.0.1",
