@@ -145,6 +145,15 @@ DEFAULT_CAPTURE_MAX_BYTES = 256 * 1024 * 1024
 DEFAULT_SCHEDULER_NAMES = ("default-scheduler",)
 DEFAULT_REQUEUE_WINDOW = 1.0
 DEFAULT_REQUEUE_RATE = 20.0
+# Leader election of the acting parts: kube-scheduler's defaults (15 s / 10 s / 2 s;
+# staging/src/k8s.io/component-base/config/v1alpha1/defaults.go).
+DEFAULT_LEASE_NAME = "runtimeclass-extender"
+DEFAULT_LEASE_DURATION = 15.0
+DEFAULT_RENEW_DEADLINE = 10.0
+DEFAULT_RETRY_PERIOD = 2.0
+# client-go's JitterFactor (tools/leaderelection/leaderelection.go): the renew deadline
+# must exceed the retry period by this factor.
+LEADER_JITTER_FACTOR = 1.2
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -310,6 +319,49 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "longer fit their RuntimeClass, each logged when it becomes misplaced (live mode only; needs "
         "RBAC to list/watch pods)",
     ),
+    Setting(
+        "leader-elect",
+        _bool,
+        False,
+        "run several replicas: only the holder of a coordination.k8s.io/v1 Lease patches pending pods "
+        "(requeue-pending-pods) and speaks for the audit (audit-running-pods); every replica answers "
+        "/filter (live mode only; needs RBAC to get/create/update its Lease)",
+    ),
+    Setting(
+        "leader-elect-lease-name",
+        _path,
+        DEFAULT_LEASE_NAME,
+        "name of the Lease the replicas compete for",
+        "NAME",
+    ),
+    Setting(
+        "leader-elect-lease-namespace",
+        _path,
+        None,
+        "namespace of the Lease; default: POD_NAMESPACE, else the service account's namespace, else default",
+        "NAMESPACE",
+    ),
+    Setting(
+        "leader-elect-lease-duration",
+        _positive_float,
+        DEFAULT_LEASE_DURATION,
+        "seconds a follower waits after the last renewal it saw before it takes the Lease over",
+        "SECONDS",
+    ),
+    Setting(
+        "leader-elect-renew-deadline",
+        _positive_float,
+        DEFAULT_RENEW_DEADLINE,
+        "seconds the leader keeps trying to renew before it stops acting; less than the lease duration",
+        "SECONDS",
+    ),
+    Setting(
+        "leader-elect-retry-period",
+        _positive_float,
+        DEFAULT_RETRY_PERIOD,
+        "seconds between attempts to acquire or renew the Lease",
+        "SECONDS",
+    ),
 )
 
 
@@ -410,8 +462,31 @@ class ServeSettings:
     requeue_window: float
     requeue_rate: float
     audit_running_pods: bool
+    leader_elect: bool
+    leader_elect_lease_name: str
+    leader_elect_lease_namespace: str | None
+    leader_elect_lease_duration: float
+    leader_elect_renew_deadline: float
+    leader_elect_retry_period: float
 
     def __post_init__(self) -> None:
+        if self.leader_elect and self.cluster_file:
+            raise SettingsError(
+                "--leader-elect needs a live cluster: the replicas compete for a Lease on the API "
+                "server, and --cluster-file has none. Drop one of the two."
+            )
+        # client-go's validation (tools/leaderelection/leaderelection.go NewLeaderElector).
+        if self.leader_elect_lease_duration <= self.leader_elect_renew_deadline:
+            raise SettingsError(
+                "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline "
+                f"(got {self.leader_elect_lease_duration:g} and {self.leader_elect_renew_deadline:g})"
+            )
+        if self.leader_elect_renew_deadline <= LEADER_JITTER_FACTOR * self.leader_elect_retry_period:
+            raise SettingsError(
+                "--leader-elect-renew-deadline must be greater than "
+                f"{LEADER_JITTER_FACTOR:g} x --leader-elect-retry-period "
+                f"(got {self.leader_elect_renew_deadline:g} and {self.leader_elect_retry_period:g})"
+            )
         if self.audit_running_pods and self.cluster_file:
             raise SettingsError(
                 "--audit-running-pods needs a live cluster: it watches running pods through the API "

@@ -60,6 +60,7 @@ EXPECTED_KINDS = {
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("apps/v1", "Deployment"),
+    ("policy/v1", "PodDisruptionBudget"),
 }
 
 # JSON field names of KubeSchedulerConfiguration v1 (staging/src/k8s.io/kube-scheduler/
@@ -124,6 +125,10 @@ READ_VERBS = {"get", "list", "watch"}
 REQUEUE_ROLE = "runtimeclass-extender-requeue"
 REQUEUE_COMPONENT = DEPLOY / "components" / "requeue-pending-pods"
 REQUEUE_GRANTS = {("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch")}
+# --leader-elect: a Role on the extender's own Lease (tested on its own, in
+# test_leader_election_wherever_an_acting_part_is_on).
+LEASE_ROLE = "runtimeclass-extender-leader-election"
+LEADER_COMPONENT = DEPLOY / "components" / "leader-election"
 
 Manifest = dict[str, Any]
 
@@ -348,7 +353,7 @@ def test_extender_rbac_is_read_only_nodes_and_runtimeclasses(kustomization: str)
     docs = _render(kustomization)
     namespace = _deployment(docs)["metadata"]["namespace"]
     # The requeue role is checked on its own (test_requeue_rbac_only_where_the_flag_is_on).
-    rules = _rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE}))
+    rules = _rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, LEASE_ROLE}))
     _assert_read_only_nodes_and_runtimeclasses(list(rules))
     # The sidecar runs as that ServiceAccount: its token is mounted at the in-cluster
     # path, which keeps the ServiceAccount admission plugin from mounting the pod's
@@ -389,7 +394,7 @@ def test_requeue_rbac_only_where_the_flag_is_on(kustomization: str, requeue: boo
         return
     # The pods it nudges are those of the profile this deployment's scheduler runs.
     assert _flags(extender)["requeue-scheduler-names"] == _profile(docs)["schedulerName"]
-    everything = list(_rules_for(docs, namespace, EXTENDER_SA))
+    everything = list(_rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({LEASE_ROLE})))
     requeue_rules = [r for r in everything if r not in _one(docs, "ClusterRole", EXTENDER_SA)["rules"]]
     assert requeue_rules == _one(docs, "ClusterRole", REQUEUE_ROLE)["rules"]
     granted = {
@@ -902,7 +907,9 @@ def test_audit_component_adds_the_flag_and_only_list_watch_pods(overlay: str) ->
     }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
     # Everything else the extender may do is unchanged.
-    others = _rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, AUDIT_ROLE}))
+    others = _rules_for(
+        docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, AUDIT_ROLE, LEASE_ROLE})
+    )
     _assert_read_only_nodes_and_runtimeclasses(list(others))
     # The plain manifest (kubectl apply -f) is what the component installs.
     plain = _load_file(AUDIT_COMPONENT / "rbac.yaml")
@@ -951,6 +958,8 @@ def test_docs_overlay_renders_with_kubectl(page: str, kustomization: str) -> Non
     if wanted:
         assert images["extender"] == f"{wanted[0]['newName']}:{wanted[0]['newTag']}"
     assert images["kube-scheduler"].startswith("registry.k8s.io/kube-scheduler:")
+
+
 # --- deploy/components/pod-webhook (after admission-webhook, whose listener it shares) ----
 
 POD_WEBHOOK_COMPONENT = "components/pod-webhook"
@@ -967,14 +976,16 @@ def _pod_webhook(docs: tuple[Manifest, ...]) -> Manifest:
 
 def _extender_env(container: Manifest, docs: tuple[Manifest, ...]) -> dict[str, str]:
     """The container's environment as the kubelet would set it (downward API included)."""
-    namespace = _deployment(docs)["metadata"]["namespace"]
+    metadata = _deployment(docs)["metadata"]
+    # The downward API fields the manifests use, as the kubelet fills them for a pod of it.
+    fields = {"metadata.namespace": metadata["namespace"], "metadata.name": f"{metadata['name']}-0"}
     env: dict[str, str] = {}
     for entry in container.get("env", []):
         if "value" in entry:
             env[entry["name"]] = entry["value"]
         else:
-            assert entry["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, entry
-            env[entry["name"]] = namespace
+            assert set(entry["valueFrom"]) == {"fieldRef"}, entry
+            env[entry["name"]] = fields[entry["valueFrom"]["fieldRef"]["fieldPath"]]
     return env
 
 
@@ -1064,3 +1075,88 @@ def test_pod_webhook_with_cert_manager_gets_the_shared_certificates_ca() -> None
         assert _one(docs, kind)["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == expected
     service = _pod_webhook(docs)["clientConfig"]["service"]
     assert f"{service['name']}.{service['namespace']}.svc" in certificate["spec"]["dnsNames"]
+
+
+# --- high availability (docs/high-availability.md) ----------------------------------
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_two_replicas_spread_with_a_disruption_budget(kustomization: str) -> None:
+    docs = _render(kustomization)
+    deployment = _deployment(docs)
+    assert deployment["spec"]["replicas"] == 2
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    (spread,) = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    # A one-node cluster still runs both replicas.
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway" and spread["maxSkew"] == 1
+    assert spread["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+    pdb = _one(docs, "PodDisruptionBudget")
+    assert pdb["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert pdb["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": spread["labelSelector"]["matchLabels"]},
+    }
+    # The scheduler elects its own leader (only one replica schedules).
+    assert _scheduler_config(docs)["leaderElection"]["leaderElect"] is True
+    # The extender's election identity is its pod's name (downward API).
+    env = {
+        e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        for e in _container(docs, "extender")["env"]
+    }
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+
+
+@pytest.mark.parametrize(
+    ("kustomization", "components"),
+    [
+        ("base", ()),
+        ("overlays/alongside-admission", ()),
+        ("overlays/predicate-mode", ()),
+        ("overlays/tls", ()),
+        ("overlays/predicate-mode", ("components/audit-running-pods",)),
+        ("base", ("components/audit-running-pods", "components/leader-election")),
+    ],
+)
+def test_leader_election_wherever_an_acting_part_is_on(
+    kustomization: str, components: tuple[str, ...]
+) -> None:
+    docs = _render_with(kustomization, *components) if components else _render(kustomization)
+    namespace = _deployment(docs)["metadata"]["namespace"]
+    args = _container(docs, "extender")["args"]
+    settings = resolve_serve(build_parser().parse_args(args), environ={})
+    acting = settings.requeue_pending_pods or settings.audit_running_pods
+    assert settings.leader_elect == acting
+    roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == LEASE_ROLE]
+    assert bool(roles) == acting
+    if not acting:
+        return
+    # kube-scheduler's durations, and a Lease of its own, apart from the scheduler's.
+    assert (
+        settings.leader_elect_lease_duration,
+        settings.leader_elect_renew_deadline,
+        settings.leader_elect_retry_period,
+    ) == (15.0, 10.0, 2.0)
+    election = _scheduler_config(docs)["leaderElection"]
+    assert settings.leader_elect_lease_namespace == namespace == election["resourceNamespace"]
+    assert settings.leader_elect_lease_name != election["resourceName"]
+    # get/update on that one Lease; create cannot be limited by name in RBAC.
+    (role,) = roles
+    assert role["metadata"]["namespace"] == namespace
+    granted = {
+        (g, r, v, tuple(rule.get("resourceNames", ())))
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    name = (settings.leader_elect_lease_name,)
+    assert granted == {
+        ("coordination.k8s.io", "leases", "create", ()),
+        ("coordination.k8s.io", "leases", "get", name),
+        ("coordination.k8s.io", "leases", "update", name),
+    }
+    binding = _one(docs, "RoleBinding", LEASE_ROLE)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
+    plain = _load_file(LEADER_COMPONENT / "rbac.yaml")
+    assert _one(plain, "Role", LEASE_ROLE)["rules"] == role["rules"]

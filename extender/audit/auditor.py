@@ -33,6 +33,12 @@ Races and how they are closed:
   seen yet would read ``node-not-found`` until the node's event arrives; kube-scheduler
   only binds to nodes it has seen, after they turned Ready, so in practice the node's
   event is long in by then.
+
+With leader election (``serve --leader-elect``) every replica keeps its informer and
+index current, but only the leader speaks: it logs the per-pod lines and exports the
+gauges; a follower does neither (two replicas would log every warning twice, and alert
+rules summing the gauge would count every pod twice). A replica that becomes leader
+logs the one summary line, as at start, and the per-pod lines from then on.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from extender.audit.check import Misplaced
 from extender.audit.index import MisplacedIndex, Transition
 from extender.audit.metrics import AuditCollector
 from extender.cluster.health import SourceStats
+from extender.cluster.leader import Leadership
 from extender.cluster.pods import (
     RUNNING_POD_SELECTOR,
     ScheduledPod,
@@ -114,8 +121,17 @@ class Auditor:
     (``extender.http.serve.attach_audit``), or drive it with ``run``.
     """
 
-    def __init__(self, api: Any, state: ClusterState, *, options: AuditOptions | None = None) -> None:
+    def __init__(
+        self,
+        api: Any,
+        state: ClusterState,
+        *,
+        options: AuditOptions | None = None,
+        leadership: Leadership | None = None,
+    ) -> None:
         self.options = options or AuditOptions()
+        # With leader election: log and export only while this replica leads.
+        self.leadership = leadership
         self.state = state
         self.interner = TolerationInterner()
         self.pods = AuditedPods()
@@ -131,6 +147,11 @@ class Auditor:
         self.index.attach(self.pods)
 
     @property
+    def speaking(self) -> bool:
+        """Synced, and the leader (or no election): the logs and gauges are this replica's."""
+        return self.synced and (self.leadership is None or self.leadership.leading)
+
+    @property
     def synced(self) -> bool:
         """Pods, Nodes and RuntimeClasses have all been listed: the answer is complete."""
         return self.pods.synced and self.state.synced
@@ -141,7 +162,7 @@ class Auditor:
             counts=self.index.counts,
             audited=lambda: len(self.index),
             runtime_classes=lambda: self.state.runtime_classes.keys(),
-            ready=lambda: self.synced,
+            ready=lambda: self.speaking,
         )
         registry.register(collector)
         return collector
@@ -149,7 +170,15 @@ class Auditor:
     async def run(self) -> None:
         """The pod informer, until cancelled."""
         log.info("auditing running pods", extra={"fieldSelector": RUNNING_POD_SELECTOR})
-        await run_all(self.reflector.run, self._announce_sync)
+        leadership = self.leadership
+        if leadership is None:
+            await run_all(self.reflector.run, self._announce_sync)
+            return
+
+        async def announce_each_term() -> None:
+            await leadership.while_leading(self._announce_sync)
+
+        await run_all(self.reflector.run, announce_each_term)
 
     # ----- logging ------------------------------------------------------------------
 
@@ -170,8 +199,8 @@ class Auditor:
         )
 
     def _on_transition(self, transition: Transition) -> None:
-        if not self.synced:
-            return  # the first LISTs are still coming in (see the module doc)
+        if not self.speaking:
+            return  # the first LISTs are still coming in, or another replica leads
         kind = transition.kind
         if kind == "misplaced":
             assert transition.after is not None

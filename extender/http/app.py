@@ -42,6 +42,7 @@ from extender.http.keys import (
     CAPTURE,
     DECISIONS,
     HIDDEN_NODES,
+    LEADERSHIP,
     MAX_BODY_BYTES,
     MAX_NODES,
     METRICS,
@@ -229,12 +230,15 @@ async def readyz(request: web.Request) -> web.Response:
     # and so do recent filter calls whose fitting nodes the scheduler's sampling hid.
     warnings = [*(request.app.get(WARNINGS) or ()), *request.app[HIDDEN_NODES].messages()]
     # The version answers "which extender is this?" for whoever probes it (upgrades).
+    body: dict[str, object] = {"warnings": warnings, "version": __version__}
+    # With --leader-elect: this replica's identity and the holder it last saw. Leading is
+    # not a readiness condition: every replica answers /filter.
+    leadership = request.app.get(LEADERSHIP)
+    if leadership is not None:
+        body["leader"] = leadership.details()
     if unsynced:
-        return web.json_response(
-            {"status": "not ready", "unsynced": unsynced, "warnings": warnings, "version": __version__},
-            status=503,
-        )
-    return web.json_response({"status": "ready", "warnings": warnings, "version": __version__})
+        return web.json_response({"status": "not ready", "unsynced": unsynced, **body}, status=503)
+    return web.json_response({"status": "ready", **body})
 
 
 def create_app(

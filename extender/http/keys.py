@@ -14,6 +14,7 @@ from aiohttp import web
 from extender.admission import RoutingConfig
 from extender.capture.writer import CaptureWriter
 from extender.cluster.health import SourceStats
+from extender.cluster.leader import Leadership
 from extender.cluster.node_lookup import NodeLookup
 from extender.cluster.state import ClusterState
 from extender.decision_cache import DecisionCache
@@ -50,3 +51,5 @@ ADMISSION_METRICS: web.AppKey[AdmissionMetrics] = web.AppKey("admission_metrics"
 HIDDEN_NODES: web.AppKey[HiddenNodeReports] = web.AppKey("hidden_nodes")
 # The pod webhook's routing (serve --route-pods-to-scheduler); absent: routing off.
 ROUTING = web.AppKey("routing", RoutingConfig)
+# Set with --leader-elect: who leads, for /readyz and the leader gauge.
+LEADERSHIP = web.AppKey("leadership", Leadership)

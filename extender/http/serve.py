@@ -3,7 +3,8 @@
 From a ``ServeSettings`` this builds, in order: the policy, the cluster state with its
 selector-error log, the source (a cluster file, or a live cluster: connection, watch,
 node lookup), the app (``extender.http.app.create_app``, which makes the decision
-cache), and the optional parts: the pending-pod requeuer, the running-pod audit
+cache), and the optional parts: the leader election (``extender.cluster.leader``)
+that gates the two acting parts, the pending-pod requeuer, the running-pod audit
 (``extender.audit.auditor``), the capture writer, the
 certificate reloader, and with ``admission-port`` the webhook's own HTTPS listener
 (``extender.http.admission_listener``). Each background job is registered with
@@ -25,18 +26,21 @@ import ssl
 from pathlib import Path
 
 from aiohttp import web
+from prometheus_client import Gauge
 
 from extender.admission import RoutingConfig
 from extender.audit.auditor import Auditor
 from extender.capture.writer import CaptureWriter
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.file_source import load_cluster_file
+from extender.cluster.leader import ElectionOptions, LeaderElector, Leadership, identity, own_namespace
 from extender.cluster.live import LiveCluster, LiveOptions
+from extender.cluster.metrics import PREFIX
 from extender.cluster.state import ClusterState
 from extender.http.admission import PATHS as ADMISSION_PATHS
 from extender.http.admission_listener import AdmissionListener, admission_listener, create_admission_app
 from extender.http.app import create_app
-from extender.http.keys import CAPTURE, METRICS, NODE_LOOKUP, POLICY, SOURCES, UNHEALTHY_AFTER
+from extender.http.keys import CAPTURE, LEADERSHIP, METRICS, NODE_LOOKUP, POLICY, SOURCES, UNHEALTHY_AFTER
 from extender.http.listen import bind_listener
 from extender.http.metrics import CAPTURE_COUNTERS, NODE_LOOKUP_COUNTERS
 from extender.http.tls import (
@@ -69,6 +73,36 @@ def attach_live(app: web.Application, live: LiveCluster) -> None:
     app.cleanup_ctx.append(on_shutdown(live.api.close))
     app.cleanup_ctx.append(on_shutdown(live.lookup.close))
     app.cleanup_ctx.append(background("cluster-watch", live.watch.run))
+
+
+# With --leader-elect: 1 on the replica that acts.
+LEADER_GAUGE = PREFIX + "leader"
+
+
+def attach_leader_election(app: web.Application, elector: LeaderElector) -> None:
+    """After ``attach_live`` and before the acting parts: the election stops after them
+    (a leader drains its nudges, then hands the Lease on) and before the API client."""
+    leadership = elector.leadership
+    app[LEADERSHIP] = leadership
+    Gauge(
+        LEADER_GAUGE,
+        "1 while this replica holds the leader-election Lease (acts on the cluster), else 0.",
+        registry=app[METRICS].registry,
+    ).set_function(lambda: 1.0 if leadership.leading else 0.0)
+    app.cleanup_ctx.append(background("leader-election", elector.run))
+
+
+def leadership_for(settings: ServeSettings) -> Leadership:
+    return Leadership(
+        identity(),
+        ElectionOptions(
+            lease_name=settings.leader_elect_lease_name,
+            namespace=settings.leader_elect_lease_namespace or own_namespace(),
+            lease_duration=settings.leader_elect_lease_duration,
+            renew_deadline=settings.leader_elect_renew_deadline,
+            retry_period=settings.leader_elect_retry_period,
+        ),
+    )
 
 
 def attach_requeuer(app: web.Application, requeuer: Requeuer) -> None:
@@ -208,10 +242,28 @@ async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLCo
     )
     if live is not None:
         attach_live(app, live)
-        if settings.requeue_pending_pods:
-            attach_requeuer(app, Requeuer(live.api, state, options=requeue_options(settings)))
-        if settings.audit_running_pods:
-            attach_audit(app, Auditor(live.api, state))
+        leadership = leadership_for(settings) if settings.leader_elect else None
+        requeuer = (
+            Requeuer(live.api, state, options=requeue_options(settings), leadership=leadership)
+            if settings.requeue_pending_pods
+            else None
+        )
+        auditor = Auditor(live.api, state, leadership=leadership) if settings.audit_running_pods else None
+        if leadership is not None:
+
+            def caches_listed() -> bool:
+                # Campaign on warm caches only: a new leader acts at once, never cold.
+                return (
+                    state.synced
+                    and (requeuer is None or requeuer.pods.listed.is_set())
+                    and (auditor is None or auditor.synced)
+                )
+
+            attach_leader_election(app, LeaderElector(live.api, leadership, ready=caches_listed))
+        if requeuer is not None:
+            attach_requeuer(app, requeuer)
+        if auditor is not None:
+            attach_audit(app, auditor)
     if capture is not None:
         attach_capture(app, capture)
     if tls is not None and ssl_context is not None:

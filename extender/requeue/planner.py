@@ -23,6 +23,7 @@ The I/O half (informer, timers, PATCH requests) is ``extender.requeue.requeuer``
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
@@ -32,6 +33,11 @@ from policies.objects import RuntimeClassView
 
 # The annotation patched onto a pending pod; its value is an RFC 3339 timestamp.
 REQUEUE_ANNOTATION = "runtimeclass-extender.dev/requeued-at"
+
+# With leader election, the nudge also names the class revision it was for (a digest
+# of ``class_revision``): a replica that takes the lead over reads from the pods which
+# nudges its predecessor already sent, and never sends them again.
+REVISION_ANNOTATION = "runtimeclass-extender.dev/requeued-for"
 
 # The revision of a class that does not exist (never created, or deleted).
 ABSENT: Hashable = ("absent",)
@@ -50,6 +56,8 @@ class PendingPod:
     # False for a pod being deleted or held by scheduling gates: kube-scheduler does not
     # try it, so a nudge would change nothing.
     schedulable: bool = True
+    # The value of REVISION_ANNOTATION: the class revision it was last nudged for.
+    requeued_for: str = ""
 
     @property
     def name(self) -> str:
@@ -69,6 +77,18 @@ def class_revision(runtime_class: RuntimeClassView | None) -> Hashable:
         runtime_class.match_fields,
         runtime_class.selector_error,
     )
+
+
+def revision_digest(revision: Hashable) -> str:
+    """A short, stable name of a class revision, the same in every process (``hash``
+    is salted per process; the revision's parts are strings, tuples and frozen
+    dataclasses, whose ``repr`` is stable)."""
+    return hashlib.sha256(repr(revision).encode()).hexdigest()[:16]
+
+
+def nudged_for(pod: PendingPod, revision: Hashable) -> bool:
+    """The pod carries the annotation of a nudge for ``revision`` (by any replica)."""
+    return bool(pod.requeued_for) and pod.requeued_for == revision_digest(revision)
 
 
 class PendingPods:
@@ -187,7 +207,7 @@ class RequeuePlanner:
             plan.changes.append(ClassChange(class_name, before, revision))
             for pod in pods.naming(class_name):
                 nudge = Nudge(pod, class_name, revision)
-                if self._nudged.get(pod.uid, {}).get(class_name) == revision:
+                if self._nudged.get(pod.uid, {}).get(class_name) == revision or nudged_for(pod, revision):
                     plan.already_nudged.append(nudge)
                 else:
                     nudges[pod.uid] = nudge

@@ -14,7 +14,7 @@ from typing import Any
 from extender.cluster.objects import ObjectError
 from extender.cluster.pods import pod_key
 from extender.cluster.reflector import WatchedResource
-from extender.requeue.planner import REQUEUE_ANNOTATION, PendingPod
+from extender.requeue.planner import REQUEUE_ANNOTATION, REVISION_ANNOTATION, PendingPod
 
 PODS = "pods"
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -36,6 +36,9 @@ def pending_pod_from_api(obj: Any) -> PendingPod:
     metadata, spec = obj.get("metadata"), obj.get("spec") or {}
     if not isinstance(metadata, dict) or not isinstance(spec, dict):
         raise ObjectError("Pod has no metadata or a malformed spec")
+    annotations = metadata.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        raise ObjectError("Pod metadata.annotations is not an object")
     name = _text(metadata, "name", "metadata.name")
     namespace = _text(metadata, "namespace", "metadata.namespace")
     if not name or not namespace:
@@ -50,6 +53,7 @@ def pending_pod_from_api(obj: Any) -> PendingPod:
         resource_version=_text(metadata, "resourceVersion", "metadata.resourceVersion"),
         # kube-scheduler skips pods being deleted and pods with scheduling gates.
         schedulable=metadata.get("deletionTimestamp") is None and not spec.get("schedulingGates"),
+        requeued_for=_text(annotations, REVISION_ANNOTATION, "annotation " + REVISION_ANNOTATION),
     )
 
 
@@ -65,6 +69,16 @@ def requeued_at(now: datetime | None = None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def merge_patch(pod: PendingPod, stamp: str) -> dict[str, Any]:
-    """The JSON merge patch of one nudge: the annotation, guarded by the pod's uid."""
-    return {"metadata": {"uid": pod.uid, "annotations": {REQUEUE_ANNOTATION: stamp}}}
+def merge_patch(pod: PendingPod, stamp: str, revision: str | None = None) -> dict[str, Any]:
+    """The JSON merge patch of one nudge: the annotation, guarded by the pod's uid.
+
+    With ``revision`` (leader election) the patch also names the digest of the class
+    revision it is for, and is guarded by the pod's resourceVersion as well: a patch
+    that reaches the API server late (sent by a leader just cut off, delivered after
+    its successor nudged the pod) then fails with 409 instead of nudging twice."""
+    annotations = {REQUEUE_ANNOTATION: stamp}
+    metadata: dict[str, Any] = {"uid": pod.uid, "annotations": annotations}
+    if revision is not None:
+        annotations[REVISION_ANNOTATION] = revision
+        metadata["resourceVersion"] = pod.resource_version
+    return {"metadata": metadata}

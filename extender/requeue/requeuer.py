@@ -50,6 +50,16 @@ Races and how they are closed:
   revision, so a re-LIST after a reconnect, or an edit and its undo, patches nothing.
 - Two nudges in one second must differ, or the second patch is a no-op the scheduler
   never sees: the timestamp carries microseconds.
+
+With leader election (``serve --leader-elect``, ``extender.cluster.leader``) every
+replica runs the informer, the planner and the queue, so its cache and its plan are
+warm; only the leader runs the patch worker. A follower's queue is what the leader
+owes: each nudge also writes ``REVISION_ANNOTATION`` (the digest of the class revision),
+and when a follower's informer shows a pod carrying the digest of its queued nudge, or
+a pod that left the pending set, the follower drops that nudge. A replica that takes
+the lead over therefore patches exactly the pods its predecessor had not, and the same
+check at plan time and before each attempt keeps it from patching a pod twice for one
+revision. A patch cut short by the end of a term goes back to the front of the queue.
 """
 
 from __future__ import annotations
@@ -67,6 +77,7 @@ from prometheus_client import CollectorRegistry
 
 from extender.cluster.api import error_of, request
 from extender.cluster.health import SourceStats
+from extender.cluster.leader import Leadership
 from extender.cluster.reflector import Reflector, ReflectorOptions
 from extender.cluster.state import ClusterState, Named, Store
 from extender.requeue.metrics import RequeueMetrics
@@ -80,8 +91,10 @@ from extender.requeue.planner import (
     RequeuePlanner,
     TokenBucket,
     class_revision,
+    nudged_for,
     patch_outcome,
     retry_delay,
+    revision_digest,
 )
 from extender.requeue.pods import POD_RESOURCE, PODS, merge_patch, requeued_at
 from extender.settings import DEFAULT_REQUEUE_RATE, DEFAULT_REQUEUE_WINDOW, DEFAULT_SCHEDULER_NAMES
@@ -164,8 +177,11 @@ class Requeuer:
         options: RequeueOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        leadership: Leadership | None = None,
     ) -> None:
         self._api = api
+        # With leader election: patch only while this replica leads (see the module doc).
+        self.leadership = leadership
         self.options = options or RequeueOptions()
         # The rate limit's clock and sleep (tests substitute both).
         self._clock = clock
@@ -214,6 +230,22 @@ class Requeuer:
             self.planner.forget_pod(old.uid)
         if isinstance(new, PendingPod):
             self.pending.upsert(new)
+        if not self._may_patch and isinstance(old, PendingPod):
+            self._drop_if_done(old.uid)
+
+    def _drop_if_done(self, uid: str) -> None:
+        """A follower: drop a queued nudge the leader has sent, or whose pod is gone."""
+        item = self._queue.get(uid)
+        if item is None:
+            return
+        skip = self._still_due(item)
+        if skip is not None:
+            del self._queue[uid]
+            self._settle(item, skip)
+
+    @property
+    def _may_patch(self) -> bool:
+        return self.leadership is None or self.leadership.leading
 
     @property
     def busy(self) -> bool:
@@ -233,7 +265,8 @@ class Requeuer:
         otherwise wait for the scheduler's own periodic retry)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.drain_timeout
-        while self.busy and loop.time() < deadline:
+        # A follower's queue is the leader's to send: nothing to wait for.
+        while self.busy and self._may_patch and loop.time() < deadline:
             await asyncio.sleep(0.05)
 
     async def run(self) -> None:
@@ -246,8 +279,15 @@ class Requeuer:
                 "rate": self.options.rate,
             },
         )
+        leadership = self.leadership
+        patch_loop: Callable[[], Awaitable[None]] = self._patch_loop
+        if leadership is not None:
+
+            async def patch_loop() -> None:
+                await leadership.while_leading(self._patch_loop)
+
         try:
-            await run_all(self.reflector.run, self._plan_loop, self._patch_loop)
+            await run_all(self.reflector.run, self._plan_loop, patch_loop)
         finally:
             for handle in self._retries:
                 handle.cancel()
@@ -306,10 +346,11 @@ class Requeuer:
         if batch.finished:
             self._log_batch(batch)
 
-    @staticmethod
-    def _log_batch(batch: _Batch) -> None:
+    def _log_batch(self, batch: _Batch) -> None:
         change = batch.change
-        log.info(
+        # A follower's batch ends as the leader's patches arrive: the leader's line says it.
+        log.log(
+            logging.INFO if self._may_patch else logging.DEBUG,
             "RuntimeClass %s: requeued %d pending pod(s)",
             change.kind,
             batch.sent,
@@ -336,12 +377,25 @@ class Requeuer:
             try:
                 await self._attempt(item)
             except asyncio.CancelledError:
+                if self.leadership is not None:
+                    self._put_back(item)
                 raise
             except Exception:
                 log.exception("requeue patch failed", extra={"pod": item.nudge.pod.name})
                 self._settle(item, "failed", reason="rejected")
             finally:
                 self._in_flight -= 1
+
+    def _put_back(self, item: _Item) -> None:
+        """A term ended during this nudge's attempt: first in line for the next leader
+        (unless a newer nudge for the pod is waiting, or the pod shows it was sent)."""
+        uid = item.nudge.pod.uid
+        if uid in self._queue:
+            self._settle(item, "superseded")
+            return
+        self._queue[uid] = item
+        self._queue.move_to_end(uid, last=False)
+        self._queue_ready.set()
 
     def _still_due(self, item: _Item) -> str | None:
         """None if the pod is still pending as planned, else the skip reason."""
@@ -351,6 +405,8 @@ class Requeuer:
             return "not_pending"
         if current.uid != pod.uid:
             return "recreated"
+        if nudged_for(current, item.nudge.revision):
+            return "already_nudged"  # by another replica, before this one led
         return None
 
     async def _wait_for_turn(self) -> None:
@@ -374,7 +430,7 @@ class Requeuer:
             return
         pod = item.nudge.pod
         item.attempts += 1
-        status, message, retry_after = await self._patch(pod)
+        status, message, retry_after = await self._patch(item)
         outcome = patch_outcome(status) if status else Outcome.RETRY
         if outcome is Outcome.DONE:
             log.debug("requeued pod", extra={"pod": pod.name, "runtimeClass": item.nudge.class_name})
@@ -434,15 +490,22 @@ class Requeuer:
         handle = loop.call_later(delay, requeue)
         self._retries.add(handle)
 
-    async def _patch(self, pod: PendingPod) -> tuple[int, str, float | None]:
+    async def _patch(self, item: _Item) -> tuple[int, str, float | None]:
         """One PATCH: (status, message, Retry-After); status 0 for a connection error."""
+        pod = item.nudge.pod
+        # Only with leader election: without it the patch stays one annotation.
+        revision = None
+        if self.leadership is not None:
+            revision = revision_digest(item.nudge.revision)
+            # The pod as the informer has it now: its resourceVersion is the precondition.
+            pod = self.pending.get(pod.name) or pod
         try:
             async with await request(
                 self._api,
                 "PATCH",
                 "/api/v1/namespaces/{namespace}/pods/{name}",
                 path_params={"namespace": pod.namespace, "name": pod.pod_name},
-                body=merge_patch(pod, requeued_at()),
+                body=merge_patch(pod, requeued_at(), revision),
                 content_type="application/merge-patch+json",
                 timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
             ) as response:

@@ -26,7 +26,7 @@ from extender.cluster.state import ClusterState
 from extender.http.app import create_app
 from extender.http.keys import METRICS
 from extender.http.metrics import NODE_LOOKUP_COUNTERS
-from extender.http.serve import attach_capture
+from extender.http.serve import LEADER_GAUGE, attach_capture
 from extender.policy_file import load_policy
 from extender.requeue.metrics import RequeueMetrics
 from policies.objects import NodeView, RuntimeClassView, Taint, Toleration
@@ -358,7 +358,8 @@ async def _exported_names(aiohttp_client: Any, tmp_path: Path) -> set[str]:
     RequeueMetrics(requeue, pending=lambda: 0, queued=lambda: 0)
     families += list(requeue.collect())
     names = {family.name + "_total" if family.type == "counter" else family.name for family in families}
-    return names | {MISPLACED_PODS, AUDITED_PODS}
+    # Exported only with --audit-running-pods and --leader-elect (serve wires them).
+    return names | {MISPLACED_PODS, AUDITED_PODS, LEADER_GAUGE}
 
 
 def _documented_names() -> set[str]:

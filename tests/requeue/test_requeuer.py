@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -37,6 +36,7 @@ from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import SERVE_SETTINGS
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import PODS, RUNTIME_CLASSES, FakeApiServer, make_pod, make_runtime_class
+from tests.support.apps import free_port
 from tests.support.docs import log_line_shape, page, shown_log_line
 from tests.support.paths import REPO
 from tests.support.reflectors import fast_reflector
@@ -483,20 +483,13 @@ def test_requeue_needs_a_live_cluster(capsys: pytest.CaptureFixture[str]) -> Non
     assert "--requeue-pending-pods needs a live cluster" in err and "Traceback" not in err
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.mark.parametrize("enabled", [False, True], ids=["flag-off", "flag-on"])
 async def test_serve_requeues_only_with_the_flag(
     fake_apiserver: FakeApiServer, fake_kubeconfig: Path, enabled: bool
 ) -> None:
     """The real ``serve`` process: with the flag off it never touches pods."""
     fake_apiserver.add(PODS, pending("waiting"))
-    port = _free_port()
+    port = free_port()
     argv = ["serve", "--host", "127.0.0.1", "--port", str(port), "--kubeconfig", str(fake_kubeconfig)]
     if enabled:
         argv += ["--requeue-pending-pods", f"--requeue-scheduler-names=other,{SCHED}", "--requeue-window=0.1"]

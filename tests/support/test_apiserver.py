@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.support.apiserver import (
+    LEASES,
     NODES,
     PODS,
     RUNTIME_CLASSES,
@@ -424,3 +425,60 @@ async def test_not_equal_field_selectors_are_anded_for_list_and_watch(
     event = await watch.next()
     assert (event["type"], event["object"]["metadata"]["name"]) == ("DELETED", "bound")
     watch.resp.close()
+
+
+# --- create and update (POST, PUT), as leader election writes its Lease ----------------
+
+
+def _lease(name: str = "lock", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": "a_1", "leaseDurationSeconds": 15, **spec},
+    }
+
+
+async def test_leases_are_created_once_and_updated_with_a_resource_version_precondition(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    """registry/generic/registry/store.go: Create answers AlreadyExists for a taken
+    name; Update with a stale resourceVersion answers Conflict."""
+    collection = f"{fake_apiserver.url}/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+    async with http.post(collection, json=_lease()) as resp:
+        assert resp.status == 201
+        created = await resp.json()
+    assert created["metadata"]["namespace"] == "kube-system" and created["metadata"]["uid"]
+    assert created["spec"]["holderIdentity"] == "a_1"
+    async with http.post(collection, json=_lease(holderIdentity="b_2")) as resp:
+        assert resp.status == 409
+        status = await resp.json()
+    assert (status["kind"], status["reason"], status["code"]) == ("Status", "AlreadyExists", 409)
+    assert status["message"] == 'leases.coordination.k8s.io "lock" already exists'
+
+    url = f"{collection}/lock"
+    taken = {**created, "spec": {**created["spec"], "holderIdentity": "b_2"}}
+    async with http.put(url, json=taken) as resp:
+        assert resp.status == 200
+        updated = await resp.json()
+    assert updated["spec"]["holderIdentity"] == "b_2"
+    assert int(updated["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    assert updated["metadata"]["uid"] == created["metadata"]["uid"]
+    # The same stale resourceVersion again: the loser of a race.
+    async with http.put(url, json={**taken, "spec": {**taken["spec"], "holderIdentity": "c_3"}}) as resp:
+        assert resp.status == 409
+        status = await resp.json()
+    assert status["reason"] == "Conflict" and "the object has been modified" in status["message"]
+    assert fake_apiserver.get(LEASES, "lock", namespace="kube-system")["spec"]["holderIdentity"] == "b_2"  # type: ignore[index]
+    # An update of a Lease that does not exist is 404 (no create on update).
+    async with http.put(f"{collection}/other", json=_lease("other")) as resp:
+        assert resp.status == 404
+    # A create may not carry a resourceVersion; a body that is not an object is 400.
+    async with http.post(
+        collection, json={**_lease("new"), "metadata": {"name": "new", "resourceVersion": "5"}}
+    ) as resp:
+        assert resp.status == 400
+    async with http.post(collection, data=b"[1", headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == 400
+    # Watchers see the writes like any other change.
+    assert [t for t, _, _ in fake_apiserver.changes(LEASES)] == ["ADDED", "MODIFIED"]

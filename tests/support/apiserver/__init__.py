@@ -24,6 +24,10 @@ What it serves (any registered resource, cluster-scoped or namespaced):
 - ``PATCH <collection>/<name>`` with ``application/merge-patch+json`` (RFC 7386):
   bumps the resourceVersion and emits ``MODIFIED``. A ``metadata.resourceVersion`` or
   ``metadata.uid`` in the patch is a precondition (409 on mismatch), as on a real server.
+- ``POST <collection>`` creates (201; 409 ``AlreadyExists`` for a taken name) and
+  ``PUT <collection>/<name>`` replaces, with a ``metadata.resourceVersion`` in the body
+  as the precondition (409 ``Conflict`` when stale), as leader election's Leases
+  (``coordination.k8s.io/v1``, registered by default) are written.
 - Errors are ``Status`` objects (``kind: Status``, ``code``, ``reason``, ``message``).
 
 resourceVersions come from one global counter shared by every resource, like etcd's
@@ -65,6 +69,7 @@ tests/conftest.py registers them for every test.
 
 from tests.support.apiserver.objects import make_node, make_pod, make_runtime_class
 from tests.support.apiserver.server import (
+    LEASES,
     NODES,
     PODS,
     RUNTIME_CLASSES,
@@ -74,6 +79,7 @@ from tests.support.apiserver.server import (
 )
 
 __all__ = [
+    "LEASES",
     "NODES",
     "PODS",
     "RUNTIME_CLASSES",

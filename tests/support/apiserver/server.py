@@ -64,6 +64,7 @@ class ResourceType:
 NODES = ResourceType("", "v1", "nodes", "Node")
 RUNTIME_CLASSES = ResourceType("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass")
 PODS = ResourceType("", "v1", "pods", "Pod", namespaced=True)
+LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 
 _REASONS = {
     400: "BadRequest",
@@ -244,7 +245,7 @@ class FakeApiServer:
     def __init__(
         self,
         *,
-        resources: Iterable[ResourceType] = (NODES, RUNTIME_CLASSES, PODS),
+        resources: Iterable[ResourceType] = (NODES, RUNTIME_CLASSES, PODS, LEASES),
         host: str = "127.0.0.1",
         port: int = 0,
         token: str | None = "fake-token",
@@ -383,6 +384,11 @@ class FakeApiServer:
         rtype = self._resource(resource)
         obj = self._objects[rtype.key].get(self._key(rtype, name, namespace))
         return copy.deepcopy(obj) if obj is not None else None
+
+    def changes(self, resource: ResourceType | str) -> list[tuple[str, JsonObj, JsonObj | None]]:
+        """Every change of ``resource`` kept in history: (event type, object, previous)."""
+        rtype = self._resource(resource)
+        return [(e.type, e.obj, e.prev) for e in self._history if e.resource == rtype.key]
 
     def objects(self, resource: ResourceType | str) -> list[JsonObj]:
         rtype = self._resource(resource)
@@ -645,6 +651,10 @@ class FakeApiServer:
             if verb == "patch":
                 assert name is not None
                 return await self._patch(request, rtype, namespace, name)
+            if verb == "post" and name is None:
+                return await self._create(request, rtype, namespace)
+            if verb == "put" and name is not None:
+                return await self._update(request, rtype, namespace, name)
         except _BadRequest as exc:
             return _status_response(status_object(400, str(exc)))
         return _status_response(
@@ -753,6 +763,86 @@ class FakeApiServer:
         if obj is None:
             return _not_found(rtype, name)
         return web.Response(body=orjson.dumps(obj), content_type="application/json")
+
+    async def _body_object(self, request: web.Request, rtype: ResourceType) -> JsonObj:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            raise _BadRequest(f"error decoding body: {exc}") from None
+        if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
+            raise _BadRequest(f"the body is not a {rtype.kind} object")
+        return body
+
+    async def _create(self, request: web.Request, rtype: ResourceType, namespace: str | None) -> web.Response:
+        """POST to a collection: 201 with the stored object, 409 AlreadyExists for a
+        taken name (registry/generic/registry/store.go ``Create``: storage.KeyExists
+        becomes ``errors.NewAlreadyExists``). The server sets uid, resourceVersion and
+        creationTimestamp; a resourceVersion in the body is refused, as in ``Create``
+        (``BeforeCreate`` requires it empty: "resourceVersion should not be set on
+        objects to be created")."""
+        body = await self._body_object(request, rtype)
+        meta = body.setdefault("metadata", {})
+        if rtype.namespaced:
+            if namespace is None:
+                raise _BadRequest("the namespace of the provided object does not match the namespace sent")
+            if meta.get("namespace") not in (None, namespace):
+                raise _BadRequest("the namespace of the provided object does not match the namespace sent")
+            meta["namespace"] = namespace
+        if meta.get("resourceVersion"):
+            raise _BadRequest("resourceVersion should not be set on objects to be created")
+        name = meta.get("name")
+        if not name:
+            return _status_response(
+                status_object(
+                    422,
+                    f'{rtype.kind}.{rtype.group} "" is invalid: metadata.name: Required value',
+                    reason="Invalid",
+                )
+            )
+        meta.pop("uid", None)
+        if self._key(rtype, name, namespace) in self._objects[rtype.key]:
+            return _status_response(
+                status_object(
+                    409,
+                    f'{rtype.plural}.{rtype.group} "{name}" already exists'
+                    if rtype.group
+                    else f'{rtype.plural} "{name}" already exists',
+                    reason="AlreadyExists",
+                    details={"name": name, "group": rtype.group, "kind": rtype.plural},
+                )
+            )
+        stored = self.add(rtype, body)
+        return web.Response(status=201, body=orjson.dumps(stored), content_type="application/json")
+
+    async def _update(
+        self, request: web.Request, rtype: ResourceType, namespace: str | None, name: str
+    ) -> web.Response:
+        """PUT of a whole object: optimistic concurrency on ``metadata.resourceVersion``
+        (store.go ``Update``: a stale one is ``errors.NewConflict`` "the object has been
+        modified; please apply your changes to the latest version and try again"). An
+        absent object is 404 here: Leases, like most resources, do not allow create on
+        update (``AllowCreateOnUpdate`` false). A PUT without a resourceVersion is an
+        unconditional update, as for these resources on a real server."""
+        body = await self._body_object(request, rtype)
+        meta = body.setdefault("metadata", {})
+        if meta.get("name") not in (None, name):
+            raise _BadRequest("the name of the object does not match the name on the URL")
+        key = self._key(rtype, name, namespace)
+        old = self._objects[rtype.key].get(key)
+        if old is None:
+            return _not_found(rtype, name)
+        wanted_rv = meta.get("resourceVersion")
+        if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
+            return _status_response(
+                status_object(
+                    409,
+                    f'Operation cannot be fulfilled on {rtype.plural}.{rtype.group} "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again",
+                    details={"name": name, "group": rtype.group, "kind": rtype.plural},
+                )
+            )
+        stored = self._replace(rtype, key, old, body)
+        return web.Response(body=orjson.dumps(stored), content_type="application/json")
 
     async def _patch(
         self, request: web.Request, rtype: ResourceType, namespace: str | None, name: str

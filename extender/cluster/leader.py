@@ -1,0 +1,470 @@
+"""Leader election for the parts that act on the cluster: one ``coordination.k8s.io/v1`` Lease.
+
+Several replicas of the extender answer ``/filter`` side by side (each from its own
+watch cache), but the requeuer's pod patches and the audit's per-pod warnings must come
+from one of them. They compete for a Lease with kubernetes-asyncio's own election
+(``kubernetes_asyncio.leaderelection``): its ``LeaderElection.acquire`` and
+``try_acquire_or_renew`` hold the record logic (a follower takes the Lease over once it
+has seen no change of the record for the lease duration; the holder renews). Around
+them this module adds what the library lacks against client-go's
+``tools/leaderelection/leaderelection.go``, each thinly:
+
+- ``LeaseLock``, on ``extender.cluster.api`` (the one way this project talks to the API
+  server), instead of the library's lock, which crashes on a fractional lease duration
+  (``int("1.5")``), writes local time labelled as UTC, logs an expected 409 with a stack
+  trace, does not keep ``leaseTransitions``, and sends its requests without a timeout.
+  Updates are PUTs carrying the read ``metadata.resourceVersion``: two candidates that
+  race get one success and one 409 Conflict from the API server.
+- The renew deadline bounds a renewal *including requests that hang* (client-go runs
+  each renewal under ``context.WithTimeout(ctx, RenewDeadline)``); the library checks
+  its deadline only between attempts, so a leader cut off from the API server would
+  keep acting for as long as its request hangs. Every single attempt is bounded too.
+- Stopping to act: when the renewal fails the leader's jobs are cancelled *and awaited*
+  before anything else happens. The library cancels its task without awaiting it, and
+  leaks it if the election itself is cancelled.
+- Release on shutdown (client-go's ``ReleaseOnCancel``, which kube-scheduler sets): a
+  leader stopped gracefully (SIGTERM, a rolling update) first stops acting, then writes
+  an empty holder, so a follower takes over at its next retry instead of after the
+  lease duration.
+- After losing the Lease the process campaigns again. kube-scheduler exits instead
+  (``klog.FlushAndExit``); here the replica keeps answering ``/filter`` and keeps its
+  caches warm, so a restart would only cost a cold cache.
+- The durations are checked as client-go checks them (``lease > renew > 1.2 x retry``,
+  each positive) by the settings; the library's ``Config`` also insists on at least one
+  second each, a unit slip of client-go's ``< 1`` (nanoseconds), which would forbid the
+  sub-second durations of tests, so ``Config`` is built without its checks.
+
+Not adopted from client-go: the acquire loop's jitter (``wait.JitterUntil`` with 1.2):
+with two or three replicas nothing contends enough to need it.
+
+Campaigning starts only once ``ready()`` holds (the caches the acting parts read are
+listed), as kube-scheduler waits for its informers before it runs the election
+(cmd/kube-scheduler/app/server.go), so a new leader never acts on a cold cache.
+
+The identity is the pod name (downward API ``POD_NAME``) or the hostname, plus ``_`` and
+a UUID per process, as kube-scheduler builds it (``id + "_" + string(uuid.NewUUID())``):
+two processes never share one, even on one host.
+
+Safety: a follower's clock starts when it sees the record change, so a leader that
+last renewed at ``t`` is taken over no earlier than ``t + lease``; that leader stops
+acting by ``t + retry + renew`` at the latest, which the settings keep below ``t + lease``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.leaderelection.electionconfig import Config
+from kubernetes_asyncio.leaderelection.leaderelection import LeaderElection
+from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
+from kubernetes_asyncio.leaderelection.resourcelock.baselock import BaseLock
+
+from extender.cluster.api import ApiError, request_json
+
+log = logging.getLogger("extender.leader")
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+LEASE = LEASES + "/{name}"
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def identity(environ: Mapping[str, str] | None = None, hostname: str | None = None) -> str:
+    """``<pod name or hostname>_<uuid>``: unique per process (kube-scheduler's form)."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("POD_NAME") or hostname or socket.gethostname()
+    return f"{base}_{uuid.uuid4()}"
+
+
+def own_namespace(environ: Mapping[str, str] | None = None, sa_file: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """The pod's namespace: ``POD_NAMESPACE``, else the service account's, else ``default``."""
+    environ = os.environ if environ is None else environ
+    if environ.get("POD_NAMESPACE"):
+        return environ["POD_NAMESPACE"]
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        text = Path(sa_file).read_text(encoding="utf-8").strip()
+        if text:
+            return text
+    return "default"
+
+
+def micro_time(text: str) -> str:
+    """A record time as the API's MicroTime (RFC 3339, UTC, microseconds).
+
+    The library stamps records with ``str(datetime.fromtimestamp(...))``: local time
+    without a zone (and without a fraction when it is zero); a record read back from
+    the server carries the server's own RFC 3339 text.
+    """
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # naive: the library's local time
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _library_error(status: int, reason: str) -> ApiException:
+    # LeaderElection.try_acquire_or_renew reads the Status code from the body.
+    error = ApiException(status=status, reason=reason)
+    error.body = orjson.dumps({"code": status})
+    return error
+
+
+class LeaseLock(BaseLock):
+    """The library's lock interface on a Lease, through ``extender.cluster.api``."""
+
+    def __init__(self, api: Any, name: str, namespace: str, identity: str, *, timeout: float) -> None:
+        super().__init__(name, namespace, identity)
+        self._api = api
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        # The Lease as last read or written: its resourceVersion is the update's precondition.
+        self.lease: dict[str, Any] | None = None
+
+    async def _send(self, method: str, path: str, body: Any = None, **params: str) -> Any:
+        return await request_json(
+            self._api,
+            method,
+            path,
+            path_params={"namespace": self.namespace, **params},
+            body=body,
+            content_type="application/json" if body is not None else None,
+            timeout=self._timeout,
+        )
+
+    async def get(
+        self, name: str, namespace: str
+    ) -> tuple[bool, LeaderElectionRecord] | tuple[bool, Exception] | tuple[bool, None]:
+        try:
+            lease = await self._send("GET", LEASE, name=name)
+        except ApiError as exc:
+            return False, _library_error(exc.status, exc.message)
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            return False, _library_error(0, f"{type(exc).__name__}: {exc}")
+        if not isinstance(lease, dict):
+            return False, _library_error(0, "the Lease is not an object")
+        self.lease = lease
+        return True, record_of(lease)
+
+    async def create(self, name: str, namespace: str, election_record: LeaderElectionRecord) -> bool:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": lease_spec(election_record, transitions=0),
+        }
+        return await self._write("POST", LEASES, body)
+
+    async def update(self, name: str, namespace: str, updated_record: LeaderElectionRecord) -> bool:
+        if self.lease is None:
+            return False
+        spec = self.lease.get("spec") or {}
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if spec.get("holderIdentity") != updated_record.holder_identity:
+            transitions += 1  # client-go counts every change of holder
+        body = {**self.lease, "spec": lease_spec(updated_record, transitions=transitions)}
+        return await self._write("PUT", LEASE, body, name=name)
+
+    async def release(self) -> bool:
+        """Give the Lease up: no holder, so the next candidate takes it at once.
+
+        client-go's ``release``: holder "", leaseDurationSeconds 1, both times now."""
+        if self.lease is None:
+            return False
+        spec = dict(self.lease.get("spec") or {})
+        if spec.get("holderIdentity") != self.identity:
+            return False
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        spec.update(holderIdentity="", leaseDurationSeconds=1, acquireTime=now, renewTime=now)
+        return await self._write("PUT", LEASE, {**self.lease, "spec": spec}, name=self.name)
+
+    async def _write(self, method: str, path: str, body: dict[str, Any], **params: str) -> bool:
+        try:
+            written = await self._send(method, path, body, **params)
+        except ApiError as exc:
+            # 409 (someone else wrote first) is the normal losing side of a race.
+            level = logging.DEBUG if exc.status == HTTPStatus.CONFLICT else logging.WARNING
+            log.log(level, "cannot write the Lease", extra={"status": exc.status, "error": exc.message})
+            return False
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            log.debug("cannot write the Lease", extra={"error": f"{type(exc).__name__}: {exc}"})
+            return False
+        if isinstance(written, dict):
+            self.lease = written
+        return True
+
+
+def record_of(lease: Mapping[str, Any]) -> LeaderElectionRecord:
+    """The library's record of a Lease; a missing or empty field is None (the library
+    then treats the Lease as free, as client-go does with an empty holder)."""
+    spec = lease.get("spec") or {}
+    duration = spec.get("leaseDurationSeconds")
+    return LeaderElectionRecord(
+        spec.get("holderIdentity") or None,
+        str(duration) if duration else None,
+        spec.get("acquireTime") or None,
+        spec.get("renewTime") or None,
+    )
+
+
+def lease_spec(record: LeaderElectionRecord, *, transitions: int) -> dict[str, Any]:
+    """A Lease spec from the library's record (whole seconds, rounded up, at least 1)."""
+    spec: dict[str, Any] = {
+        "holderIdentity": record.holder_identity or "",
+        "leaseDurationSeconds": max(1, math.ceil(float(record.lease_duration or 1))),
+        "leaseTransitions": transitions,
+    }
+    if record.acquire_time:
+        spec["acquireTime"] = micro_time(record.acquire_time)
+    if record.renew_time:
+        spec["renewTime"] = micro_time(record.renew_time)
+    return spec
+
+
+@dataclass(frozen=True)
+class ElectionOptions:
+    lease_name: str
+    namespace: str
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+
+
+class _UncheckedConfig(Config):
+    """The library's Config without its one-second minimums (see the module doc); the
+    settings check the durations as client-go does."""
+
+    def __init__(self, lock: BaseLock, options: ElectionOptions) -> None:
+        self.jitter_factor = 1.2
+        self.lock = lock
+        self.lease_duration = options.lease_duration
+        self.renew_deadline = options.renew_deadline
+        self.retry_period = options.retry_period
+        self.onstarted_leading = _unused
+        self.onstopped_leading = _unused
+
+
+async def _unused() -> None:  # pragma: no cover - run() is replaced, never calls back
+    return None
+
+
+class _Election(LeaderElection):
+    """One candidacy: the library's acquire and record logic, client-go's renew bound.
+
+    Deadlines are kept by waiting on the attempt, not by cancelling into it: aiohttp
+    turns a cancellation that meets its own timer into ``TimeoutError``, which the lock
+    reports as a failed attempt, and a deadline enforced by cancellation alone would
+    then be lost. An attempt past its deadline is cancelled and left to finish.
+    """
+
+    def __init__(self, config: Config, *, observe: Callable[[str], None]) -> None:
+        super().__init__(config)
+        self._observe = observe
+        self._abandoned: set[asyncio.Future[bool]] = set()
+
+    async def try_acquire_or_renew(self) -> bool:
+        return await self._attempt(self.election_config.renew_deadline)
+
+    async def _attempt(self, timeout: float) -> bool:
+        attempt = asyncio.ensure_future(super().try_acquire_or_renew())
+        try:
+            done, _ = await asyncio.wait({attempt}, timeout=timeout)
+        finally:
+            if not attempt.done():
+                attempt.cancel()
+                self._abandoned.add(attempt)
+                attempt.add_done_callback(self._abandoned.discard)
+        succeeded = False
+        if done and not attempt.cancelled():
+            error = attempt.exception()
+            if error is not None:
+                log.warning(
+                    "leader election attempt failed", extra={"error": f"{type(error).__name__}: {error}"}
+                )
+            else:
+                succeeded = attempt.result()
+        if self.observed_record is not None:
+            self._observe(self.observed_record.holder_identity or "")
+        return succeeded
+
+    async def renew_loop(self) -> None:
+        """Renew every retry period; return when no renewal has succeeded within the
+        renew deadline, counting requests that hang (client-go ``renew``)."""
+        config = self.election_config
+        loop = asyncio.get_running_loop()
+        while True:
+            deadline = loop.time() + config.renew_deadline
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return
+                if await self._attempt(remaining):
+                    break
+                if loop.time() + config.retry_period >= deadline:
+                    return
+                await asyncio.sleep(config.retry_period)
+            await asyncio.sleep(config.retry_period)
+
+
+class Leadership:
+    """Who leads, as this replica sees it, and the gate the acting jobs pass through."""
+
+    def __init__(self, identity: str, options: ElectionOptions) -> None:
+        self.identity = identity
+        self.options = options
+        self.holder = ""  # the holder last observed ("" before the first read, or none)
+        self._leading = False
+        self._changed = asyncio.Condition()
+        self._acting = 0
+
+    @property
+    def leading(self) -> bool:
+        return self._leading
+
+    def details(self) -> dict[str, Any]:
+        """For /readyz."""
+        return {
+            "identity": self.identity,
+            "leading": self._leading,
+            "holder": self.holder,
+            "lease": f"{self.options.namespace}/{self.options.lease_name}",
+        }
+
+    async def set_leading(self, leading: bool) -> None:
+        async with self._changed:
+            self._leading = leading
+            self._changed.notify_all()
+
+    async def _until(self, predicate: Callable[[], bool]) -> None:
+        async with self._changed:
+            await self._changed.wait_for(predicate)
+
+    async def quiet(self) -> None:
+        """Until no job acts any more."""
+        await self._until(lambda: self._acting == 0)
+
+    async def while_leading(self, job: Callable[[], Awaitable[None]]) -> None:
+        """Run ``job`` during every term this replica leads; cancel and await it when
+        the term ends. Never returns (cancel it)."""
+        while True:
+            await self._until(lambda: self._leading)
+            async with self._changed:
+                self._acting += 1
+            try:
+                await self._run_one_term(job)
+            finally:
+                async with self._changed:
+                    self._acting -= 1
+                    self._changed.notify_all()
+
+    async def _run_one_term(self, job: Callable[[], Awaitable[None]]) -> None:
+        task = asyncio.ensure_future(job())
+        lost = asyncio.ensure_future(self._until(lambda: not self._leading))
+        try:
+            await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done() and not lost.done():
+                task.result()  # a job that failed fails its owner
+                await lost  # a job that ended stays ended for this term
+        finally:
+            for pending in (task, lost):
+                pending.cancel()
+            await asyncio.gather(task, lost, return_exceptions=True)
+
+
+class LeaderElector:
+    """Campaigns for the Lease while the process runs; see the module doc."""
+
+    def __init__(
+        self,
+        api: Any,
+        leadership: Leadership,
+        *,
+        ready: Callable[[], bool] = lambda: True,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        options = leadership.options
+        self.leadership = leadership
+        self._ready = ready
+        self._on_change = on_change
+        # Requests time out at the renew deadline, as kube-scheduler's lock client does
+        # (resourcelock.NewFromKubeconfig with RenewDeadline, cmd/kube-scheduler/app/options).
+        self.lock = LeaseLock(
+            api, options.lease_name, options.namespace, leadership.identity, timeout=options.renew_deadline
+        )
+        self.terms = 0
+
+    def _observe(self, holder: str) -> None:
+        leadership = self.leadership
+        if holder != leadership.holder:
+            leadership.holder = holder
+            if holder and holder != leadership.identity:
+                log.info("leader elected", extra={"holder": holder, "lease": self._lease_name})
+
+    @property
+    def _lease_name(self) -> str:
+        options = self.leadership.options
+        return f"{options.namespace}/{options.lease_name}"
+
+    async def run(self) -> None:
+        """Campaign, lead, and campaign again after a lost term, until cancelled."""
+        options = self.leadership.options
+        while not self._ready():
+            await asyncio.sleep(min(options.retry_period, 0.05))
+        log.info(
+            "campaigning for leadership",
+            extra={"identity": self.leadership.identity, "lease": self._lease_name},
+        )
+        while True:
+            election = _Election(_UncheckedConfig(self.lock, options), observe=self._observe)
+            await election.acquire()
+            async with self._term():
+                await election.renew_loop()
+
+    @contextlib.asynccontextmanager
+    async def _term(self) -> AsyncIterator[None]:
+        leadership = self.leadership
+        self.terms += 1
+        log.info("started leading", extra={"identity": leadership.identity, "lease": self._lease_name})
+        await self._announce(True)
+        released = False
+        try:
+            yield
+        except asyncio.CancelledError:
+            # Shut down while leading: stop acting first, then hand the Lease on.
+            await self._announce(False)
+            released = await self._release()
+            log.info(
+                "stopped leading: shutting down",
+                extra={"identity": leadership.identity, "released": released},
+            )
+            raise
+        await self._announce(False)
+        log.warning(
+            "stopped leading: the Lease could not be renewed within the renew deadline",
+            extra={"identity": leadership.identity, "renewDeadline": leadership.options.renew_deadline},
+        )
+
+    async def _announce(self, leading: bool) -> None:
+        await self.leadership.set_leading(leading)
+        if not leading:
+            await self.leadership.quiet()  # the acting jobs have ended
+        if self._on_change is not None:
+            self._on_change(leading)
+
+    async def _release(self) -> bool:
+        try:
+            async with asyncio.timeout(self.leadership.options.retry_period):
+                return await self.lock.release()
+        except TimeoutError:
+            return False

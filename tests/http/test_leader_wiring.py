@@ -1,0 +1,183 @@
+"""``serve --leader-elect`` wiring: the election runs beside the app, /readyz names the
+holder, the leader gauge reads 1 on the leader, and without the flag nothing of it
+exists (no Lease request, no gauge, no readyz field)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from extender.cli import main
+from extender.http.serve import build_app
+from extender.settings import SettingsError, default_serve_settings
+from tests.support.apiserver import (
+    LEASES,
+    NODES,
+    RUNTIME_CLASSES,
+    FakeApiServer,
+    make_node,
+    make_runtime_class,
+)
+from tests.support.apps import ClientFactory, free_port
+from tests.support.paths import REPO
+from tests.support.waiting import eventually
+
+GAUGE = "runtimeclass_extender_leader"
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["flag-off", "flag-on"])
+async def test_leader_election_only_with_the_flag(
+    fake_apiserver: FakeApiServer,
+    fake_kubeconfig: Path,
+    aiohttp_client: ClientFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    enabled: bool,
+) -> None:
+    monkeypatch.setenv("POD_NAME", "extender-0")
+    fake_apiserver.add(NODES, make_node("n1"))
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor"))
+    settings = default_serve_settings(
+        kubeconfig=str(fake_kubeconfig),
+        requeue_pending_pods=True,
+        audit_running_pods=True,
+        leader_elect=enabled,
+        leader_elect_lease_namespace="runtimeclass-extender",
+        leader_elect_lease_duration=1.0,
+        leader_elect_renew_deadline=0.6,
+        leader_elect_retry_period=0.1,
+    )
+    app, _ = await build_app(settings)
+    client = await aiohttp_client(app)
+
+    async def ready() -> bool:
+        return (await client.get("/readyz")).status == 200
+
+    await eventually(ready, what="ready")
+    if enabled:
+
+        async def leading() -> bool:
+            body = await (await client.get("/readyz")).json()
+            return bool(body["leader"]["leading"])
+
+        await eventually(leading, what="leading")
+        body = await (await client.get("/readyz")).json()
+        leader = body["leader"]
+        assert leader["identity"].startswith("extender-0_") and leader["holder"] == leader["identity"]
+        assert leader["lease"] == "runtimeclass-extender/runtimeclass-extender"
+        lease = fake_apiserver.get(LEASES, "runtimeclass-extender", namespace="runtimeclass-extender")
+        assert lease is not None and lease["spec"]["holderIdentity"] == leader["identity"]
+        assert f"{GAUGE} 1.0" in await (await client.get("/metrics")).text()
+    else:
+        body = await (await client.get("/readyz")).json()
+        assert "leader" not in body
+        assert GAUGE not in await (await client.get("/metrics")).text()
+        assert not [r for r in fake_apiserver.requests if "/leases" in r.path]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"leader_elect_lease_duration": 10.0}, "must be greater than --leader-elect-renew-deadline"),
+        ({"leader_elect_renew_deadline": 2.0}, "must be greater than 1.2 x --leader-elect-retry-period"),
+    ],
+)
+def test_durations_are_checked_as_client_go_checks_them(overrides: dict[str, float], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        default_serve_settings(**overrides)
+
+
+def test_leader_elect_needs_a_live_cluster(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("apiVersion: v1\nkind: List\nitems: []\n")
+    assert main(["serve", "--port", "0", "--cluster-file", str(cluster), "--leader-elect"]) == 2
+    err = capsys.readouterr().err
+    assert "--leader-elect needs a live cluster" in err and "Traceback" not in err
+
+
+async def test_two_serve_processes_one_leader_and_a_sigterm_hands_over(
+    fake_apiserver: FakeApiServer, fake_kubeconfig: Path
+) -> None:
+    """Two real ``serve`` processes on one host: distinct identities, one leader; the
+    leader's SIGTERM releases the Lease and the other takes it over."""
+    fake_apiserver.add(NODES, make_node("n1"))
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNTIMECLASS_EXTENDER_")}
+    env.pop("POD_NAME", None)
+    processes: list[tuple[asyncio.subprocess.Process, int]] = []
+    try:
+        for _ in range(2):
+            port = free_port()
+            argv = [
+                "serve",
+                "--host=127.0.0.1",
+                f"--port={port}",
+                f"--kubeconfig={fake_kubeconfig}",
+                "--requeue-pending-pods",
+                "--leader-elect",
+                "--leader-elect-lease-namespace=runtimeclass-extender",
+                "--leader-elect-lease-duration=1",
+                "--leader-elect-renew-deadline=0.6",
+                "--leader-elect-retry-period=0.1",
+            ]
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "extender", *argv, cwd=REPO, env=env, stderr=asyncio.subprocess.PIPE
+            )
+            processes.append((process, port))
+        async with aiohttp.ClientSession() as session:
+
+            async def leader_field(port: int) -> dict[str, Any] | None:
+                try:
+                    async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                        body = await resp.json()
+                except (aiohttp.ClientError, ValueError):
+                    return None
+                leader = body.get("leader")
+                return leader if isinstance(leader, dict) else None
+
+            async def views() -> list[dict[str, Any] | None]:
+                return [await leader_field(port) for _, port in processes]
+
+            async def one_leader_both_agree() -> bool:
+                seen = await views()
+                if any(v is None for v in seen):
+                    return False
+                leading = [v for v in seen if v and v["leading"]]
+                return len(leading) == 1 and all(v and v["holder"] == leading[0]["identity"] for v in seen)
+
+            await eventually(one_leader_both_agree, timeout=30, what="one leader both agree on")
+            first, second = await views()
+            assert first and second and first["identity"] != second["identity"]
+            hostname = socket.gethostname()
+            assert first["identity"].startswith(hostname + "_") and second["identity"].startswith(
+                hostname + "_"
+            )
+            index = 0 if first["leading"] else 1
+            leader_process, _ = processes[index]
+            old = (first, second)[index]["identity"]
+            leader_process.terminate()
+            assert await leader_process.wait() == 0
+            _, other_port = processes[1 - index]
+
+            async def taken_over() -> bool:
+                view = await leader_field(other_port)
+                return bool(view and view["leading"])
+
+            await eventually(taken_over, timeout=10, what="the other process leads")
+            lease = fake_apiserver.get(LEASES, "runtimeclass-extender", namespace="runtimeclass-extender")
+            assert lease is not None and lease["spec"]["holderIdentity"] not in ("", old)
+            _, err = await leader_process.communicate()
+            # serve's shutdown order: the acting parts stop, then the Lease is released
+            # while the API client is still open.
+            assert b"stopped leading: shutting down" in err and b"released=True" in err
+    finally:
+        for process, _ in processes:
+            if process.returncode is None:
+                process.terminate()
+                await process.communicate()

@@ -1,0 +1,152 @@
+"""Replicas of the extender's acting parts over one test API server, as ``serve
+--leader-elect`` wires them: each with its own API connection (through a ``TcpProxy``,
+so one can be cut off alone), its own RuntimeClass watch, requeuer and/or auditor, and
+a ``LeaderElector`` on one shared Lease.
+
+Shared by tests/requeue/test_requeuer_ha.py, tests/audit/test_auditor_ha.py and
+bench/failover_bench.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from extender.audit.auditor import AuditOptions, Auditor
+from extender.cluster import kube
+from extender.cluster.leader import ElectionOptions, LeaderElector, Leadership, identity
+from extender.cluster.state import ClusterState
+from extender.cluster.watch import ClusterWatch, runtime_class_resource
+from extender.requeue.planner import REQUEUE_ANNOTATION, REVISION_ANNOTATION
+from extender.requeue.requeuer import RequeueOptions, Requeuer
+from extender.tasks import stop as stop_task
+from tests.support.apiserver import PODS, FakeApiServer
+from tests.support.proxy import TcpProxy
+from tests.support.reflectors import fast_reflector
+
+# Test-speed election: a follower takes over 1 s after the last renewal it saw.
+FAST_ELECTION = ElectionOptions(
+    lease_name="runtimeclass-extender",
+    namespace="runtimeclass-extender",
+    lease_duration=1.0,
+    renew_deadline=0.6,
+    retry_period=0.1,
+)
+FAST_REFLECTOR = fast_reflector(page_size=50)
+SCHED = "runtimeclass-scheduler"
+FAST_REQUEUE = RequeueOptions(
+    scheduler_names=(SCHED,),
+    window=0.1,
+    rate=200.0,
+    burst=20,
+    retry_initial=0.02,
+    retry_max=0.1,
+    request_timeout=0.5,
+    drain_timeout=0.5,
+    reflector=FAST_REFLECTOR,
+)
+
+
+@dataclass
+class Replica:
+    name: str
+    proxy: TcpProxy
+    api: Any
+    state: ClusterState
+    leadership: Leadership
+    requeuer: Requeuer | None
+    auditor: Auditor | None
+    registry: CollectorRegistry
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    stopped: bool = False
+
+    @property
+    def leading(self) -> bool:
+        return self.leadership.leading
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+    def synced(self) -> bool:
+        return (
+            self.state.runtime_classes.synced
+            and (self.requeuer is None or self.requeuer.pods.listed.is_set())
+            and (self.auditor is None or self.auditor.synced)
+        )
+
+    async def stop(self) -> None:
+        """Shut down as ``serve`` does: the acting parts (drained), then the election
+        (which releases the Lease), then the watch."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for task in self.tasks:
+            await stop_task(
+                task, drain=self.requeuer.drain if task.get_name() == "requeuer" and self.requeuer else None
+            )
+        await self.proxy.stop()
+        await self.api.close()
+
+
+async def start_replica(
+    server: FakeApiServer,
+    directory: Path,
+    name: str,
+    *,
+    requeue: RequeueOptions | None = FAST_REQUEUE,
+    audit: bool = False,
+    election: ElectionOptions = FAST_ELECTION,
+) -> Replica:
+    proxy = TcpProxy(server.host, server.port)
+    await proxy.start()
+    conn = await kube.connect(
+        kubeconfig=str(proxy.write_kubeconfig(directory / f"{name}.kubeconfig", server.token))
+    )
+    state = ClusterState()
+    leadership = Leadership(identity({"POD_NAME": name}), election)
+    registry = CollectorRegistry()
+    requeuer = (
+        Requeuer(conn.api, state, options=requeue, leadership=leadership) if requeue is not None else None
+    )
+    auditor = (
+        Auditor(conn.api, state, options=AuditOptions(reflector=FAST_REFLECTOR), leadership=leadership)
+        if audit
+        else None
+    )
+    if requeuer is not None:
+        requeuer.register_metrics(registry)
+    if auditor is not None:
+        auditor.register_metrics(registry)
+    resources = None if audit else (runtime_class_resource(),)
+    watch = ClusterWatch(
+        conn.api, state, options=FAST_REFLECTOR, **({"resources": resources} if resources else {})
+    )
+    replica = Replica(name, proxy, conn.api, state, leadership, requeuer, auditor, registry)
+    elector = LeaderElector(conn.api, leadership, ready=replica.synced)
+    # Stop order (the list's order): the acting parts, the election, the watch.
+    if auditor is not None:
+        replica.tasks.append(asyncio.create_task(auditor.run(), name="audit"))
+    if requeuer is not None:
+        replica.tasks.append(asyncio.create_task(requeuer.run(), name="requeuer"))
+    replica.tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
+    replica.tasks.append(asyncio.create_task(watch.run(), name="cluster-watch"))
+    return replica
+
+
+def nudges(server: FakeApiServer) -> dict[str, list[str]]:
+    """Per pod (namespace/name): the revision digests of the nudges applied, in order."""
+    applied: dict[str, list[str]] = {}
+    for event_type, obj, prev in server.changes(PODS):
+        if event_type != "MODIFIED" or prev is None:
+            continue
+        after = obj["metadata"].get("annotations") or {}
+        before = prev["metadata"].get("annotations") or {}
+        if after.get(REQUEUE_ANNOTATION) != before.get(REQUEUE_ANNOTATION):
+            key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            applied.setdefault(key, []).append(str(after.get(REVISION_ANNOTATION, "")))
+    return applied
