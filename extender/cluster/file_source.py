@@ -37,7 +37,10 @@ class ClusterFileError(ValueError):
     """The cluster file cannot be used; the message names the file and the item."""
 
 
-def _objects(documents: list[Any]) -> Iterator[tuple[str, Any]]:
+def document_objects(documents: list[Any]) -> Iterator[tuple[str, Any]]:
+    """Each object of decoded documents, with where it is ("document 1, item 0"):
+    single objects, and the items of a ``List`` or typed list (``NodeList``: its items
+    get the kind). Raises ClusterFileError for a document that is neither."""
     for doc_index, doc in enumerate(documents):
         if not isinstance(doc, dict):
             raise ClusterFileError(f"document {doc_index}: expected a Kubernetes object or List")
@@ -75,7 +78,7 @@ def _parse(text: str, *, with_pods: bool, selector_errors: SelectorErrorLog | No
     pods: dict[str, ScheduledPod] = {}
     intern = TolerationInterner()
     expected = "Node, RuntimeClass or Pod" if with_pods else "Node or RuntimeClass"
-    for where, obj in _objects(documents):
+    for where, obj in document_objects(documents):
         if not isinstance(obj, dict):
             raise ClusterFileError(f"{where}: expected an object")
         kind = obj.get("kind")

@@ -1,9 +1,10 @@
-"""Operator commands: ``explain``, ``classes``, ``replay`` and ``audit`` (also the kubectl plugin).
+"""Operator commands: ``explain``, ``classes``, ``replay``, ``audit`` and ``check`` (also the kubectl plugin).
 
-``runtimeclass-extender explain|classes|replay|audit`` and ``kubectl runtimeclass
-explain|classes|replay|audit`` (the ``kubectl-runtimeclass`` executable) share these
+``runtimeclass-extender explain|classes|replay|audit|check`` and ``kubectl runtimeclass
+explain|classes|replay|audit|check`` (the ``kubectl-runtimeclass`` executable) share these
 parsers, registered here; ``replay`` lives in ``extender.tools.replay``, ``audit`` in
-``extender.tools.audit``, what they read in ``extender.tools.inputs``.
+``extender.tools.audit``, ``check`` in ``extender.tools.check``, what they read in
+``extender.tools.inputs``.
 Each command reads its inputs (a cluster file or a one-shot LIST of a live cluster, a
 pod file, capture files), hands them to the pure modules (``extender.explain``,
 ``extender.capture.replay``) and prints. Problems the user can fix print one line on stderr
@@ -31,6 +32,7 @@ from extender.filtering import decide
 from extender.policy_file import load_policy
 from extender.protocol import ExtenderArgs
 from extender.tools.audit import add_audit_command
+from extender.tools.check import add_check_command
 from extender.tools.inputs import (
     add_cluster_arguments,
     add_output_argument,
@@ -189,7 +191,7 @@ def add_filter_command(commands: Any, *, prog: str = "runtimeclass-extender") ->
 
 
 def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> None:
-    """Register explain, classes, replay and audit on an argparse subparsers object."""
+    """Register explain, classes, replay, audit and check on an argparse subparsers object."""
     exp = commands.add_parser(
         "explain",
         help="which nodes can run a RuntimeClass (or a pod), and why not the others",
@@ -229,6 +231,9 @@ def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> 
 
     # Running pods on nodes that no longer fit their RuntimeClass (extender.tools.audit).
     add_audit_command(commands, prog=prog)
+
+    # RuntimeClass manifests judged before they reach a cluster (extender.tools.check).
+    add_check_command(commands, prog=prog)
 
 
 def build_kubectl_parser() -> argparse.ArgumentParser:
