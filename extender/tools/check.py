@@ -236,8 +236,9 @@ def add_check_command(commands: Any, *, prog: str) -> None:
     """Register ``check`` on an argparse subparsers object."""
     parser = commands.add_parser(
         "check",
-        help="judge RuntimeClass manifests as the API server and the admission webhook would (exit 1 on a "
-        "denial, 2 on bad input)",
+        # No "server" here: the plugin's command list must not look like it offers `serve`.
+        help="judge RuntimeClass manifests before kubectl apply, as the admission webhook would (exit 1 on "
+        "a denial, 2 on bad input)",
         description="Read RuntimeClass manifests (files, directories recursively, - for standard input; "
         "multi-document YAML, JSON, Lists; other kinds are skipped with a note) and judge each: what the API "
         "server would refuse in the fields the extender reads (unknown fields, enum values, label and name "
