@@ -28,7 +28,7 @@ from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
 from extender.cluster.pods import ScheduledPod, TolerationInterner, scheduled_pod_from_api
 from extender.cluster.state import ClusterState
-from extender.cluster.validation import describe_problems, object_problems, object_reference
+from extender.cluster.validation import LabelMemo, describe_problems, object_problems, object_reference
 from extender.documents import DocumentError, load_documents
 from policies.objects import NodeView, RuntimeClassView
 
@@ -77,6 +77,7 @@ def _parse(text: str, *, with_pods: bool, selector_errors: SelectorErrorLog | No
     classes: dict[str, RuntimeClassView] = {}
     pods: dict[str, ScheduledPod] = {}
     intern = TolerationInterner()
+    label_memo = LabelMemo()
     expected = "Node, RuntimeClass or Pod" if with_pods else "Node or RuntimeClass"
     for where, obj in document_objects(documents):
         if not isinstance(obj, dict):
@@ -105,7 +106,7 @@ def _parse(text: str, *, with_pods: bool, selector_errors: SelectorErrorLog | No
         except ObjectError as exc:
             raise ClusterFileError(f"{where}: {exc}") from None
         # After the parse, which has checked the types this walk relies on.
-        if problems := object_problems(obj):
+        if problems := object_problems(obj, label_memo):
             raise ClusterFileError(f"{where}: {object_reference(obj)}: {describe_problems(problems)}")
     return ClusterContents(list(nodes.values()), list(classes.values()), list(pods.values()))
 

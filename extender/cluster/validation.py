@@ -49,7 +49,8 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final
 
 import orjson
@@ -57,6 +58,7 @@ import orjson
 from policies.tolerations import parse_go_int64
 
 __all__ = [
+    "LabelMemo",
     "Problem",
     "describe_problems",
     "object_problems",
@@ -78,30 +80,32 @@ class Problem:
 # --- the fields of each part (k8s.io/api core/v1, node/v1, meta/v1 types.go) ----------
 
 _TYPE_FIELDS: Final = ("apiVersion", "kind")
-_OBJECT_META: Final = (
-    "name",
-    "generateName",
-    "namespace",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "managedFields",
+_OBJECT_META: Final = frozenset(
+    (
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    )
 )
-_RUNTIME_CLASS: Final = (*_TYPE_FIELDS, "metadata", "handler", "overhead", "scheduling")
-_SCHEDULING: Final = ("nodeSelector", "tolerations")
-_OVERHEAD: Final = ("podFixed",)
-_TOLERATION: Final = ("key", "operator", "value", "effect", "tolerationSeconds")
-_TAINT: Final = ("key", "value", "effect", "timeAdded")
-_WITH_SPEC_AND_STATUS: Final = (*_TYPE_FIELDS, "metadata", "spec", "status")
-_RUNTIME_HANDLER: Final = ("name", "features")
+_RUNTIME_CLASS: Final = frozenset((*_TYPE_FIELDS, "metadata", "handler", "overhead", "scheduling"))
+_SCHEDULING: Final = frozenset(("nodeSelector", "tolerations"))
+_OVERHEAD: Final = frozenset(("podFixed",))
+_TOLERATION: Final = frozenset(("key", "operator", "value", "effect", "tolerationSeconds"))
+_TAINT: Final = frozenset(("key", "value", "effect", "timeAdded"))
+_WITH_SPEC_AND_STATUS: Final = frozenset((*_TYPE_FIELDS, "metadata", "spec", "status"))
+_RUNTIME_HANDLER: Final = frozenset(("name", "features"))
 # Open parts: only these (read) fields are guarded against near misses.
 _NODE_SPEC_READ: Final = ("taints",)
 _NODE_STATUS_READ: Final = ("runtimeHandlers",)
@@ -124,6 +128,13 @@ _OPERATORS: Final = ("Equal", "Exists", "Lt", "Gt")
 _LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# The common case in one match (a cluster file has a dozen labels per node): a valid
+# label key, the optional prefix in group 1 and the name in group 2. ASCII only, so
+# len() counts bytes. The messages come from the step-by-step checks below.
+_QUALIFIED_NAME = re.compile(
+    r"(?:([a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*)/)?"
+    r"([A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)"
+)
 _LABEL_MAX: Final = 63
 _SUBDOMAIN_MAX: Final = 253
 _LABEL_NAME_MSG: Final = (
@@ -198,6 +209,19 @@ def label_key_errors(key: str) -> list[str]:
     return errors
 
 
+def valid_label_key(key: str) -> bool:
+    match = _QUALIFIED_NAME.fullmatch(key)
+    return (
+        match is not None
+        and len(match.group(2)) <= _LABEL_MAX
+        and (match.group(1) is None or len(match.group(1)) <= _SUBDOMAIN_MAX)
+    )
+
+
+def valid_label_value(value: str) -> bool:
+    return not value or (len(value) <= _LABEL_MAX and _LABEL_NAME.fullmatch(value) is not None)
+
+
 def label_value_errors(value: str) -> list[str]:
     """IsValidLabelValue: empty, or a name of at most 63 characters."""
     errors = []
@@ -233,7 +257,7 @@ def _key_path(path: str, key: str) -> str:
 def _did_you_mean(key: str, known: Collection[str]) -> str | None:
     """The known field ``key`` most likely stands for: the same in another case, else
     the closest spelling (difflib), if any is close."""
-    by_lower = {field.lower(): field for field in known}
+    by_lower = {name.lower(): name for name in known}
     if key.lower() in by_lower:
         return by_lower[key.lower()]
     close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.75)
@@ -260,9 +284,14 @@ def _stem(field: str) -> str:
     return field.lower().removesuffix("s")
 
 
-def _near_misses(obj: Mapping[str, Any], path: str, read: Collection[str]) -> list[Problem]:
-    """Keys of an open part that are a read field in another case or number."""
-    by_stem = {_stem(field): field for field in read}
+def _stems(read: Collection[str]) -> Mapping[str, str]:
+    return MappingProxyType({_stem(name): name for name in read})
+
+
+def _near_misses(obj: Mapping[str, Any], path: str, by_stem: Mapping[str, str]) -> list[Problem]:
+    """Keys of an open part that are a read field (``by_stem``'s values) in another case
+    or number."""
+    read = by_stem.values()
     return [
         _unknown(path, key, by_stem[_stem(key)]) for key in obj if key not in read and _stem(key) in by_stem
     ]
@@ -297,24 +326,41 @@ def _str(value: Any) -> str | None:
 # --- the parts -------------------------------------------------------------------------
 
 
-def _labels(labels: Mapping[str, Any], path: str) -> list[Problem]:
+@dataclass(slots=True)
+class LabelMemo:
+    """Label keys and values already found valid, for one file: every node of a cluster
+    carries the same keys and mostly the same values (zones, instance types, pools),
+    and the labels are most of the checking. Sized by the file, dropped with it."""
+
+    keys: set[str] = field(default_factory=set)
+    values: set[str] = field(default_factory=set)
+
+
+def _labels(labels: Mapping[str, Any], path: str, memo: LabelMemo) -> list[Problem]:
     """ValidateLabels: each key a qualified name, each value a label value."""
     problems: list[Problem] = []
+    good_keys, good_values = memo.keys, memo.values
     for key, value in labels.items():
-        problems += _invalid(_key_path(path, key), key, label_key_errors(key))
-        if isinstance(value, str):
-            problems += _invalid(_key_path(path, key), value, label_value_errors(value))
+        if key not in good_keys:
+            if valid_label_key(key):
+                good_keys.add(key)
+            else:
+                problems += _invalid(_key_path(path, key), key, label_key_errors(key))
+        if isinstance(value, str) and value not in good_values:
+            if valid_label_value(value):
+                good_values.add(value)
+            else:
+                problems += _invalid(_key_path(path, key), value, label_value_errors(value))
     return problems
 
 
-def _metadata(obj: Mapping[str, Any], *, name_is: str = "subdomain") -> list[Problem]:
+def _metadata(obj: Mapping[str, Any], memo: LabelMemo) -> list[Problem]:
     metadata = _dict(obj.get("metadata"))
     problems = _closed(metadata, "metadata", _OBJECT_META)
     name = _str(metadata.get("name"))
-    if name:
-        check = dns_label_errors if name_is == "label" else dns_subdomain_errors
-        problems += _invalid("metadata.name", name, check(name))
-    problems += _labels(_dict(metadata.get("labels")), "metadata.labels")
+    if name and not (len(name) <= _SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(name)):
+        problems += _invalid("metadata.name", name, dns_subdomain_errors(name))
+    problems += _labels(_dict(metadata.get("labels")), "metadata.labels", memo)
     return problems
 
 
@@ -414,17 +460,17 @@ def _quantity(path: str, value: Any) -> list[Problem]:
     return []
 
 
-def runtime_class_problems(obj: Mapping[str, Any]) -> list[Problem]:
+def runtime_class_problems(obj: Mapping[str, Any], memo: LabelMemo) -> list[Problem]:
     problems = _api_version(obj, "RuntimeClass")
     problems += _closed(obj, "", _RUNTIME_CLASS, _RUNTIME_CLASS_MOVED)
-    problems += _metadata(obj)
+    problems += _metadata(obj, memo)
     handler = _str(obj.get("handler"))
     if handler is not None:
         # NameIsDNSLabel(handler): the CRI's handler name must be a DNS label.
         problems += _invalid("handler", handler, dns_label_errors(handler))
     scheduling = _dict(obj.get("scheduling"))
     problems += _closed(scheduling, "scheduling", _SCHEDULING)
-    problems += _labels(_dict(scheduling.get("nodeSelector")), "scheduling.nodeSelector")
+    problems += _labels(_dict(scheduling.get("nodeSelector")), "scheduling.nodeSelector", memo)
     problems += tolerations_problems(
         _list(scheduling.get("tolerations")), "scheduling.tolerations", unique=True
     )
@@ -437,43 +483,48 @@ def runtime_class_problems(obj: Mapping[str, Any]) -> list[Problem]:
     return problems
 
 
-def node_problems(obj: Mapping[str, Any]) -> list[Problem]:
+def node_problems(obj: Mapping[str, Any], memo: LabelMemo) -> list[Problem]:
     problems = _api_version(obj, "Node")
     problems += _closed(obj, "", _WITH_SPEC_AND_STATUS)
-    problems += _metadata(obj)
+    problems += _metadata(obj, memo)
     spec = _dict(obj.get("spec"))
-    problems += _near_misses(spec, "spec", _NODE_SPEC_READ)
+    problems += _near_misses(spec, "spec", _NODE_SPEC_STEMS)
     problems += _taints(_list(spec.get("taints")), "spec.taints")
     status = _dict(obj.get("status"))
-    problems += _near_misses(status, "status", _NODE_STATUS_READ)
+    problems += _near_misses(status, "status", _NODE_STATUS_STEMS)
     for index, handler in enumerate(_list(status.get("runtimeHandlers"))):
         if isinstance(handler, dict):
             problems += _closed(handler, f"status.runtimeHandlers[{index}]", _RUNTIME_HANDLER)
     return problems
 
 
-def pod_problems(obj: Mapping[str, Any]) -> list[Problem]:
+def pod_problems(obj: Mapping[str, Any], memo: LabelMemo) -> list[Problem]:
     problems = _api_version(obj, "Pod")
     problems += _closed(obj, "", _WITH_SPEC_AND_STATUS)
-    problems += _metadata(obj)
+    problems += _metadata(obj, memo)
     spec = _dict(obj.get("spec"))
-    problems += _near_misses(spec, "spec", _POD_SPEC_READ)
-    for field in ("runtimeClassName", "nodeName"):
-        value = _str(spec.get(field))
+    problems += _near_misses(spec, "spec", _POD_SPEC_STEMS)
+    for name in ("runtimeClassName", "nodeName"):
+        value = _str(spec.get(name))
         if value:
-            problems += _invalid(f"spec.{field}", value, dns_subdomain_errors(value))
+            problems += _invalid(f"spec.{name}", value, dns_subdomain_errors(value))
     problems += tolerations_problems(_list(spec.get("tolerations")), "spec.tolerations")
     return problems
 
 
+_NODE_SPEC_STEMS: Final = _stems(_NODE_SPEC_READ)
+_NODE_STATUS_STEMS: Final = _stems(_NODE_STATUS_READ)
+_POD_SPEC_STEMS: Final = _stems(_POD_SPEC_READ)
+
 _BY_KIND = {"RuntimeClass": runtime_class_problems, "Node": node_problems, "Pod": pod_problems}
 
 
-def object_problems(obj: Mapping[str, Any]) -> list[Problem]:
+def object_problems(obj: Mapping[str, Any], memo: LabelMemo | None = None) -> list[Problem]:
     """What the API server would refuse in ``obj`` (a Node, RuntimeClass or Pod as API
-    JSON, already accepted by the parsing models), in field order; [] for other kinds."""
+    JSON, already accepted by the parsing models), in field order; [] for other kinds.
+    Pass one ``memo`` for all the objects of a file."""
     check = _BY_KIND.get(str(obj.get("kind")))
-    return check(obj) if check is not None else []
+    return check(obj, memo if memo is not None else LabelMemo()) if check is not None else []
 
 
 def object_reference(obj: Mapping[str, Any]) -> str:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from extender.cluster.file_source import ClusterFileError, load_cluster_file, load_cluster_file_with_pods
 from extender.cluster.snapshot import list_cluster
@@ -26,6 +28,8 @@ from extender.cluster.validation import (
     dns_subdomain_errors,
     label_key_errors,
     label_value_errors,
+    valid_label_key,
+    valid_label_value,
 )
 from tests.support.apiserver.server import NODES, RUNTIME_CLASSES, FakeApiServer
 
@@ -490,7 +494,7 @@ def test_pod_fields_the_extender_does_not_read_are_accepted(tmp_path: Path) -> N
         "k8s.io/" + "a" * 63,
     ],
 )
-def test_valid_label_keys(key: str) -> None:
+def testvalid_label_keys(key: str) -> None:
     assert label_key_errors(key) == []
 
 
@@ -515,7 +519,7 @@ def test_invalid_label_keys(key: str) -> None:
 
 
 @pytest.mark.parametrize("value", ["", "simple", "now-with-dashes", "1-starts-with-num", "a" * 63, "A.b_c"])
-def test_valid_label_values(value: str) -> None:
+def testvalid_label_values(value: str) -> None:
     assert label_value_errors(value) == []
 
 
@@ -572,3 +576,17 @@ def test_watch_modules_do_not_import_the_validation() -> None:
         tree = ast.parse(inspect.getsource(module))
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert "extender.cluster.validation" not in imported, module.__name__
+
+
+@given(st.text(alphabet="aZ09-_./é ", max_size=80))
+def test_the_fast_label_checks_agree_with_the_step_by_step_ones(text: str) -> None:
+    # The one-match fast paths decide; the step-by-step checks word the message.
+    assert valid_label_key(text) == (label_key_errors(text) == [])
+    assert valid_label_value(text) == (label_value_errors(text) == [])
+
+
+@pytest.mark.parametrize("length", [62, 63, 64])
+def test_the_fast_label_checks_at_the_length_limits(length: int) -> None:
+    for text in ("a" * length, "example.com/" + "a" * length, "a" * (length + 190) + "/x"):
+        assert valid_label_key(text) == (label_key_errors(text) == [])
+    assert valid_label_value("a" * length) == (length <= 63)
