@@ -33,6 +33,7 @@ What is checked, mirroring kubernetes/kubernetes:
   and its name a DNS-1123 subdomain (pkg/apis/node/validation/validation.go,
   ``ValidateRuntimeClass``); node names and a pod's ``runtimeClassName``/``nodeName``
   are DNS-1123 subdomains (content/dns.go); ``overhead.podFixed`` quantities parse.
+  The label and name checks are ``policies.node_affinity``'s, which the annotation uses.
 
 Objects from the API server are not checked again: the API server validated them, and
 the watch must stay fast. Types (a label that is not a string, a missing ``handler``)
@@ -55,6 +56,7 @@ from typing import Any, Final
 
 import orjson
 
+from policies.node_affinity import label_key_errors, label_value_errors, node_name_errors
 from policies.tolerations import parse_go_int64
 
 __all__ = [
@@ -123,93 +125,47 @@ _API_VERSIONS: Final = {"RuntimeClass": "node.k8s.io/v1", "Node": "v1", "Pod": "
 _EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _OPERATORS: Final = ("Equal", "Exists", "Lt", "Gt")
 
-# --- syntax (content/kube.go, content/dns.go) ------------------------------------------
+# --- syntax ----------------------------------------------------------------------------
+# The messages are policies.node_affinity's (the annotation's label keys and values are
+# checked there, by the same rules); this module adds the DNS label of a handler and a
+# fast path for the many labels of a cluster file.
 
 _LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-# The common case in one match (a cluster file has a dozen labels per node): a valid
-# label key, the optional prefix in group 1 and the name in group 2. ASCII only, so
-# len() counts bytes. The messages come from the step-by-step checks below.
+# A valid label key in one match (a cluster file has a dozen labels per node): the
+# optional DNS subdomain prefix in group 1, the name in group 2. ASCII only, so len()
+# counts bytes, as Go's does.
 _QUALIFIED_NAME = re.compile(
     r"(?:([a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*)/)?"
     r"([A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)"
 )
 _LABEL_MAX: Final = 63
 _SUBDOMAIN_MAX: Final = 253
-_LABEL_NAME_MSG: Final = (
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-    "alphanumeric character"
-)
-_LABEL_VALUE_MSG: Final = (
-    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-    "and must start and end with an alphanumeric character"
-)
 _DNS_LABEL_MSG: Final = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
     "start and end with an alphanumeric character"
-)
-_DNS_SUBDOMAIN_MSG: Final = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-    "and must start and end with an alphanumeric character"
 )
 # resource.Quantity (staging/src/k8s.io/apimachinery/pkg/api/resource/quantity.go): a
 # decimal number, then a binary suffix, a decimal suffix or an exponent.
 _QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
 
-
-def _bytes(text: str) -> int:
-    # Go's len() counts bytes.
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def dns_subdomain_errors(value: str) -> list[str]:
-    """IsDNS1123Subdomain."""
-    errors = []
-    if _bytes(value) > _SUBDOMAIN_MAX:
-        errors.append(f"must be no more than {_SUBDOMAIN_MAX} bytes")
-    if not _DNS_SUBDOMAIN.fullmatch(value):
-        errors.append(_DNS_SUBDOMAIN_MSG)
-    return errors
+# IsDNS1123Subdomain (content/dns.go): metadata.name, a pod's runtimeClassName and nodeName.
+dns_subdomain_errors = node_name_errors
 
 
 def dns_label_errors(value: str) -> list[str]:
-    """IsDNS1123Label: a valid subdomain that is not a label can only hold dots."""
+    """IsDNS1123Label (content/dns.go): a valid subdomain that is not a label can only
+    hold dots."""
     errors = []
-    if _bytes(value) > _LABEL_MAX:
-        errors.append(f"must be no more than {_LABEL_MAX} bytes")
+    if len(value) > _LABEL_MAX:
+        errors.append(f"must be no more than {_LABEL_MAX} characters")
     if not _DNS_LABEL.fullmatch(value):
-        errors.append("must not contain dots" if _DNS_SUBDOMAIN.fullmatch(value) else _DNS_LABEL_MSG)
-    return errors
-
-
-def label_key_errors(key: str) -> list[str]:
-    """IsQualifiedName (content.IsLabelKey): an optional DNS subdomain prefix and "/",
-    then a name of at most 63 characters."""
-    parts = key.split("/")
-    if len(parts) > 2:
-        return [
-            f"a valid label key {_LABEL_NAME_MSG} with an optional DNS subdomain prefix and '/' "
-            "(e.g. 'example.com/MyName')"
-        ]
-    errors = []
-    name = parts[-1]
-    if len(parts) == 2:
-        prefix = parts[0]
-        if not prefix:
-            errors.append("prefix part must be non-empty")
-        else:
-            errors.extend(f"prefix part {message}" for message in dns_subdomain_errors(prefix))
-    if not name:
-        errors.append("name part must be non-empty")
-    elif _bytes(name) > _LABEL_MAX:
-        errors.append(f"name part must be no more than {_LABEL_MAX} bytes")
-    if not _LABEL_NAME.fullmatch(name):
-        errors.append(f"name part {_LABEL_NAME_MSG}")
+        errors.append("must not contain dots" if not dns_subdomain_errors(value) else _DNS_LABEL_MSG)
     return errors
 
 
 def valid_label_key(key: str) -> bool:
+    """``label_key_errors(key) == []``, in one match."""
     match = _QUALIFIED_NAME.fullmatch(key)
     return (
         match is not None
@@ -219,17 +175,8 @@ def valid_label_key(key: str) -> bool:
 
 
 def valid_label_value(value: str) -> bool:
+    """``label_value_errors(value) == []``, in one match."""
     return not value or (len(value) <= _LABEL_MAX and _LABEL_NAME.fullmatch(value) is not None)
-
-
-def label_value_errors(value: str) -> list[str]:
-    """IsValidLabelValue: empty, or a name of at most 63 characters."""
-    errors = []
-    if _bytes(value) > _LABEL_MAX:
-        errors.append(f"must be no more than {_LABEL_MAX} bytes")
-    if value and not _LABEL_NAME.fullmatch(value):
-        errors.append(_LABEL_VALUE_MSG)
-    return errors
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -358,7 +305,7 @@ def _metadata(obj: Mapping[str, Any], memo: LabelMemo) -> list[Problem]:
     metadata = _dict(obj.get("metadata"))
     problems = _closed(metadata, "metadata", _OBJECT_META)
     name = _str(metadata.get("name"))
-    if name and not (len(name) <= _SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(name)):
+    if name:
         problems += _invalid("metadata.name", name, dns_subdomain_errors(name))
     problems += _labels(_dict(metadata.get("labels")), "metadata.labels", memo)
     return problems
@@ -460,10 +407,19 @@ def _quantity(path: str, value: Any) -> list[Problem]:
     return []
 
 
+def _top_level(
+    obj: Mapping[str, Any],
+    kind: str,
+    fields: Collection[str],
+    memo: LabelMemo,
+    moved: Mapping[str, str] | None = None,
+) -> list[Problem]:
+    """apiVersion, the top-level fields and metadata: alike for every kind."""
+    return _api_version(obj, kind) + _closed(obj, "", fields, moved) + _metadata(obj, memo)
+
+
 def runtime_class_problems(obj: Mapping[str, Any], memo: LabelMemo) -> list[Problem]:
-    problems = _api_version(obj, "RuntimeClass")
-    problems += _closed(obj, "", _RUNTIME_CLASS, _RUNTIME_CLASS_MOVED)
-    problems += _metadata(obj, memo)
+    problems = _top_level(obj, "RuntimeClass", _RUNTIME_CLASS, memo, _RUNTIME_CLASS_MOVED)
     handler = _str(obj.get("handler"))
     if handler is not None:
         # NameIsDNSLabel(handler): the CRI's handler name must be a DNS label.
@@ -484,9 +440,7 @@ def runtime_class_problems(obj: Mapping[str, Any], memo: LabelMemo) -> list[Prob
 
 
 def node_problems(obj: Mapping[str, Any], memo: LabelMemo) -> list[Problem]:
-    problems = _api_version(obj, "Node")
-    problems += _closed(obj, "", _WITH_SPEC_AND_STATUS)
-    problems += _metadata(obj, memo)
+    problems = _top_level(obj, "Node", _WITH_SPEC_AND_STATUS, memo)
     spec = _dict(obj.get("spec"))
     problems += _near_misses(spec, "spec", _NODE_SPEC_STEMS)
     problems += _taints(_list(spec.get("taints")), "spec.taints")
@@ -499,9 +453,7 @@ def node_problems(obj: Mapping[str, Any], memo: LabelMemo) -> list[Problem]:
 
 
 def pod_problems(obj: Mapping[str, Any], memo: LabelMemo) -> list[Problem]:
-    problems = _api_version(obj, "Pod")
-    problems += _closed(obj, "", _WITH_SPEC_AND_STATUS)
-    problems += _metadata(obj, memo)
+    problems = _top_level(obj, "Pod", _WITH_SPEC_AND_STATUS, memo)
     spec = _dict(obj.get("spec"))
     problems += _near_misses(spec, "spec", _POD_SPEC_STEMS)
     for name in ("runtimeClassName", "nodeName"):

@@ -214,9 +214,9 @@ REFUSED = [
     ),
     pytest.param(
         runtime_class("scheduling:\n  nodeSelector: {'a/b/c': x}\n"),
-        'runtimeclass/gvisor: scheduling.nodeSelector[a/b/c]: Invalid value: "a/b/c": a valid label key must '
-        "consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
-        "character with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+        'runtimeclass/gvisor: scheduling.nodeSelector[a/b/c]: Invalid value: "a/b/c": a label key has at most '
+        "one '/' (prefix/name), must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+        "end with an alphanumeric character in the name part",
         id="selector-key-two-slashes",
     ),
     pytest.param(
@@ -234,7 +234,7 @@ REFUSED = [
     pytest.param(
         runtime_class(f"scheduling:\n  nodeSelector: {{zone: {'a' * 70}}}\n"),
         f'runtimeclass/gvisor: scheduling.nodeSelector[zone]: Invalid value: "{"a" * 61}...": must be no '
-        "more than 63 bytes",
+        "more than 63 characters",
         id="selector-value-too-long",
     ),
     pytest.param(
@@ -534,11 +534,11 @@ def test_invalid_label_values(value: str) -> None:
 def test_dns_names() -> None:
     assert dns_label_errors("runsc") == [] and dns_label_errors("kata-qemu") == []
     assert dns_label_errors("a.b") == ["must not contain dots"]
-    assert dns_label_errors("a" * 64) == ["must be no more than 63 bytes"]
+    assert dns_label_errors("a" * 64) == ["must be no more than 63 characters"]
     assert dns_label_errors("-a") == [DNS_LABEL_MSG]
     assert dns_subdomain_errors("a.b-c.d") == []
     assert dns_subdomain_errors("a..b") == [DNS_SUBDOMAIN_MSG]
-    assert dns_subdomain_errors(".".join(["a" * 63] * 4)) == ["must be no more than 253 bytes"]
+    assert dns_subdomain_errors(".".join(["a" * 63] * 4)) == ["must be no more than 253 characters"]
 
 
 async def test_live_objects_are_not_validated_again(
