@@ -15,6 +15,8 @@ tests show a live LIST keeping what a file refuses.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -590,3 +592,21 @@ def test_the_fast_label_checks_at_the_length_limits(length: int) -> None:
     for text in ("a" * length, "example.com/" + "a" * length, "a" * (length + 190) + "/x"):
         assert valid_label_key(text) == (label_key_errors(text) == [])
     assert valid_label_value("a" * length) == (length <= 63)
+
+
+def test_serve_refuses_the_file_at_start(tmp_path: Path) -> None:
+    """The issue's own example, end to end: one line, exit status 2, nothing served."""
+    bad = write(tmp_path, runtime_class("scheduling:\n  nodeselector: {a: b}\n"))
+    command = Path(sys.executable).parent / "runtimeclass-extender"
+    done = subprocess.run(
+        [str(command), "serve", "--cluster-file", str(bad), "--port", "0", "--host", "127.0.0.1"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"runtimeclass-extender: error: {bad}: document 0: runtimeclass/gvisor: scheduling.nodeselector: "
+        "unknown field (did you mean nodeSelector?)\n"
+    )
