@@ -184,9 +184,7 @@ class Entry:
             return Verdict(True)
         return Verdict(False, reason, unresolvable=name not in self.resolvable)
 
-    def whole_cluster(
-        self, names: list[str], requested: set[str]
-    ) -> tuple[list[str], WholeCluster] | None:
+    def whole_cluster(self, names: list[str], requested: set[str]) -> tuple[list[str], WholeCluster] | None:
         """Passing names (in request order) and the prebuilt failures when ``names``
         (whose set is ``requested``) are exactly the cached nodes, each once; else None."""
         if self.resolvable or not len(names) == len(requested) == len(self.outcome):

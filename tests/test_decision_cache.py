@@ -401,7 +401,9 @@ def test_whole_cluster_answer_is_rebuilt_after_every_change() -> None:
     assert whole().result.NodeNames == ["sandbox-1", "sandbox-2"]
     state.nodes.delete("sandbox-1")
     assert whole().result.NodeNames == ["sandbox-2"]
-    state.runtime_classes.upsert(RuntimeClassView("gvisor", "runsc", node_selector=MappingProxyType({"x": "y"})))
+    state.runtime_classes.upsert(
+        RuntimeClassView("gvisor", "runsc", node_selector=MappingProxyType({"x": "y"}))
+    )
     assert whole().result.NodeNames == []
     assert whole("").result.NodeNames == ["sandbox-2"]  # no class: the untainted node
 

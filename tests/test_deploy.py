@@ -951,6 +951,8 @@ def test_docs_overlay_renders_with_kubectl(page: str, kustomization: str) -> Non
     if wanted:
         assert images["extender"] == f"{wanted[0]['newName']}:{wanted[0]['newTag']}"
     assert images["kube-scheduler"].startswith("registry.k8s.io/kube-scheduler:")
+
+
 # --- deploy/components/pod-webhook (after admission-webhook, whose listener it shares) ----
 
 POD_WEBHOOK_COMPONENT = "components/pod-webhook"

@@ -80,7 +80,9 @@ class Case:
 
 
 CASES = [
-    Case("sample of runc nodes hides the gvisor pool", "gvisor", RUNC[:SAMPLE], HiddenNodes(SAMPLE, CLUSTER, 3)),
+    Case(
+        "sample of runc nodes hides the gvisor pool", "gvisor", RUNC[:SAMPLE], HiddenNodes(SAMPLE, CLUSTER, 3)
+    ),
     Case(
         "the sample holds one gvisor node: it passes, nothing hidden",
         "gvisor",
@@ -99,7 +101,12 @@ CASES = [
         RUNC[: MIN_FEASIBLE_NODES_TO_FIND - 1],
         None,
     ),
-    Case("exactly the minimum offered counts", "gvisor", RUNC[:MIN_FEASIBLE_NODES_TO_FIND], HiddenNodes(100, CLUSTER, 3)),
+    Case(
+        "exactly the minimum offered counts",
+        "gvisor",
+        RUNC[:MIN_FEASIBLE_NODES_TO_FIND],
+        HiddenNodes(100, CLUSTER, 3),
+    ),
     Case("a class no node fits anywhere does not count", "ghost", RUNC[:SAMPLE], None),
     Case(
         "the class's nodes are rejected for taints only: not fitting, not hidden",

@@ -189,6 +189,8 @@ def test_the_reference_config_file_example(tmp_path: Path) -> None:
     for setting in SERVE_SETTINGS:
         if setting.name in shown:
             assert values[setting.attr] == shown[setting.name], setting.name
+
+
 def test_pod_webhook_routing_and_namespace() -> None:
     values = _resolve([])
     assert values["route_pods_to_scheduler"] is None and values["namespace"] is None

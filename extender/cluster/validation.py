@@ -32,7 +32,7 @@ What is checked, mirroring kubernetes/kubernetes:
   pkg/api/validate/content/kube.go); a RuntimeClass ``handler`` is a DNS-1123 label
   and its name a DNS-1123 subdomain (pkg/apis/node/validation/validation.go,
   ``ValidateRuntimeClass``); node names and a pod's ``runtimeClassName``/``nodeName``
-  are DNS-1123 subdomains (content/dns.go); ``overhead.podFixed`` quantities parse.
+  are DNS-1123 subdomains (content/dns.go); ``overhead.podFixed`` quantities are not negative.
   The label and name checks are ``policies.node_affinity``'s, which the annotation uses.
 
 Objects from the API server are not checked again: the API server validated them, and
@@ -57,6 +57,7 @@ from typing import Any, Final
 import orjson
 
 from policies.node_affinity import label_key_errors, label_value_errors, node_name_errors
+from policies.quantity import QuantityError, parse_quantity
 from policies.tolerations import parse_go_int64
 
 __all__ = [
@@ -145,9 +146,6 @@ _DNS_LABEL_MSG: Final = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
     "start and end with an alphanumeric character"
 )
-# resource.Quantity (staging/src/k8s.io/apimachinery/pkg/api/resource/quantity.go): a
-# decimal number, then a binary suffix, a decimal suffix or an exponent.
-_QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
 
 # IsDNS1123Subdomain (content/dns.go): metadata.name, a pod's runtimeClassName and nodeName.
 dns_subdomain_errors = node_name_errors
@@ -394,17 +392,14 @@ def _taints(items: list[Any], path: str) -> list[Problem]:
     return problems
 
 
-def _quantity(path: str, value: Any) -> list[Problem]:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        return [Problem(path, "must be a quantity (e.g. 250m, 120Mi)")]
-    text = str(value)
-    match = _QUANTITY.fullmatch(text)
-    if match is None:
-        return _invalid(path, text, ["must be a quantity (e.g. 250m, 120Mi)"])
-    if text.startswith("-") and any(digit in "123456789" for digit in match.group(1)):
-        # ValidateResourceQuantityValue: overhead cannot be negative.
-        return _invalid(path, text, ["must be greater than or equal to 0"])
-    return []
+def _non_negative(path: str, value: Any) -> list[Problem]:
+    """ValidateResourceQuantityValue: an overhead is never negative. (Its syntax is the
+    parsing model's business: ``policies.quantity``.)"""
+    try:
+        negative = parse_quantity(str(value)) < 0
+    except QuantityError:
+        return []
+    return _invalid(path, value, ["must be greater than or equal to 0"]) if negative else []
 
 
 def _top_level(
@@ -435,7 +430,7 @@ def runtime_class_problems(obj: Mapping[str, Any], memo: LabelMemo) -> list[Prob
     for name, quantity in _dict(overhead.get("podFixed")).items():
         at = _key_path("overhead.podFixed", name)
         problems += _invalid(at, name, label_key_errors(name))
-        problems += _quantity(at, quantity)
+        problems += _non_negative(at, quantity)
     return problems
 
 

@@ -240,12 +240,6 @@ REFUSED = [
         id="selector-value-too-long",
     ),
     pytest.param(
-        runtime_class("overhead:\n  podFixed: {cpu: lots}\n"),
-        'runtimeclass/gvisor: overhead.podFixed[cpu]: Invalid value: "lots": must be a quantity (e.g. 250m, '
-        "120Mi)",
-        id="overhead-not-a-quantity",
-    ),
-    pytest.param(
         runtime_class("overhead:\n  podFixed: {memory: -1Mi}\n"),
         'runtimeclass/gvisor: overhead.podFixed[memory]: Invalid value: "-1Mi": must be greater than or equal '
         "to 0",

@@ -9,7 +9,6 @@ the tests (the same virtual environment, wherever it is).
 
 from __future__ import annotations
 
-import re
 import shlex
 import subprocess
 import sys
@@ -17,16 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.docs import fenced_blocks
+from tests.support.paths import DOCS, REPO
 
-PAGE = REPO / "docs" / "check.md"
+PAGE = DOCS / "check.md"
 BIN = Path(sys.executable).parent
 
 
 def transcript() -> list[tuple[str, list[str]]]:
     """(command, the lines shown after it) for every command of the page."""
     steps: list[tuple[str, list[str]]] = []
-    for block in re.findall(r"^```console\n(.*?)^```", PAGE.read_text(), flags=re.MULTILINE | re.DOTALL):
+    for block in fenced_blocks(PAGE.read_text(encoding="utf-8"), "console"):
         for line in block.splitlines():
             if line.startswith("$ "):
                 steps.append((line[2:], []))
