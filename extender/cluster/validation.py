@@ -32,8 +32,10 @@ What is checked, mirroring kubernetes/kubernetes:
   pkg/api/validate/content/kube.go); a RuntimeClass ``handler`` is a DNS-1123 label
   and its name a DNS-1123 subdomain (pkg/apis/node/validation/validation.go,
   ``ValidateRuntimeClass``); node names and a pod's ``runtimeClassName``/``nodeName``
-  are DNS-1123 subdomains (content/dns.go); ``overhead.podFixed`` quantities are not negative.
-  The label and name checks are ``policies.node_affinity``'s, which the annotation uses.
+  are DNS-1123 subdomains (content/dns.go); a class's ``overhead.podFixed`` and a pod's
+  ``spec.overhead`` are not negative (their syntax is ``policies.quantity``'s, in the
+  parsing models). The label and name checks are ``policies.node_affinity``'s, which
+  the annotation uses.
 
 Objects from the API server are not checked again: the API server validated them, and
 the watch must stay fast. Types (a label that is not a string, a missing ``handler``)
@@ -112,7 +114,7 @@ _RUNTIME_HANDLER: Final = frozenset(("name", "features"))
 # Open parts: only these (read) fields are guarded against near misses.
 _NODE_SPEC_READ: Final = ("taints",)
 _NODE_STATUS_READ: Final = ("runtimeHandlers",)
-_POD_SPEC_READ: Final = ("runtimeClassName", "tolerations", "nodeName")
+_POD_SPEC_READ: Final = ("runtimeClassName", "tolerations", "nodeName", "overhead")
 # Fields of a nested part written one level too high: "did you mean scheduling.nodeSelector?"
 _RUNTIME_CLASS_MOVED: Final = {
     "nodeSelector": "scheduling.nodeSelector",
@@ -456,6 +458,8 @@ def pod_problems(obj: Mapping[str, Any], memo: LabelMemo) -> list[Problem]:
         if value:
             problems += _invalid(f"spec.{name}", value, dns_subdomain_errors(value))
     problems += tolerations_problems(_list(spec.get("tolerations")), "spec.tolerations")
+    for name, quantity in _dict(spec.get("overhead")).items():
+        problems += _non_negative(_key_path("spec.overhead", name), quantity)
     return problems
 
 

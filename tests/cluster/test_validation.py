@@ -344,6 +344,16 @@ REFUSED_PODS = [
         id="pod-toleration-singular",
     ),
     pytest.param(
+        pod("spec:\n  Overhead: {cpu: 250m}\n"),
+        "pod/p: spec.Overhead: unknown field (did you mean overhead?)",
+        id="pod-Overhead",
+    ),
+    pytest.param(
+        pod("spec:\n  overhead: {cpu: -250m}\n"),
+        'pod/p: spec.overhead[cpu]: Invalid value: "-250m": must be greater than or equal to 0',
+        id="pod-overhead-negative",
+    ),
+    pytest.param(
         pod("spec:\n  NodeName: n1\n"),
         "pod/p: spec.NodeName: unknown field (did you mean nodeName?)",
         id="pod-NodeName",
