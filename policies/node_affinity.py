@@ -121,7 +121,8 @@ def label_value_errors(value: str) -> list[str]:
     if len(value) > _LABEL_VALUE_MAX:
         errors.append(f"must be no more than {_LABEL_VALUE_MAX} characters")
     if not _LABEL_VALUE.fullmatch(value):
-        errors.append(f"a valid label must be an empty string or {_LABEL_NAME_MSG}")
+        # Kubernetes' wording (content/kube.go, labelValueErrMsg).
+        errors.append(f"a valid label must be an empty string or {_LABEL_NAME_MSG.removeprefix('must ')}")
     return errors
 
 

@@ -447,10 +447,12 @@ def test_mutated_requests_get_a_correct_answer_or_a_json_4xx(
         [{"metadata": {"name": "n0", "labels": {"a": "x"}}}, {"metadata": {"name": "n1"}}],
         [{"metadata": {"name": "rc-a"}, "handler": "runc", "scheduling": {"nodeSelector": {"a": "x"}}}],
     )
-    request, body = case
+    _, body = case
     status, content_type, data = client.post(body)
     assert content_type.startswith("application/json")
-    check_rules(request, status, data)
+    # A 200 is judged against the body as sent (a deep(1) placeholder goes out as a plain
+    # "[]"); a refusal needs no request, and a body nested 3,000 deep would not decode.
+    check_rules(json.loads(body) if status == 200 else None, status, data)
     still_serving(client, server)
 
 

@@ -10,6 +10,11 @@ the audit of running pods: ``load_cluster_file_with_pods`` returns them beside t
 state. The plain ``load_cluster_file`` keeps rejecting Pods: a state for serving or
 replay has no use for them, and a file of pods handed to it is more likely a mistake
 than a cluster.
+
+A file is held to what the API server would accept in the fields the extender reads
+(``extender.cluster.validation``): a misspelt ``scheduling.nodeselector`` or an
+``operator: exists`` is refused with the field path, instead of loading a class that
+selects every node or a toleration that never tolerates.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
 from extender.cluster.pods import ScheduledPod, TolerationInterner, scheduled_pod_from_api
 from extender.cluster.state import ClusterState
+from extender.cluster.validation import LabelMemo, describe_problems, object_problems, object_reference
 from extender.documents import DocumentError, load_documents
 from policies.objects import NodeView, RuntimeClassView
 
@@ -31,7 +37,10 @@ class ClusterFileError(ValueError):
     """The cluster file cannot be used; the message names the file and the item."""
 
 
-def _objects(documents: list[Any]) -> Iterator[tuple[str, Any]]:
+def document_objects(documents: list[Any]) -> Iterator[tuple[str, Any]]:
+    """Each object of decoded documents, with where it is ("document 1, item 0"):
+    single objects, and the items of a ``List`` or typed list (``NodeList``: its items
+    get the kind). Raises ClusterFileError for a document that is neither."""
     for doc_index, doc in enumerate(documents):
         if not isinstance(doc, dict):
             raise ClusterFileError(f"document {doc_index}: expected a Kubernetes object or List")
@@ -68,11 +77,14 @@ def _parse(text: str, *, with_pods: bool, selector_errors: SelectorErrorLog | No
     classes: dict[str, RuntimeClassView] = {}
     pods: dict[str, ScheduledPod] = {}
     intern = TolerationInterner()
+    label_memo = LabelMemo()
     expected = "Node, RuntimeClass or Pod" if with_pods else "Node or RuntimeClass"
-    for where, obj in _objects(documents):
+    for where, obj in document_objects(documents):
         if not isinstance(obj, dict):
             raise ClusterFileError(f"{where}: expected an object")
         kind = obj.get("kind")
+        if kind is None:
+            raise ClusterFileError(f"{where}: no kind (expected {expected})")
         try:
             if kind == "Node":
                 node = node_from_api(obj)
@@ -93,6 +105,9 @@ def _parse(text: str, *, with_pods: bool, selector_errors: SelectorErrorLog | No
                 raise ClusterFileError(f"{where}: kind {kind!r} is not {expected}")
         except ObjectError as exc:
             raise ClusterFileError(f"{where}: {exc}") from None
+        # After the parse, which has checked the types this walk relies on.
+        if problems := object_problems(obj, label_memo):
+            raise ClusterFileError(f"{where}: {object_reference(obj)}: {describe_problems(problems)}")
     return ClusterContents(list(nodes.values()), list(classes.values()), list(pods.values()))
 
 

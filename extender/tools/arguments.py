@@ -79,12 +79,12 @@ def add_version_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_cluster_arguments(
-    parser: argparse.ArgumentParser, *, with_pods: bool = False, policy: bool = True
+    parser: argparse.ArgumentParser, *, with_pods: bool = False, policy: bool = True, title: str | None = None
 ) -> None:
     """--cluster-file, --kubeconfig, --context and --request-timeout (and --policy-file
-    with ``policy``)."""
+    with ``policy``); ``title`` replaces the group's heading."""
     what = "a cluster file with pods" if with_pods else "a cluster file"
-    source = parser.add_argument_group(f"cluster ({what}, or else the live cluster of the kubeconfig)")
+    source = parser.add_argument_group(title or f"cluster ({what}, or else the live cluster of the kubeconfig)")
     source.add_argument(
         "--cluster-file",
         metavar="PATH",

@@ -1,12 +1,13 @@
-"""Operator commands: the parsers of ``filter``, ``explain``, ``classes``, ``replay`` and
-``audit`` (also the kubectl plugin).
+"""Operator commands: the parsers of ``filter``, ``explain``, ``classes``, ``replay``,
+``audit`` and ``check`` (also the kubectl plugin).
 
-``runtimeclass-extender explain|classes|replay|audit`` and ``kubectl runtimeclass
-explain|classes|replay|audit`` (the ``kubectl-runtimeclass`` executable) share these
+``runtimeclass-extender explain|classes|replay|audit|check`` and ``kubectl runtimeclass
+explain|classes|replay|audit|check`` (the ``kubectl-runtimeclass`` executable) share these
 parsers, registered here. What each command does lives in its own module, imported only
 when it runs: ``filter`` in ``extender.tools.filter``, ``explain`` and ``classes`` in
 ``extender.tools.explain``, ``replay`` in ``extender.tools.replay``, ``audit`` in
-``extender.tools.audit``; what they read in ``extender.tools.inputs``. So ``--help``,
+``extender.tools.audit``, ``check`` in ``extender.tools.check``; what they read in
+``extender.tools.inputs``. So ``--help``,
 ``--version`` and a mistyped flag load none of aiohttp, kubernetes-asyncio or pydantic
 (tests/test_operator_edges.py checks it). A new command follows the same pattern: its
 parser here (light imports only), its work behind a runner that imports it.
@@ -63,6 +64,12 @@ def _run_audit(args: argparse.Namespace) -> int:
     return run_audit(args)
 
 
+def _run_check(args: argparse.Namespace) -> int:
+    from extender.tools.check import run_check
+
+    return run_check(args)
+
+
 # ----- parsers ----------------------------------------------------------------------
 
 
@@ -82,7 +89,7 @@ def add_filter_command(commands: Any, *, prog: str = "runtimeclass-extender") ->
 
 
 def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> None:
-    """Register explain, classes, replay and audit on an argparse subparsers object."""
+    """Register explain, classes, replay, audit and check on an argparse subparsers object."""
     exp = commands.add_parser(
         "explain",
         help="which nodes can run a RuntimeClass (or a pod), and why not the others",
@@ -129,6 +136,9 @@ def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> 
     # Running pods on nodes that no longer fit their RuntimeClass (extender.tools.audit).
     add_audit_command(commands, prog=prog)
 
+    # RuntimeClass manifests judged before they reach a cluster (extender.tools.check).
+    add_check_command(commands, prog=prog)
+
 
 def add_audit_command(commands: Any, *, prog: str) -> None:
     """Register ``audit`` on an argparse subparsers object."""
@@ -153,6 +163,43 @@ def add_audit_command(commands: Any, *, prog: str) -> None:
     )
     add_output_argument(parser, wide="the DETAIL column", names="pod/NAME of each misplaced pod")
     parser.set_defaults(run=_run_audit, prog=prog)
+
+
+def add_check_command(commands: Any, *, prog: str) -> None:
+    """Register ``check`` on an argparse subparsers object (extender.tools.check)."""
+    parser = commands.add_parser(
+        "check",
+        # No "server" here: the plugin's command list must not look like it offers `serve`.
+        help="judge RuntimeClass manifests before kubectl apply, as the admission webhook would (exit 1 on "
+        "a denial, 2 on bad input)",
+        description="Read RuntimeClass manifests (files, directories recursively, - for standard input; "
+        "multi-document YAML, JSON, Lists; other kinds are skipped with a note) and judge each: what the API "
+        "server would refuse in the fields the extender reads (unknown fields, enum values, label and name "
+        "syntax), then the validating webhook's answer (a malformed node-selector-term annotation is denied; "
+        "with nodes from --cluster-file or --kubeconfig, a class no node can run gets warnings). "
+        "Exit status: 0 nothing denied, 1 a class would be denied (or warned about, with "
+        "--warnings-as-errors), 2 bad input.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="FILE|DIR|-", help="manifests to check")
+    add_cluster_arguments(
+        parser,
+        policy=False,
+        title="nodes for the node checks (a cluster file, or a live cluster with --kubeconfig/--context; "
+        "without either the node checks are skipped)",
+    )
+    parser.add_argument(
+        "--warnings-as-errors",
+        action="store_true",
+        help="exit 1 when the webhook would warn about a class, as when it would deny one",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("json", "yaml"),
+        default=None,
+        help="print one JSON or YAML document with a result per object instead of lines",
+    )
+    parser.set_defaults(run=_run_check, prog=prog)
 
 
 def build_kubectl_parser() -> argparse.ArgumentParser:

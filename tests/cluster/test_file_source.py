@@ -214,7 +214,9 @@ BAD_FILES = [
         "document 1: kind 'Pod' is not Node or RuntimeClass",
         id="unknown-kind",
     ),
-    pytest.param("metadata: {name: a}\n", "document 0: kind None is not Node or RuntimeClass", id="no-kind"),
+    pytest.param(
+        "metadata: {name: a}\n", "document 0: no kind (expected Node or RuntimeClass)", id="no-kind"
+    ),
     pytest.param(
         "kind: PodList\nitems: [{metadata: {name: p}}]\n",
         "document 0, item 0: kind 'Pod' is not Node or RuntimeClass",

@@ -1,0 +1,227 @@
+"""The ``check`` command: RuntimeClass manifests judged before they reach a cluster.
+
+``runtimeclass-extender check FILE|DIR|- ...`` and ``kubectl runtimeclass check`` read
+manifests (multi-document YAML or JSON, ``List``s, directories recursively: ``*.yaml``,
+``*.yml``, ``*.json``; ``-`` is standard input) and judge every RuntimeClass in them
+twice, in the order the API server does on ``kubectl apply``:
+
+1. What the API server itself would refuse, in the fields the extender reads: the
+   object's types (``extender.cluster.objects``, the parser the watch uses) and
+   ``extender.cluster.validation`` (unknown fields, enums, label and DNS syntax). These
+   are bad input: ``error: FILE: document N: runtimeclass/NAME: FIELD: ...``.
+2. What the validating webhook would answer: each class goes, as the CREATE
+   AdmissionReview the API server would send, through the webhook's own ``review``
+   (``extender.admission``), so ``check`` and the webhook cannot disagree. A denial
+   (a malformed node-selector-term annotation) is ``error: runtimeclass/NAME: ...``;
+   the webhook's warnings (no node matches, untolerated taints, a handler no node
+   reports) are ``Warning: ...`` lines, as kubectl shows them.
+
+The node-dependent warnings need nodes: ``--cluster-file`` or ``--kubeconfig`` (one
+LIST, as ``classes`` and ``audit`` do). Without either, only the checks that need no
+node are made, and a note says so once.
+
+Output: ``runtimeclass/NAME valid`` on stdout for each class the webhook would admit;
+``Warning:``, ``error:`` and ``note:`` lines (other kinds skipped) on stderr, in input
+order. ``-o json|yaml`` prints one document with a result per object instead.
+
+Exit status: 2 when some input is bad (unreadable, not YAML, refused by step 1); else 1
+when the webhook would deny some class (or, with ``--warnings-as-errors``, warn about
+one); else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import orjson
+
+from extender.admission import API_VERSION, KIND, review
+from extender.cluster.file_source import ClusterFileError, document_objects
+from extender.cluster.objects import ObjectError, runtime_class_from_api
+from extender.cluster.state import ClusterState
+from extender.cluster.validation import object_problems, object_reference
+from extender.documents import DocumentError, load_documents
+from extender.tools.inputs import load_state
+from extender.tools.output import EXIT_USAGE, UsageError, guarded, print_structured
+
+EXIT_VALID: Final = 0
+EXIT_DENIED: Final = 1
+MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
+STDIN: Final = "-"
+STDIN_NAME: Final = "<stdin>"
+NO_NODES_NOTE: Final = (
+    "note: no --cluster-file or --kubeconfig: node checks skipped "
+    "(selector matches, taints, runtime handlers); the other checks ran"
+)
+
+Result = Literal["valid", "warned", "denied", "invalid", "skipped"]
+
+_RUNTIME_CLASS_KIND: Final = {"group": "node.k8s.io", "version": "v1", "kind": "RuntimeClass"}
+
+
+@dataclass(slots=True)
+class Finding:
+    """The verdict on one object (or on a file that could not be read)."""
+
+    source: str
+    where: str
+    object: str
+    result: Result
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "location": self.where,
+            "object": self.object,
+            "result": self.result,
+            "warnings": self.warnings,
+            "errors": self.errors,
+        }
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+def manifest_files(paths: Sequence[str]) -> Iterator[tuple[str, str | None, str | None]]:
+    """(name, text, error) for each input: a file, every manifest under a directory
+    (sorted, recursively), or standard input. ``error`` says why a path gave no text."""
+    for path in paths:
+        if path == STDIN:
+            yield STDIN_NAME, sys.stdin.read(), None
+            continue
+        root = Path(path)
+        if root.is_dir():
+            found = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
+            if not found:
+                yield path, None, f"no {', '.join('*' + s for s in MANIFEST_SUFFIXES)} files in the directory"
+            for file in found:
+                yield _read(str(file))
+        else:
+            yield _read(path)
+
+
+def _read(path: str) -> tuple[str, str | None, str | None]:
+    try:
+        return path, Path(path).read_text(encoding="utf-8"), None
+    except (OSError, UnicodeDecodeError) as exc:
+        return path, None, f"cannot read: {exc}"
+
+
+# --- judging ---------------------------------------------------------------------------
+
+
+def admission_review(obj: dict[str, Any], uid: str) -> bytes:
+    """The CREATE AdmissionReview the API server would send the webhook for ``obj``
+    (staging/src/k8s.io/api/admission/v1/types.go): the fields ``review`` reads."""
+    name = obj.get("metadata", {}).get("name", "")
+    request = {"uid": uid, "kind": _RUNTIME_CLASS_KIND, "operation": "CREATE", "name": name, "object": obj}
+    # default=str: YAML decodes an unquoted timestamp to a datetime; the API has strings.
+    return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "request": request}, default=str)
+
+
+def judge(obj: dict[str, Any], source: str, where: str, state: ClusterState, *, node_checks: bool) -> Finding:
+    """One RuntimeClass: first what the API server would refuse, then the webhook's answer."""
+    ref = object_reference(obj)
+    try:
+        runtime_class_from_api(obj)
+    except ObjectError as exc:
+        return Finding(source, where, ref, "invalid", errors=[f"{source}: {where}: {ref}: {exc}"])
+    if problems := object_problems(obj):
+        errors = [f"{source}: {where}: {ref}: {problem}" for problem in problems]
+        return Finding(source, where, ref, "invalid", errors=errors)
+    outcome = review(admission_review(obj, uid=f"check-{source}-{where}"), state)
+    if not outcome.allowed:
+        return Finding(source, where, ref, "denied", errors=[f"{ref}: {outcome.message}"])
+    # Without nodes the review skips its node checks and says the cache is not synced:
+    # true of the webhook, beside the point here (the note says it once instead).
+    warnings = list(outcome.warnings) if node_checks else []
+    return Finding(source, where, ref, "warned" if warnings else "valid", warnings=warnings)
+
+
+def check_files(paths: Sequence[str], state: ClusterState, *, node_checks: bool) -> Iterator[Finding]:
+    """A finding for every object of every input, in input order."""
+    for source, text, error in manifest_files(paths):
+        if text is None:
+            yield Finding(source, "", "", "invalid", errors=[f"{source}: {error}"])
+            continue
+        try:
+            documents = load_documents(text)
+            for where, obj in document_objects(documents):
+                if not isinstance(obj, dict):
+                    yield Finding(
+                        source, where, "", "invalid", errors=[f"{source}: {where}: expected an object"]
+                    )
+                elif obj.get("kind") != "RuntimeClass":
+                    yield Finding(source, where, object_reference(obj), "skipped")
+                else:
+                    yield judge(obj, source, where, state, node_checks=node_checks)
+        except (DocumentError, ClusterFileError) as exc:
+            yield Finding(source, "", "", "invalid", errors=[f"{source}: {exc}"])
+
+
+def exit_status(findings: Sequence[Finding], *, warnings_as_errors: bool) -> int:
+    results = {finding.result for finding in findings}
+    if "invalid" in results:
+        return EXIT_USAGE
+    if "denied" in results or (warnings_as_errors and "warned" in results):
+        return EXIT_DENIED
+    return EXIT_VALID
+
+
+# --- the command -----------------------------------------------------------------------
+
+
+def _load_nodes(args: argparse.Namespace) -> ClusterState | None:
+    """The nodes to judge against: a cluster file, a live LIST, or none at all."""
+    if args.cluster_file or args.kubeconfig or args.context:
+        return load_state(args)
+    return None
+
+
+def _print_lines(finding: Finding) -> None:
+    if finding.result == "skipped":
+        print(
+            f"note: {finding.source}: {finding.where}: {finding.object} skipped (not a RuntimeClass)",
+            file=sys.stderr,
+        )
+    for warning in finding.warnings:
+        print(f"Warning: {warning}", file=sys.stderr)
+    for error in finding.errors:
+        print(f"error: {error}", file=sys.stderr)
+    if finding.result in ("valid", "warned"):
+        print(f"{finding.object} valid", flush=True)
+    sys.stderr.flush()
+
+
+@guarded
+def run_check(args: argparse.Namespace) -> int:
+    if args.cluster_file and (args.kubeconfig or args.context):
+        raise UsageError("give either --cluster-file or --kubeconfig/--context, not both")
+    if args.paths.count(STDIN) > 1:
+        raise UsageError("standard input (-) can be read only once")
+    loaded = _load_nodes(args)
+    node_checks = loaded is not None
+    state = loaded if loaded is not None else ClusterState()
+    if not node_checks:
+        print(NO_NODES_NOTE, file=sys.stderr, flush=True)
+    findings: list[Finding] = []
+    for finding in check_files(args.paths, state, node_checks=node_checks):
+        findings.append(finding)
+        if args.output is None:
+            _print_lines(finding)
+    status = exit_status(findings, warnings_as_errors=args.warnings_as_errors)
+    if args.output is not None:
+        document = {
+            "nodeChecks": node_checks,
+            "exitStatus": status,
+            "results": [finding.to_json() for finding in findings],
+        }
+        print_structured(document, args.output)
+    return status

@@ -1,0 +1,461 @@
+"""The ``check`` command: RuntimeClass manifests judged before they reach a cluster.
+
+Every case of the webhook's own tests (tests/test_admission.py: each bad annotation it
+denies, each warning it gives) goes through ``check`` as a manifest file, and must come
+out exactly as the webhook answers it: the same denial message, the same warnings.
+Then the inputs (files, directories, standard input, Lists, other kinds), the exit
+statuses, ``-o json|yaml``, a live cluster, and the kubectl plugin form.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from extender.cli import main
+from extender.tools.check import NO_NODES_NOTE
+from extender.tools.commands import kubectl_main
+from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
+from policies.objects import NodeView
+from tests.cluster.test_validation import REFUSED
+from tests.support.admission import runtime_class
+from tests.support.apiserver.objects import make_node
+from tests.support.apiserver.server import NODES, FakeApiServer
+from tests.support.paths import EXAMPLE_CLUSTER, EXAMPLES
+from tests.test_admission import BAD_ANNOTATIONS, WARNING_CASES
+
+ANNOTATION_PATH = f"metadata.annotations[{NODE_SELECTOR_TERM_ANNOTATION}]"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], list[str]]:
+    status = main(["check", *argv])
+    out, err = capsys.readouterr()
+    return status, out.splitlines(), err.splitlines()
+
+
+def write(path: Path, *objects: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    return path
+
+
+def node_object(view: NodeView) -> dict[str, Any]:
+    """A NodeView of the webhook's tests as the API object a cluster file holds."""
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": view.name, "labels": dict(view.labels)},
+        "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in view.taints]},
+    }
+    if view.runtime_handlers is not None:
+        obj["status"] = {"runtimeHandlers": [{"name": h.name} for h in view.runtime_handlers]}
+    return obj
+
+
+def cluster_file(tmp_path: Path, cluster: str | tuple[NodeView, ...]) -> Path:
+    if cluster == "example":
+        return EXAMPLE_CLUSTER
+    return write(
+        tmp_path / "cluster.yaml",
+        {"apiVersion": "v1", "kind": "List", "items": [node_object(n) for n in cluster]},
+    )
+
+
+# --- the webhook's cases, through check ------------------------------------------------
+
+# The API server itself refuses this one (handler "" is not a DNS label), before any
+# webhook: check says so as bad input.
+REFUSED_BY_THE_API_SERVER = {"default-handler-entry-is-not-a-name"}
+
+
+@pytest.mark.parametrize(("cluster", "obj", "warnings"), WARNING_CASES)
+def test_every_webhook_warning(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
+    cluster: str | tuple[NodeView, ...],
+    obj: dict[str, Any],
+    warnings: list[str],
+) -> None:
+    manifest = write(tmp_path / "rc.yaml", obj)
+    name = obj["metadata"]["name"]
+    status, out, err = run(capsys, str(manifest), "--cluster-file", str(cluster_file(tmp_path, cluster)))
+    if request.node.callspec.id in REFUSED_BY_THE_API_SERVER:
+        assert status == 2
+        assert err == [
+            f'error: {manifest}: document 0: runtimeclass/{name}: handler: Invalid value: "": '
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+            "and must start and end with an alphanumeric character"
+        ]
+        return
+    assert err == [f"Warning: {w}" for w in warnings]
+    assert out == [f"runtimeclass/{name} valid"]
+    assert status == 0
+    # Warnings alone never fail the check, unless asked to.
+    status, _, _ = run(
+        capsys, str(manifest), "--cluster-file", str(cluster_file(tmp_path, cluster)), "--warnings-as-errors"
+    )
+    assert status == (1 if warnings else 0)
+
+
+@pytest.mark.parametrize(("annotation", "parser_message"), BAD_ANNOTATIONS)
+@pytest.mark.parametrize("with_nodes", [True, False], ids=["with-nodes", "without-nodes"])
+def test_every_bad_annotation_is_denied(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], annotation: str, parser_message: str, with_nodes: bool
+) -> None:
+    manifest = write(tmp_path / "rc.yaml", runtime_class(annotation=annotation))
+    nodes = ["--cluster-file", str(EXAMPLE_CLUSTER)] if with_nodes else []
+    status, out, err = run(capsys, str(manifest), *nodes)
+    assert status == 1
+    assert out == []
+    denial = f"error: runtimeclass/sandbox: {ANNOTATION_PATH}: {parser_message}"
+    assert err == ([] if with_nodes else [NO_NODES_NOTE]) + [denial]
+
+
+def test_without_nodes_only_the_node_independent_checks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A selector no node matches: a warning with nodes, nothing without them.
+    manifest = write(
+        tmp_path / "rc.yaml",
+        runtime_class("a", node_selector={"pool": "none"}),
+        runtime_class("b", node_selector={"pool": "none"}),
+    )
+    status, out, err = run(capsys, str(manifest))
+    assert (status, out) == (0, ["runtimeclass/a valid", "runtimeclass/b valid"])
+    assert err == [NO_NODES_NOTE]  # said once, not per class
+    status, out, err = run(capsys, str(manifest), "--cluster-file", str(EXAMPLE_CLUSTER))
+    assert status == 0 and len(err) == 2 and all(line.startswith("Warning: RuntimeClass ") for line in err)
+
+
+# --- what the API server would refuse -------------------------------------------------
+
+RC_REFUSED = [p for p in REFUSED if p.values[1].startswith("runtimeclass/") and "(and " not in p.values[1]]
+
+
+@pytest.mark.parametrize(("text", "message"), RC_REFUSED)
+def test_what_the_api_server_refuses_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    manifest = tmp_path / "x.yaml"
+    manifest.write_text(text)
+    status, out, err = run(capsys, str(manifest), "--cluster-file", str(EXAMPLE_CLUSTER))
+    assert (status, out) == (2, [])
+    assert err == [f"error: {manifest}: document 0: {message}"]
+
+
+def test_every_problem_of_a_class_is_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = write(
+        tmp_path / "x.yaml",
+        {
+            **runtime_class("gvisor"),
+            "nodeSelector": {"a": "b"},
+            "scheduling": {"tolerations": [{"key": "k", "operator": "exists"}]},
+        },
+    )
+    status, _, err = run(capsys, str(manifest))
+    assert status == 2
+    assert err[1:] == [
+        f"error: {manifest}: document 0: runtimeclass/gvisor: nodeSelector: unknown field "
+        "(did you mean scheduling.nodeSelector?)",
+        f'error: {manifest}: document 0: runtimeclass/gvisor: scheduling.tolerations[0].operator: Unsupported value: "exists": '
+        'supported values: "Equal", "Exists", "Lt", "Gt" (did you mean "Exists"?)',
+    ]
+
+
+def test_wrong_types_are_bad_input_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = write(tmp_path / "x.yaml", {**runtime_class("gvisor"), "handler": 5})
+    status, _, err = run(capsys, str(manifest))
+    assert status == 2
+    assert err[1:] == [
+        f"error: {manifest}: document 0: runtimeclass/gvisor: RuntimeClass.handler: Input should be a valid string"
+    ]
+
+
+# --- inputs ---------------------------------------------------------------------------
+
+
+def test_directories_recursively_lists_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(
+        tmp_path / "a.yaml",
+        runtime_class("one"),
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}},
+    )
+    write(
+        tmp_path / "nested" / "deeper" / "b.yml",
+        {"apiVersion": "v1", "kind": "List", "items": [runtime_class("two"), runtime_class("three")]},
+    )
+    # A typed list's items carry no kind, as kubectl prints them.
+    items = [{k: v for k, v in runtime_class("four").items() if k not in ("kind", "apiVersion")}]
+    (tmp_path / "nested" / "c.json").write_text(
+        json.dumps({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClassList", "items": items})
+    )
+    (tmp_path / "README.md").write_text("not: a manifest\n")
+    (tmp_path / "notes.txt").write_text("kind: [\n")
+    status, out, err = run(capsys, str(tmp_path))
+    assert status == 0, err
+    # Sorted paths: a.yaml, nested/c.json, nested/deeper/b.yml.
+    assert out == [
+        "runtimeclass/one valid",
+        "runtimeclass/four valid",
+        "runtimeclass/two valid",
+        "runtimeclass/three valid",
+    ]
+    assert err == [
+        NO_NODES_NOTE,
+        f"note: {tmp_path / 'a.yaml'}: document 1: configmap/cm skipped (not a RuntimeClass)",
+    ]
+
+
+def test_several_paths_in_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = write(tmp_path / "z.yaml", runtime_class("z"))
+    second = write(tmp_path / "a.yaml", runtime_class("a"))
+    status, out, _ = run(capsys, str(first), str(second))
+    assert (status, out) == (0, ["runtimeclass/z valid", "runtimeclass/a valid"])
+
+
+def test_standard_input(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    text = yaml.safe_dump_all([runtime_class("a"), runtime_class("bad", annotation="[]")])
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    status, out, err = run(capsys, "-")
+    assert status == 1
+    assert out == ["runtimeclass/a valid"]
+    assert err[1].startswith(f"error: runtimeclass/bad: {ANNOTATION_PATH}: expected a NodeSelectorTerm")
+
+
+def test_stdin_twice_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run(capsys, "-", "-")
+    assert status == 2
+    assert err == ["runtimeclass-extender: error: standard input (-) can be read only once"]
+
+
+def test_the_bundled_examples_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(
+        capsys, str(EXAMPLES / "runtimeclasses.yaml"), "--cluster-file", str(EXAMPLE_CLUSTER)
+    )
+    assert status == 0, err
+    assert out == [f"runtimeclass/{n} valid" for n in ("runc", "gvisor", "kata-containers", "windows-hyperv")]
+    status, out, err = run(capsys, str(EXAMPLES), "--cluster-file", str(EXAMPLE_CLUSTER))
+    assert status == 0 and not [line for line in err if not line.startswith("note: ")]
+
+
+BAD_FILES = [
+    pytest.param(
+        "kind: [\n",
+        "not valid YAML (line 2, column 1: expected the node content, but found '<stream end>')",
+        id="not-yaml",
+    ),
+    pytest.param("just a string\n", "document 0: expected a Kubernetes object or List", id="scalar"),
+    pytest.param("kind: List\nitems: {a: 1}\n", "document 0: items must be a list", id="items-not-a-list"),
+    pytest.param(
+        "kind: List\nitems: [1]\n", "document 0, item 0: expected an object", id="item-not-an-object"
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_FILES)
+def test_bad_files_are_bad_input_and_the_others_still_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    good = write(tmp_path / "good.yaml", runtime_class("ok"))
+    status, out, err = run(capsys, str(bad), str(good))
+    assert status == 2
+    assert out == ["runtimeclass/ok valid"]
+    assert err == [NO_NODES_NOTE, f"error: {bad}: {message}"]
+
+
+def test_missing_path_and_empty_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    status, _, err = run(capsys, str(tmp_path / "absent.yaml"), str(tmp_path / "empty"))
+    assert status == 2
+    assert err[1].startswith(
+        f"error: {tmp_path / 'absent.yaml'}: cannot read: [Errno 2] No such file or directory"
+    )
+    assert err[2] == f"error: {tmp_path / 'empty'}: no *.yaml, *.yml, *.json files in the directory"
+
+
+def test_bad_cluster_file_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("kind: Node\nmetadata: {name: n}\nspec:\n  Taints: []\n")
+    manifest = write(tmp_path / "rc.yaml", runtime_class())
+    status, out, err = run(capsys, str(manifest), "--cluster-file", str(cluster))
+    assert (status, out) == (2, [])
+    assert err == [
+        f"runtimeclass-extender: error: {cluster}: document 0: node/n: spec.Taints: unknown field (did you mean taints?)"
+    ]
+
+
+def test_cluster_file_and_kubeconfig_together_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = write(tmp_path / "rc.yaml", runtime_class())
+    status, _, err = run(capsys, str(manifest), "--cluster-file", str(EXAMPLE_CLUSTER), "--kubeconfig", "k")
+    assert status == 2
+    assert err == [
+        "runtimeclass-extender: error: give either --cluster-file or --kubeconfig/--context, not both"
+    ]
+
+
+# --- exit status and structured output -------------------------------------------------
+
+
+def mixed_inputs(tmp_path: Path) -> list[str]:
+    return [
+        str(
+            write(tmp_path / "good.yaml", runtime_class("good", node_selector={"kubernetes.io/os": "linux"}))
+        ),
+        str(write(tmp_path / "warned.yaml", runtime_class("warned", node_selector={"pool": "none"}))),
+        str(write(tmp_path / "denied.yaml", runtime_class("denied", annotation="[]"))),
+        str(
+            write(tmp_path / "other.yaml", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}})
+        ),
+    ]
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_structured_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str) -> None:
+    paths = mixed_inputs(tmp_path)
+    status = main(["check", *paths, "--cluster-file", str(EXAMPLE_CLUSTER), "-o", output])
+    out, err = capsys.readouterr()
+    document = json.loads(out) if output == "json" else yaml.safe_load(out)
+    assert status == 1 and err == ""
+    assert document["nodeChecks"] is True and document["exitStatus"] == 1
+    assert [(r["object"], r["result"]) for r in document["results"]] == [
+        ("runtimeclass/good", "valid"),
+        ("runtimeclass/warned", "warned"),
+        ("runtimeclass/denied", "denied"),
+        ("service/s", "skipped"),
+    ]
+    good, warned, denied, other = document["results"]
+    assert good == {
+        "source": paths[0],
+        "location": "document 0",
+        "object": "runtimeclass/good",
+        "result": "valid",
+        "warnings": [],
+        "errors": [],
+    }
+    assert warned["warnings"] == [
+        "RuntimeClass warned: no node matches scheduling.nodeSelector {pool=none}; its pods will stay pending"
+    ]
+    assert denied["errors"] == [
+        f"runtimeclass/denied: {ANNOTATION_PATH}: expected a NodeSelectorTerm object with matchExpressions and/or matchFields"
+    ]
+    assert other["source"] == paths[3]
+
+
+def test_structured_output_without_nodes_and_with_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: [\n")
+    status = main(["check", str(bad), "-o", "json"])
+    out, err = capsys.readouterr()
+    document = json.loads(out)
+    assert status == 2 and err == NO_NODES_NOTE + "\n"
+    assert document["nodeChecks"] is False
+    assert document["results"][0]["result"] == "invalid"
+
+
+@pytest.mark.parametrize(
+    ("kept", "warnings_as_errors", "status"),
+    [
+        pytest.param({"good", "other"}, False, 0, id="valid"),
+        pytest.param({"good", "warned"}, False, 0, id="warnings-alone"),
+        pytest.param({"good", "warned"}, True, 1, id="warnings-as-errors"),
+        pytest.param({"good", "denied"}, False, 1, id="denied"),
+        pytest.param({"good", "denied", "bad"}, False, 2, id="bad-input-wins"),
+    ],
+)
+def test_exit_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kept: set[str], warnings_as_errors: bool, status: int
+) -> None:
+    (tmp_path / "bad.yaml").write_text(
+        "kind: RuntimeClass\nmetadata: {name: bad}\nhandler: runsc\nhandlr: x\n"
+    )
+    paths = [p for p in [*mixed_inputs(tmp_path), str(tmp_path / "bad.yaml")] if Path(p).stem in kept]
+    flags = ["--warnings-as-errors"] if warnings_as_errors else []
+    got, _, _ = run(capsys, *paths, "--cluster-file", str(EXAMPLE_CLUSTER), *flags)
+    assert got == status
+
+
+# --- a live cluster and the kubectl plugin --------------------------------------------
+
+
+async def test_live_cluster_gives_the_node_checks(
+    tmp_path: Path,
+    fake_apiserver: FakeApiServer,
+    fake_kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_apiserver.add(
+        NODES,
+        make_node("sandbox-1", labels={"pool": "sandbox"}, taints=[{"key": "s", "effect": "NoSchedule"}]),
+    )
+    manifest = write(tmp_path / "rc.yaml", runtime_class("sandboxed", node_selector={"pool": "sandbox"}))
+    # The command runs its own event loop (asyncio.run), so it gets a thread of its own.
+    status = await asyncio.to_thread(main, ["check", str(manifest), "--kubeconfig", str(fake_kubeconfig)])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert out == "runtimeclass/sandboxed valid\n"
+    assert (
+        err
+        == "Warning: RuntimeClass sandboxed: every matching node has an untolerated taint, e.g. s:NoSchedule on 1/1\n"
+    )
+    assert {"/api/v1/nodes", "/apis/node.k8s.io/v1/runtimeclasses"} <= {
+        r.path for r in fake_apiserver.requests
+    }
+
+
+async def test_unreachable_cluster_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = FakeApiServer()
+    await server.start()
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    await server.stop()
+    manifest = write(tmp_path / "rc.yaml", runtime_class())
+    status = await asyncio.to_thread(main, ["check", str(manifest), "--kubeconfig", str(kubeconfig)])
+    _, err = capsys.readouterr()
+    assert status == 2
+    assert err.startswith("runtimeclass-extender: error: cannot list from ")
+
+
+def test_kubectl_plugin_form(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = write(tmp_path / "rc.yaml", runtime_class("bad", annotation="[]"))
+    status = kubectl_main(["check", str(manifest), "--cluster-file", str(EXAMPLE_CLUSTER)])
+    out, err = capsys.readouterr()
+    assert (status, out) == (1, "")
+    assert err.startswith(f"error: runtimeclass/bad: {ANNOTATION_PATH}: ")
+    status = kubectl_main(["check", str(tmp_path / "absent"), "--cluster-file", str(tmp_path / "absent")])
+    assert status == 2
+    assert capsys.readouterr().err.startswith("kubectl runtimeclass: error: ")
+
+
+def test_kubectl_plugin_executable(tmp_path: Path) -> None:
+    path = Path(sys.executable).parent / "kubectl-runtimeclass"
+    assert path.exists(), f"{path} missing: install the project (pip install -e .) to get the console script"
+    manifest = write(
+        tmp_path / "rc.yaml", runtime_class("gvisor", node_selector={"sandbox.gke.io/runtime": "gvisor"})
+    )
+    done = subprocess.run(
+        [str(path), "check", str(manifest), "--cluster-file", str(EXAMPLE_CLUSTER)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "runtimeclass/gvisor valid\n"
+    assert done.stderr == (
+        "Warning: RuntimeClass gvisor: every matching node has an untolerated taint, "
+        "e.g. sandbox.gke.io/runtime=gvisor:NoSchedule on 3/3\n"
+    )
