@@ -5,6 +5,8 @@ subpackages). The other contracts are in pyproject.toml and run as ``lint-import
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,15 @@ def test_every_test_data_path_is_inside_the_repository() -> None:
         assert path.exists(), f"{name} = {path} is missing"
     # The captured requests come with the README that says how they were captured.
     assert (paths.KUBE_SCHEDULER_FIXTURES / "README.md").is_file()
+
+
+def test_the_server_loads_no_kubernetes_client_until_it_needs_one() -> None:
+    """Importing serve's wiring loads none of kubernetes-asyncio: its election alone pulls
+    in the whole generated API client (about 35 MB resident), and a serve without
+    --leader-elect (a cluster file, or a live cluster) must not pay for it."""
+    code = (
+        "import sys, extender.http.serve\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes_asyncio'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert done.stdout.strip() == "[]", done.stdout[:500]

@@ -56,7 +56,7 @@ from extender.audit.check import Misplaced
 from extender.audit.index import MisplacedIndex, Transition
 from extender.audit.metrics import AuditCollector
 from extender.cluster.health import SourceStats
-from extender.cluster.leader import Leadership
+from extender.cluster.leadership import Leadership
 from extender.cluster.pods import (
     RUNNING_POD_SELECTOR,
     ScheduledPod,

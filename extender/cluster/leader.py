@@ -56,14 +56,9 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
-import socket
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from http import HTTPStatus
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -75,31 +70,12 @@ from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectio
 from kubernetes_asyncio.leaderelection.resourcelock.baselock import BaseLock
 
 from extender.cluster.api import ApiError, request_json
+from extender.cluster.leadership import ElectionOptions, Leadership
 
 log = logging.getLogger("extender.leader")
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 LEASE = LEASES + "/{name}"
-SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
-
-def identity(environ: Mapping[str, str] | None = None, hostname: str | None = None) -> str:
-    """``<pod name or hostname>_<uuid>``: unique per process (kube-scheduler's form)."""
-    environ = os.environ if environ is None else environ
-    base = environ.get("POD_NAME") or hostname or socket.gethostname()
-    return f"{base}_{uuid.uuid4()}"
-
-
-def own_namespace(environ: Mapping[str, str] | None = None, sa_file: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
-    """The pod's namespace: ``POD_NAMESPACE``, else the service account's, else ``default``."""
-    environ = os.environ if environ is None else environ
-    if environ.get("POD_NAMESPACE"):
-        return environ["POD_NAMESPACE"]
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        text = Path(sa_file).read_text(encoding="utf-8").strip()
-        if text:
-            return text
-    return "default"
 
 
 def micro_time(text: str) -> str:
@@ -232,15 +208,6 @@ def lease_spec(record: LeaderElectionRecord, *, transitions: int) -> dict[str, A
     return spec
 
 
-@dataclass(frozen=True)
-class ElectionOptions:
-    lease_name: str
-    namespace: str
-    lease_duration: float
-    renew_deadline: float
-    retry_period: float
-
-
 class _UncheckedConfig(Config):
     """The library's Config without its one-second minimums (see the module doc); the
     settings check the durations as client-go does."""
@@ -315,71 +282,6 @@ class _Election(LeaderElection):
                     return
                 await asyncio.sleep(config.retry_period)
             await asyncio.sleep(config.retry_period)
-
-
-class Leadership:
-    """Who leads, as this replica sees it, and the gate the acting jobs pass through."""
-
-    def __init__(self, identity: str, options: ElectionOptions) -> None:
-        self.identity = identity
-        self.options = options
-        self.holder = ""  # the holder last observed ("" before the first read, or none)
-        self._leading = False
-        self._changed = asyncio.Condition()
-        self._acting = 0
-
-    @property
-    def leading(self) -> bool:
-        return self._leading
-
-    def details(self) -> dict[str, Any]:
-        """For /readyz."""
-        return {
-            "identity": self.identity,
-            "leading": self._leading,
-            "holder": self.holder,
-            "lease": f"{self.options.namespace}/{self.options.lease_name}",
-        }
-
-    async def set_leading(self, leading: bool) -> None:
-        async with self._changed:
-            self._leading = leading
-            self._changed.notify_all()
-
-    async def _until(self, predicate: Callable[[], bool]) -> None:
-        async with self._changed:
-            await self._changed.wait_for(predicate)
-
-    async def quiet(self) -> None:
-        """Until no job acts any more."""
-        await self._until(lambda: self._acting == 0)
-
-    async def while_leading(self, job: Callable[[], Awaitable[None]]) -> None:
-        """Run ``job`` during every term this replica leads; cancel and await it when
-        the term ends. Never returns (cancel it)."""
-        while True:
-            await self._until(lambda: self._leading)
-            async with self._changed:
-                self._acting += 1
-            try:
-                await self._run_one_term(job)
-            finally:
-                async with self._changed:
-                    self._acting -= 1
-                    self._changed.notify_all()
-
-    async def _run_one_term(self, job: Callable[[], Awaitable[None]]) -> None:
-        task = asyncio.ensure_future(job())
-        lost = asyncio.ensure_future(self._until(lambda: not self._leading))
-        try:
-            await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
-            if task.done() and not lost.done():
-                task.result()  # a job that failed fails its owner
-                await lost  # a job that ended stays ended for this term
-        finally:
-            for pending in (task, lost):
-                pending.cancel()
-            await asyncio.gather(task, lost, return_exceptions=True)
 
 
 class LeaderElector:

@@ -14,7 +14,7 @@ from aiohttp import web
 from extender.admission import RoutingConfig
 from extender.capture.writer import CaptureWriter
 from extender.cluster.health import SourceStats
-from extender.cluster.leader import Leadership
+from extender.cluster.leadership import Leadership
 from extender.cluster.node_lookup import NodeLookup
 from extender.cluster.state import ClusterState
 from extender.decision_cache import DecisionCache

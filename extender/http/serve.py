@@ -23,7 +23,9 @@ import os
 import signal
 import socket
 import ssl
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import Gauge
@@ -33,7 +35,7 @@ from extender.audit.auditor import Auditor
 from extender.capture.writer import CaptureWriter
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.file_source import load_cluster_file
-from extender.cluster.leader import ElectionOptions, LeaderElector, Leadership, identity, own_namespace
+from extender.cluster.leadership import ElectionOptions, Leadership, identity, own_namespace
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.metrics import PREFIX
 from extender.cluster.state import ClusterState
@@ -79,10 +81,16 @@ def attach_live(app: web.Application, live: LiveCluster) -> None:
 LEADER_GAUGE = PREFIX + "leader"
 
 
-def attach_leader_election(app: web.Application, elector: LeaderElector) -> None:
+def attach_leader_election(
+    app: web.Application, api: Any, leadership: Leadership, *, ready: Callable[[], bool]
+) -> None:
     """After ``attach_live`` and before the acting parts: the election stops after them
     (a leader drains its nudges, then hands the Lease on) and before the API client."""
-    leadership = elector.leadership
+    # Here, not at the top: the election loads kubernetes-asyncio's whole generated
+    # client (about 35 MB resident), which a serve without --leader-elect never needs.
+    from extender.cluster.leader import LeaderElector
+
+    elector = LeaderElector(api, leadership, ready=ready)
     app[LEADERSHIP] = leadership
     Gauge(
         LEADER_GAUGE,
@@ -259,7 +267,7 @@ async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLCo
                     and (auditor is None or auditor.synced)
                 )
 
-            attach_leader_election(app, LeaderElector(live.api, leadership, ready=caches_listed))
+            attach_leader_election(app, live.api, leadership, ready=caches_listed)
         if requeuer is not None:
             attach_requeuer(app, requeuer)
         if auditor is not None:

@@ -77,7 +77,7 @@ from prometheus_client import CollectorRegistry
 
 from extender.cluster.api import error_of, request
 from extender.cluster.health import SourceStats
-from extender.cluster.leader import Leadership
+from extender.cluster.leadership import Leadership
 from extender.cluster.reflector import Reflector, ReflectorOptions
 from extender.cluster.state import ClusterState, Named, Store
 from extender.requeue.metrics import RequeueMetrics

@@ -17,16 +17,8 @@ from typing import Any
 import pytest
 
 from extender.cluster import kube
-from extender.cluster.leader import (
-    ElectionOptions,
-    LeaderElector,
-    Leadership,
-    identity,
-    lease_spec,
-    micro_time,
-    own_namespace,
-    record_of,
-)
+from extender.cluster.leader import LeaderElector, lease_spec, micro_time, record_of
+from extender.cluster.leadership import ElectionOptions, Leadership, identity, own_namespace
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import LEASES, FakeApiServer
 from tests.support.proxy import TcpProxy

@@ -18,7 +18,8 @@ from prometheus_client import CollectorRegistry
 
 from extender.audit.auditor import AuditOptions, Auditor
 from extender.cluster import kube
-from extender.cluster.leader import ElectionOptions, LeaderElector, Leadership, identity
+from extender.cluster.leader import LeaderElector
+from extender.cluster.leadership import ElectionOptions, Leadership, identity
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch, runtime_class_resource
 from extender.requeue.planner import REQUEUE_ANNOTATION, REVISION_ANNOTATION
