@@ -84,7 +84,9 @@ def add_cluster_arguments(
     """--cluster-file, --kubeconfig, --context and --request-timeout (and --policy-file
     with ``policy``); ``title`` replaces the group's heading."""
     what = "a cluster file with pods" if with_pods else "a cluster file"
-    source = parser.add_argument_group(title or f"cluster ({what}, or else the live cluster of the kubeconfig)")
+    source = parser.add_argument_group(
+        title or f"cluster ({what}, or else the live cluster of the kubeconfig)"
+    )
     source.add_argument(
         "--cluster-file",
         metavar="PATH",
