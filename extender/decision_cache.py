@@ -198,8 +198,7 @@ class Entry:
         if len(passing) != len(fitting) or not self.failing.keys() <= requested:
             return None
         if self.whole is None:
-            failures = self.failing.copy()
-            counts = {reason: len(group) for reason, group in self.groups.items() if reason}
+            failures, counts = self._failures_without(set())  # every cached node named
             self.whole = WholeCluster(failures, orjson.dumps(failures), counts)
         return passing, self.whole
 
