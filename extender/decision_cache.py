@@ -27,14 +27,18 @@ Invalidation
 The whole cluster, prebuilt
     With ``percentageOfNodesToScore: 100`` kube-scheduler names every feasible node in
     every call, so most calls name exactly the cached nodes. For those an entry keeps
-    the failure map ready (``WholeCluster``: the map, its JSON and the counts per
-    reason), built on the first such call and dropped whenever the entry changes at
-    all. Such a call then costs one set of its names, one C-level pass picking the
-    passing names in request order and one over the failing names to check them; the
-    failure map is spliced into the answer as bytes. (kube-scheduler maps returned
-    names back to its own node objects, pkg/scheduler/extender.go ``Filter``, so the
-    order is not needed by it; keeping the request's order costs ~0.1 ms at 5,000 names
-    and keeps every answer identical to the plain evaluation's.)
+    the whole answer ready (``WholeCluster``: the passing names and the failure map,
+    each with its JSON, and the counts per reason), built on the first such call and
+    dropped whenever the entry changes at all. Such a call then costs one hash and
+    one probe per name (the cached names less the request's must be none), and both
+    parts of the answer are spliced in as bytes. The passing names come in the cache's
+    order, not the request's: kube-scheduler maps the returned names back to its own
+    node objects through a map (pkg/scheduler/extender.go, ``HTTPExtender.Filter``),
+    its own order of feasible nodes already varies from call to call (its filters run
+    in parallel, pkg/scheduler/schedule_one.go ``findNodesThatPassFilters``), and it
+    breaks ties between equal scores at random (``selectHost``). Building a set of the
+    request, and picking the passing names out of it in its order, cost twice as much
+    (BENCHMARKS.md, "The whole-cluster call").
 
 Everything runs on the service's one event loop: listeners and lookups never
 interleave, so an entry is never read half-updated.
@@ -82,10 +86,13 @@ def policy_is_cacheable(policy: Policy) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class WholeCluster:
-    """The failure map of a request naming every cached node once (read only: shared
-    by every such answer until the entry changes), its JSON, and how many nodes failed
-    with each reason."""
+    """The answer to a request naming every cached node once (read only: shared by
+    every such answer until the entry changes): the passing names (in the cache's
+    order) and the failure map, each with its JSON, and how many nodes failed with
+    each reason."""
 
+    passing: list[str]
+    passing_json: bytes
     failures: dict[str, str]
     failures_json: bytes
     counts: dict[str, int]
@@ -184,23 +191,22 @@ class Entry:
             return Verdict(True)
         return Verdict(False, reason, unresolvable=name not in self.resolvable)
 
-    def whole_cluster(self, names: list[str], requested: set[str]) -> tuple[list[str], WholeCluster] | None:
-        """Passing names (in request order) and the prebuilt failures when ``names``
-        (whose set is ``requested``) are exactly the cached nodes, each once; else None."""
-        if self.resolvable or not len(names) == len(requested) == len(self.outcome):
-            return None
-        # Distinct names, as many as cached nodes: the same set exactly when every
-        # cached node is named. The passing names are picked first (one probe per name)
-        # and, when they are all the fitting nodes, only the failing nodes are looked
-        # up: one pass over the failing names instead of a second pass over them all.
-        fitting = self.fitting
-        passing = list(filter(fitting.__contains__, names)) if fitting else []
-        if len(passing) != len(fitting) or not self.failing.keys() <= requested:
+    def whole_cluster(self, names: list[str]) -> WholeCluster | None:
+        """The prebuilt answer when ``names`` are exactly the cached nodes, each named
+        once; else None."""
+        # As many names as cached nodes, and no cached node left unnamed: then each is
+        # named exactly once and nothing else is (pigeonhole). The difference copies the
+        # cached names (their hashes are stored) and removes the request's from the copy:
+        # one hash and probe per name, no set of the request built.
+        if self.resolvable or len(names) != len(self.outcome) or self.outcome.keys() - names:
             return None
         if self.whole is None:
+            passing = [name for name, reason in self.outcome.items() if not reason]
             failures, counts = self._failures_without(set())  # every cached node named
-            self.whole = WholeCluster(failures, orjson.dumps(failures), counts)
-        return passing, self.whole
+            self.whole = WholeCluster(
+                passing, orjson.dumps(passing), failures, orjson.dumps(failures), counts
+            )
+        return self.whole
 
     def sort(
         self, names: list[str], requested: set[str]

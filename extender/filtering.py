@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from extender.cluster.objects import nodes_from_api
 from extender.cluster.state import ClusterState
-from extender.decision_cache import DecisionCache, Entry
+from extender.decision_cache import DecisionCache, Entry, WholeCluster
 from extender.protocol import ExtenderArgs, ExtenderFilterResult
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.registry import Policy
@@ -63,13 +63,17 @@ class Decision:
     reason_counts: Mapping[str, int] | None = None
     # Set when the sampling hid the nodes that fit (see ``hidden_nodes``).
     hidden: HiddenNodes | None = None
-    # ``result.FailedAndUnresolvableNodes`` as JSON, when it came prebuilt (a request
-    # naming the whole cluster: extender.decision_cache).
-    unresolvable_json: bytes | None = None
+    # The answer's parts as JSON, when they came prebuilt (a request naming the whole
+    # cluster: extender.decision_cache); ``result`` holds the same values.
+    whole: WholeCluster | None = None
 
     def to_json(self) -> bytes:
         """The answer's JSON, as sent to kube-scheduler."""
-        return self.result.to_json(unresolvable_json=self.unresolvable_json)
+        if self.whole is None:
+            return self.result.to_json()
+        return self.result.to_json(
+            names_json=self.whole.passing_json, unresolvable_json=self.whole.failures_json
+        )
 
 
 class _Sorter:
@@ -137,23 +141,19 @@ def decide(
     entry = cache.entry(policy, pod, runtime_class) if cache is not None else None
     if entry is None:
         return _decide_names(args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason)
-    requested = set(args.NodeNames)  # hashes each name once, for both checks below
     known = state.nodes.live_dict()
-    whole = entry.whole_cluster(args.NodeNames, requested)
+    whole = entry.whole_cluster(args.NodeNames)
     if whole is not None:
-        passing, prebuilt = whole
         result = ExtenderFilterResult.model_construct(
             Nodes=None,
-            NodeNames=passing,
+            NodeNames=whole.passing,
             FailedNodes={},
-            FailedAndUnresolvableNodes=prebuilt.failures,
+            FailedAndUnresolvableNodes=whole.failures,
             Error="",
         )
-        details = _LazyDetails(prebuilt.failures, pod, runtime_class, known, policy)
-        return Decision(
-            result, pod, runtime_class, details, prebuilt.counts, unresolvable_json=prebuilt.failures_json
-        )
-    fast = entry.sort(args.NodeNames, requested)
+        details = _LazyDetails(whole.failures, pod, runtime_class, known, policy)
+        return Decision(result, pod, runtime_class, details, whole.counts, whole=whole)
+    fast = entry.sort(args.NodeNames, set(args.NodeNames))
     if fast is None:
         # Unknown names or resolvable failures: per name, still from cached verdicts.
         return _decide_names(

@@ -40,6 +40,7 @@ from policies.predicates import RuntimeClassExists, RuntimeClassNodeSelector, Ta
 from policies.registry import Policy
 from policies.runtime_handler import RuntimeHandler as RuntimeHandlerPredicate
 from policies.verdict import FITS, Verdict
+from tests.support.reference_model import normalise
 
 LABEL_KEYS = ("zone", "pool", "sandbox", "arch", "gpu")
 LABEL_VALUES = ("a", "b", "true", "1", "")
@@ -237,15 +238,22 @@ def random_state(rng: random.Random, node_count: int) -> ClusterState:
 
 def assert_same(fast: Decision, reference: Decision) -> None:
     got, want = fast.result, reference.result
-    assert got.NodeNames == want.NodeNames
+    if fast.whole is None:
+        assert got.NodeNames == want.NodeNames  # in the request's order
+    else:
+        # A call naming every cached node once: the same names, in the cache's order
+        # (kube-scheduler maps them back by name: pkg/scheduler/extender.go).
+        assert got.NodeNames is not None and want.NodeNames is not None
+        assert sorted(got.NodeNames) == sorted(want.NodeNames)
+        assert got.NodeNames == fast.whole.passing
     assert got.Nodes == want.Nodes
     assert got.FailedNodes == want.FailedNodes
     assert got.FailedAndUnresolvableNodes == want.FailedAndUnresolvableNodes
     assert got.Error == want.Error
     # Same JSON (the failure maps' key order may differ: JSON objects are unordered),
-    # and the bytes sent (a prebuilt failure map spliced in) are the result's.
-    assert orjson.loads(got.to_json()) == orjson.loads(want.to_json())
-    assert orjson.loads(fast.to_json()) == orjson.loads(want.to_json())
+    # and the bytes sent (prebuilt parts spliced in) are the result's.
+    assert normalise(orjson.loads(got.to_json())) == normalise(orjson.loads(want.to_json()))
+    assert orjson.loads(fast.to_json()) == orjson.loads(got.to_json())
     assert dict(fast.details) == dict(reference.details)
     assert fast.runtime_class == reference.runtime_class
     if fast.reason_counts is not None:
@@ -360,7 +368,7 @@ def test_cached_entries_are_used_and_follow_node_and_class_changes() -> None:
     ("names", "whole"),
     [
         (["plain-1", "sandbox-1"], True),
-        (["sandbox-1", "plain-1"], True),  # in any order, answered in the request's
+        (["sandbox-1", "plain-1"], True),  # in any order
         (["plain-1"], False),  # one node not named
         (["plain-1", "plain-1"], False),  # as many names as nodes, one listed twice
         (["plain-1", "ghost-1"], False),  # as many names as nodes, one unknown
@@ -372,8 +380,34 @@ def test_whole_cluster_answer_only_for_exactly_the_cached_nodes(names: list[str]
     state = _sandbox_state()
     args = _args(names, "gvisor")
     fast = decide(args, state, DEFAULT, cache=DecisionCache(state))
-    assert (fast.unresolvable_json is not None) == whole
+    assert (fast.whole is not None) == whole
     assert_same(fast, decide(args, state, DEFAULT))
+
+
+def test_whole_cluster_answer_is_the_same_bytes_for_any_order_of_the_names() -> None:
+    """kube-scheduler's order of feasible nodes varies from call to call (its filters run
+    in parallel: pkg/scheduler/schedule_one.go, findNodesThatPassFilters) and it maps the
+    answer's names back by name (pkg/scheduler/extender.go): every order of the whole
+    cluster gets one answer, its passing names in the cache's order."""
+    state = _sandbox_state()
+    state.nodes.upsert(NodeView("sandbox-2", labels=MappingProxyType({"sandbox": "true"})))
+    state.nodes.upsert(NodeView("sandbox-3", labels=MappingProxyType({"sandbox": "true"})))
+    cache = DecisionCache(state)
+    names = sorted(state.nodes)
+    answers = set()
+    for order in (names, names[::-1], names[1:] + names[:1]):
+        decision = decide(_args(order, "gvisor"), state, DEFAULT, cache=cache)
+        assert decision.whole is not None
+        assert_same(decision, decide(_args(order, "gvisor"), state, DEFAULT))
+        answers.add(decision.to_json())
+    assert len(answers) == 1
+    assert orjson.loads(answers.pop())["NodeNames"] == [n for n in state.nodes if n.startswith("sandbox")]
+    # A call naming part of the cluster keeps its own order.
+    part = ["sandbox-3", "plain-1", "sandbox-1"]
+    assert decide(_args(part, "gvisor"), state, DEFAULT, cache=cache).result.NodeNames == [
+        "sandbox-3",
+        "sandbox-1",
+    ]
 
 
 def test_whole_cluster_answer_is_rebuilt_after_every_change() -> None:
@@ -386,19 +420,19 @@ def test_whole_cluster_answer_is_rebuilt_after_every_change() -> None:
         args = _args(sorted(state.nodes), runtime_class)
         decision = decide(args, state, DEFAULT, cache=cache)
         reference = decide(args, state, DEFAULT)
-        assert decision.unresolvable_json is not None
+        assert decision.whole is not None
         assert_same(decision, reference)
         return decision
 
     first = whole()
     assert first.result.NodeNames == ["sandbox-1"]
-    assert whole().unresolvable_json is first.unresolvable_json  # unchanged entry: the same bytes
+    assert whole().whole is first.whole  # unchanged entry: the same prebuilt answer
     state.nodes.upsert(NodeView("plain-1", labels=MappingProxyType({"sandbox": "true"})))
-    assert whole().result.NodeNames == ["plain-1", "sandbox-1"]
+    assert sorted(whole().result.NodeNames or ()) == ["plain-1", "sandbox-1"]
     state.nodes.upsert(NodeView("plain-1", taints=(Taint("x", "NoSchedule", "y"),)))
     assert whole().result.NodeNames == ["sandbox-1"]
     state.nodes.upsert(NodeView("sandbox-2", labels=MappingProxyType({"sandbox": "true"})))
-    assert whole().result.NodeNames == ["sandbox-1", "sandbox-2"]
+    assert sorted(whole().result.NodeNames or ()) == ["sandbox-1", "sandbox-2"]
     state.nodes.delete("sandbox-1")
     assert whole().result.NodeNames == ["sandbox-2"]
     state.runtime_classes.upsert(

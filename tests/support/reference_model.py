@@ -346,10 +346,15 @@ def difference(answer: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
 
 
 def normalise(answer: Mapping[str, Any]) -> Mapping[str, Any]:
-    """An answer with its maps as plain dicts, ready for ``==`` (the order of maps is free)."""
+    """An answer with its maps as plain dicts and its passing names sorted, ready for
+    ``==``. The order of maps is free, and so is the order of ``NodeNames``:
+    kube-scheduler maps the names back to its nodes by name (pkg/scheduler/extender.go,
+    ``HTTPExtender.Filter``). Sorted, not a set: a name passing twice still differs.
+    (Which order the extender uses is pinned by tests/test_decision_cache.py.)"""
+    names = answer.get("NodeNames")
     return {
         "Nodes": answer.get("Nodes"),
-        "NodeNames": answer.get("NodeNames"),
+        "NodeNames": sorted(names) if names is not None else None,
         "FailedNodes": dict(answer.get("FailedNodes") or {}),
         "FailedAndUnresolvableNodes": dict(answer.get("FailedAndUnresolvableNodes") or {}),
         "Error": answer.get("Error", ""),
