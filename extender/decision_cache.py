@@ -27,11 +27,11 @@ Invalidation
 The whole cluster, prebuilt
     With ``percentageOfNodesToScore: 100`` kube-scheduler names every feasible node in
     every call, so most calls name exactly the cached nodes. For those an entry keeps
-    the whole answer ready (``WholeCluster``: the passing names and the failure map,
-    each with its JSON, and the counts per reason), built on the first such call and
+    the whole answer ready (``WholeCluster``: the passing names, the failure map, the
+    counts per reason and the answer's bytes), built on the first such call and
     dropped whenever the entry changes at all. Such a call then costs one hash and
-    one probe per name (the cached names less the request's must be none), and both
-    parts of the answer are spliced in as bytes. The passing names come in the cache's
+    one probe per name (the cached names less the request's must be none), and its
+    answer is sent as it was written. The passing names come in the cache's
     order, not the request's: kube-scheduler maps the returned names back to its own
     node objects through a map (pkg/scheduler/extender.go, ``HTTPExtender.Filter``),
     its own order of feasible nodes already varies from call to call (its filters run
@@ -47,12 +47,10 @@ interleave, so an entry is never read half-updated.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Final
-
-import orjson
 
 from extender.cluster.state import NODES, ClusterState, Named, Store
 from policies.objects import NodeView, PodView, RuntimeClassView, Toleration
@@ -88,14 +86,18 @@ def policy_is_cacheable(policy: Policy) -> bool:
 class WholeCluster:
     """The answer to a request naming every cached node once (read only: shared by
     every such answer until the entry changes): the passing names (in the cache's
-    order) and the failure map, each with its JSON, and how many nodes failed with
-    each reason."""
+    order), the failure map, how many nodes failed with each reason, and the answer as
+    sent, written once by the caller's serialiser."""
 
     passing: list[str]
-    passing_json: bytes
     failures: dict[str, str]
-    failures_json: bytes
     counts: dict[str, int]
+    answer_json: bytes
+
+
+# Writes a whole answer (passing names, failure map) in the wire format: the caller's,
+# so that this module stays apart from the protocol.
+Serialiser = Callable[[list[str], dict[str, str]], bytes]
 
 
 class Entry:
@@ -191,9 +193,9 @@ class Entry:
             return Verdict(True)
         return Verdict(False, reason, unresolvable=name not in self.resolvable)
 
-    def whole_cluster(self, names: list[str]) -> WholeCluster | None:
+    def whole_cluster(self, names: list[str], serialise: Serialiser) -> WholeCluster | None:
         """The prebuilt answer when ``names`` are exactly the cached nodes, each named
-        once; else None."""
+        once; else None. ``serialise`` writes it, on the first such call."""
         # As many names as cached nodes, and no cached node left unnamed: then each is
         # named exactly once and nothing else is (pigeonhole). The difference copies the
         # cached names (their hashes are stored) and removes the request's from the copy:
@@ -203,9 +205,7 @@ class Entry:
         if self.whole is None:
             passing = [name for name, reason in self.outcome.items() if not reason]
             failures, counts = self._failures_without(set())  # every cached node named
-            self.whole = WholeCluster(
-                passing, orjson.dumps(passing), failures, orjson.dumps(failures), counts
-            )
+            self.whole = WholeCluster(passing, failures, counts, serialise(passing, failures))
         return self.whole
 
     def sort(

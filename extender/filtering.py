@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from extender.cluster.objects import nodes_from_api
 from extender.cluster.state import ClusterState
-from extender.decision_cache import DecisionCache, Entry, WholeCluster
+from extender.decision_cache import DecisionCache, Entry
 from extender.protocol import ExtenderArgs, ExtenderFilterResult
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.registry import Policy
@@ -63,17 +63,13 @@ class Decision:
     reason_counts: Mapping[str, int] | None = None
     # Set when the sampling hid the nodes that fit (see ``hidden_nodes``).
     hidden: HiddenNodes | None = None
-    # The answer's parts as JSON, when they came prebuilt (a request naming the whole
-    # cluster: extender.decision_cache); ``result`` holds the same values.
-    whole: WholeCluster | None = None
+    # The answer's bytes, when they came prebuilt (a request naming the whole cluster:
+    # extender.decision_cache); ``result`` holds the same values.
+    prebuilt_json: bytes | None = None
 
     def to_json(self) -> bytes:
         """The answer's JSON, as sent to kube-scheduler."""
-        if self.whole is None:
-            return self.result.to_json()
-        return self.result.to_json(
-            names_json=self.whole.passing_json, unresolvable_json=self.whole.failures_json
-        )
+        return self.result.to_json() if self.prebuilt_json is None else self.prebuilt_json
 
 
 class _Sorter:
@@ -142,17 +138,11 @@ def decide(
     if entry is None:
         return _decide_names(args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason)
     known = state.nodes.live_dict()
-    whole = entry.whole_cluster(args.NodeNames)
+    whole = entry.whole_cluster(args.NodeNames, _whole_answer_json)
     if whole is not None:
-        result = ExtenderFilterResult.model_construct(
-            Nodes=None,
-            NodeNames=whole.passing,
-            FailedNodes={},
-            FailedAndUnresolvableNodes=whole.failures,
-            Error="",
-        )
+        result = _whole_answer(whole.passing, whole.failures)
         details = _LazyDetails(whole.failures, pod, runtime_class, known, policy)
-        return Decision(result, pod, runtime_class, details, whole.counts, whole=whole)
+        return Decision(result, pod, runtime_class, details, whole.counts, prebuilt_json=whole.answer_json)
     fast = entry.sort(args.NodeNames, set(args.NodeNames))
     if fast is None:
         # Unknown names or resolvable failures: per name, still from cached verdicts.
@@ -167,6 +157,16 @@ def decide(
     # With no node passing, every offered name is in the failure map.
     hidden = None if passing else hidden_nodes(entry, unresolvable, len(unresolvable), counts, len(known))
     return Decision(result, pod, runtime_class, details, counts, hidden)
+
+
+def _whole_answer(passing: list[str], failures: dict[str, str]) -> ExtenderFilterResult:
+    return ExtenderFilterResult.model_construct(
+        Nodes=None, NodeNames=passing, FailedNodes={}, FailedAndUnresolvableNodes=failures, Error=""
+    )
+
+
+def _whole_answer_json(passing: list[str], failures: dict[str, str]) -> bytes:
+    return _whole_answer(passing, failures).to_json()
 
 
 def hidden_nodes(

@@ -149,24 +149,18 @@ class ExtenderFilterResult(BaseModel):
     FailedAndUnresolvableNodes: dict[str, str] = Field(default_factory=dict)
     Error: str = ""
 
-    def to_json(self, *, names_json: bytes | None = None, unresolvable_json: bytes | None = None) -> bytes:
+    def to_json(self) -> bytes:
         """The body sent to kube-scheduler.
 
         orjson over the fields as they are: no re-validation of node objects that are
-        echoed back in full-nodes mode. ``names_json`` and ``unresolvable_json`` are
-        ``NodeNames`` and ``FailedAndUnresolvableNodes`` already serialised (prebuilt
-        once for many answers), spliced in as they are.
+        echoed back in full-nodes mode.
         """
-        names: Any = self.NodeNames if names_json is None else orjson.Fragment(names_json)
-        unresolvable: Any = self.FailedAndUnresolvableNodes
-        if unresolvable_json is not None:
-            unresolvable = orjson.Fragment(unresolvable_json)
         return orjson.dumps(
             {
                 "Nodes": self.Nodes,
-                "NodeNames": names,
+                "NodeNames": self.NodeNames,
                 "FailedNodes": self.FailedNodes,
-                "FailedAndUnresolvableNodes": unresolvable,
+                "FailedAndUnresolvableNodes": self.FailedAndUnresolvableNodes,
                 "Error": self.Error,
             }
         )

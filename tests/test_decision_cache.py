@@ -238,14 +238,13 @@ def random_state(rng: random.Random, node_count: int) -> ClusterState:
 
 def assert_same(fast: Decision, reference: Decision) -> None:
     got, want = fast.result, reference.result
-    if fast.whole is None:
+    if fast.prebuilt_json is None:
         assert got.NodeNames == want.NodeNames  # in the request's order
     else:
         # A call naming every cached node once: the same names, in the cache's order
         # (kube-scheduler maps them back by name: pkg/scheduler/extender.go).
         assert got.NodeNames is not None and want.NodeNames is not None
         assert sorted(got.NodeNames) == sorted(want.NodeNames)
-        assert got.NodeNames == fast.whole.passing
     assert got.Nodes == want.Nodes
     assert got.FailedNodes == want.FailedNodes
     assert got.FailedAndUnresolvableNodes == want.FailedAndUnresolvableNodes
@@ -380,7 +379,7 @@ def test_whole_cluster_answer_only_for_exactly_the_cached_nodes(names: list[str]
     state = _sandbox_state()
     args = _args(names, "gvisor")
     fast = decide(args, state, DEFAULT, cache=DecisionCache(state))
-    assert (fast.whole is not None) == whole
+    assert (fast.prebuilt_json is not None) == whole
     assert_same(fast, decide(args, state, DEFAULT))
 
 
@@ -397,7 +396,7 @@ def test_whole_cluster_answer_is_the_same_bytes_for_any_order_of_the_names() -> 
     answers = set()
     for order in (names, names[::-1], names[1:] + names[:1]):
         decision = decide(_args(order, "gvisor"), state, DEFAULT, cache=cache)
-        assert decision.whole is not None
+        assert decision.prebuilt_json is not None
         assert_same(decision, decide(_args(order, "gvisor"), state, DEFAULT))
         answers.add(decision.to_json())
     assert len(answers) == 1
@@ -420,13 +419,13 @@ def test_whole_cluster_answer_is_rebuilt_after_every_change() -> None:
         args = _args(sorted(state.nodes), runtime_class)
         decision = decide(args, state, DEFAULT, cache=cache)
         reference = decide(args, state, DEFAULT)
-        assert decision.whole is not None
+        assert decision.prebuilt_json is not None
         assert_same(decision, reference)
         return decision
 
     first = whole()
     assert first.result.NodeNames == ["sandbox-1"]
-    assert whole().whole is first.whole  # unchanged entry: the same prebuilt answer
+    assert whole().prebuilt_json is first.prebuilt_json  # unchanged entry: the same bytes
     state.nodes.upsert(NodeView("plain-1", labels=MappingProxyType({"sandbox": "true"})))
     assert sorted(whole().result.NodeNames or ()) == ["plain-1", "sandbox-1"]
     state.nodes.upsert(NodeView("plain-1", taints=(Taint("x", "NoSchedule", "y"),)))
