@@ -250,7 +250,7 @@ def assert_same(fast: Decision, reference: Decision) -> None:
     assert got.FailedAndUnresolvableNodes == want.FailedAndUnresolvableNodes
     assert got.Error == want.Error
     # Same JSON (the failure maps' key order may differ: JSON objects are unordered),
-    # and the bytes sent (prebuilt parts spliced in) are the result's.
+    # and the bytes sent (prebuilt for a whole-cluster call) are the result's.
     assert normalise(orjson.loads(got.to_json())) == normalise(orjson.loads(want.to_json()))
     assert orjson.loads(fast.to_json()) == orjson.loads(got.to_json())
     assert dict(fast.details) == dict(reference.details)
