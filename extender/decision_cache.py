@@ -31,14 +31,16 @@ The whole cluster, prebuilt
     counts per reason and the answer's bytes), built on the first such call and
     dropped whenever the entry changes at all. Such a call then costs one hash and
     one probe per name (the cached names less the request's must be none), and its
-    answer is sent as it was written. The passing names come in the cache's
-    order, not the request's: kube-scheduler maps the returned names back to its own
-    node objects through a map (pkg/scheduler/extender.go, ``HTTPExtender.Filter``),
-    its own order of feasible nodes already varies from call to call (its filters run
-    in parallel, pkg/scheduler/schedule_one.go ``findNodesThatPassFilters``), and it
-    breaks ties between equal scores at random (``selectHost``). Building a set of the
-    request, and picking the passing names out of it in its order, cost twice as much
-    (BENCHMARKS.md, "The whole-cluster call").
+    answer is sent as it was written.
+
+    The passing names come in the cache's order, not the request's: kube-scheduler
+    maps the returned names back to its own node objects through a map
+    (pkg/scheduler/extender.go, ``HTTPExtender.Filter``), its own order of feasible
+    nodes already varies from call to call (its filters run in parallel,
+    pkg/scheduler/schedule_one.go ``findNodesThatPassFilters``), and it breaks ties
+    between equal scores at random (``selectHost``). Building a set of the request and
+    picking the passing names out of it in its order cost twice as much (BENCHMARKS.md,
+    "The whole-cluster call").
 
 Everything runs on the service's one event loop: listeners and lookups never
 interleave, so an entry is never read half-updated.
