@@ -100,7 +100,7 @@ def missing_node_names(args: ExtenderArgs, state: ClusterState) -> list[str]:
         return []
     # The store's dict, not the Store: its __contains__ would be a Python call per name;
     # and filterfalse, not a comprehension: no bytecode per name on every call. The
-    # hashes computed here stay on the name strings for the decision's set of them.
+    # hashes computed here stay on the name strings for the decision's own probes.
     known = state.nodes.live_dict()
     return list(filterfalse(known.__contains__, args.NodeNames))
 
@@ -140,7 +140,7 @@ def decide(
     known = state.nodes.live_dict()
     whole = entry.whole_cluster(args.NodeNames, _whole_answer_json)
     if whole is not None:
-        result = _whole_answer(whole.passing, whole.failures)
+        result = _names_answer(whole.passing, whole.failures)
         details = _LazyDetails(whole.failures, pod, runtime_class, known, policy)
         return Decision(result, pod, runtime_class, details, whole.counts, prebuilt_json=whole.answer_json)
     fast = entry.sort(args.NodeNames, set(args.NodeNames))
@@ -150,23 +150,22 @@ def decide(
             args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason, cached=entry
         )
     passing, unresolvable, counts = fast
-    result = ExtenderFilterResult.model_construct(
-        Nodes=None, NodeNames=passing, FailedNodes={}, FailedAndUnresolvableNodes=unresolvable, Error=""
-    )
+    result = _names_answer(passing, unresolvable)
     details = _LazyDetails(unresolvable, pod, runtime_class, known, policy)
     # With no node passing, every offered name is in the failure map.
     hidden = None if passing else hidden_nodes(entry, unresolvable, len(unresolvable), counts, len(known))
     return Decision(result, pod, runtime_class, details, counts, hidden)
 
 
-def _whole_answer(passing: list[str], failures: dict[str, str]) -> ExtenderFilterResult:
+def _names_answer(passing: list[str], failures: dict[str, str]) -> ExtenderFilterResult:
+    """A names-mode answer from the decision cache: every failure unresolvable."""
     return ExtenderFilterResult.model_construct(
         Nodes=None, NodeNames=passing, FailedNodes={}, FailedAndUnresolvableNodes=failures, Error=""
     )
 
 
 def _whole_answer_json(passing: list[str], failures: dict[str, str]) -> bytes:
-    return _whole_answer(passing, failures).to_json()
+    return _names_answer(passing, failures).to_json()
 
 
 def hidden_nodes(
