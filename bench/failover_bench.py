@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from extender.cluster.leadership import ElectionOptions
+from extender.leader.gate import ElectionOptions
 from extender.requeue.requeuer import RequeueOptions
 from tests.support.apiserver import PODS, RUNTIME_CLASSES, FakeApiServer, make_pod, make_runtime_class
 from tests.support.replicas import FAST_REFLECTOR, SCHED, Replica, nudges, start_replica

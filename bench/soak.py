@@ -44,7 +44,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from extender.cluster import kube  # noqa: E402
+from extender.kube import connect as kube  # noqa: E402
 from extender.logs import setup_logging  # noqa: E402
 from extender.tasks import stop as stop_task  # noqa: E402
 from tests.support.apiserver import FakeApiServer  # noqa: E402

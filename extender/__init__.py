@@ -6,6 +6,9 @@ import functools
 
 DISTRIBUTION = "runtimeclass-extender"
 
+# Every metric this project exports starts with this.
+METRIC_PREFIX = "runtimeclass_extender_"
+
 
 @functools.cache
 def version() -> str:

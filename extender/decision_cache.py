@@ -54,7 +54,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Final
 
-from extender.cluster.state import NODES, ClusterState, Named, Store
+from extender.cluster.state import NODES, ClusterState
+from extender.kube.store import Named, Store
 from policies.objects import NodeView, PodView, RuntimeClassView, Toleration
 from policies.registry import Policy
 from policies.verdict import POD_INPUTS_ATTR, Verdict

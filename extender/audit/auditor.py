@@ -34,8 +34,9 @@ Races and how they are closed:
   only binds to nodes it has seen, after they turned Ready, so in practice the node's
   event is long in by then.
 
-With leader election (``serve --leader-elect``) every replica keeps its informer and
-index current, but only the leader speaks: it logs the per-pod lines and exports the
+It is a leader actor (``extender.leader.actor``). With leader election (``serve
+--leader-elect``) every replica keeps its informer and index current, but only the
+leader acts: it logs the per-pod lines and exports the
 gauges; a follower does neither (two replicas would log every warning twice, and alert
 rules summing the gauge would count every pod twice). A replica that becomes leader
 logs the one summary line, as at start, and the per-pod lines from then on.
@@ -43,9 +44,8 @@ logs the one summary line, as at start, and the per-pod lines from then on.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -55,8 +55,6 @@ from prometheus_client import CollectorRegistry
 from extender.audit.check import Misplaced
 from extender.audit.index import MisplacedIndex, Transition
 from extender.audit.metrics import AuditCollector
-from extender.cluster.health import SourceStats
-from extender.cluster.leadership import Leadership
 from extender.cluster.pods import (
     RUNNING_POD_SELECTOR,
     ScheduledPod,
@@ -65,9 +63,12 @@ from extender.cluster.pods import (
     pod_key,
     scheduled_pod_from_api,
 )
-from extender.cluster.reflector import Reflector, ReflectorOptions, WatchedResource
-from extender.cluster.state import ClusterState, Store
-from extender.tasks import run_all
+from extender.cluster.state import ClusterState
+from extender.kube.informer import Informer
+from extender.kube.reflector import ReflectorOptions, WatchedResource
+from extender.kube.store import Store
+from extender.leader.actor import LeaderActor
+from extender.leader.gate import LeaderGate
 
 log = logging.getLogger("extender.audit")
 
@@ -108,18 +109,17 @@ class AuditedPods(Store[ScheduledPod]):
 @dataclass(frozen=True)
 class AuditOptions:
     reflector: ReflectorOptions = field(default_factory=ReflectorOptions)
-    # How often the sync watcher looks whether every store has been listed (only until
-    # it has: then it returns).
-    sync_poll: float = 0.05
 
 
-class Auditor:
+class Auditor(LeaderActor):
     """Keeps the misplaced running pods current and logs each that becomes misplaced.
 
     Build it before the cluster watch starts (its index hears every Node and
-    RuntimeClass event from the first LIST on), then attach it to the app
-    (``extender.http.serve.attach_audit``), or drive it with ``run``.
+    RuntimeClass event from the first LIST on), then run it with
+    ``extender.leader.runner.LeaderRunner``.
     """
+
+    name = "audit"
 
     def __init__(
         self,
@@ -127,64 +127,62 @@ class Auditor:
         state: ClusterState,
         *,
         options: AuditOptions | None = None,
-        leadership: Leadership | None = None,
+        gate: LeaderGate | None = None,
     ) -> None:
         self.options = options or AuditOptions()
         # With leader election: log and export only while this replica leads.
-        self.leadership = leadership
+        self.gate = gate
         self.state = state
         self.interner = TolerationInterner()
-        self.pods = AuditedPods()
-        self.stats = SourceStats(kind=SCHEDULED_PODS)
-        self.reflector = Reflector(
-            api,
-            scheduled_pod_resource(self.interner),
-            self.pods,
-            self.stats,
-            options=self.options.reflector,
+        self.pod_informer: Informer[ScheduledPod] = Informer(
+            api, scheduled_pod_resource(self.interner), AuditedPods(), options=self.options.reflector
         )
+        self.pods = self.pod_informer.store
         self.index = MisplacedIndex(state, on_transition=self._on_transition)
         self.index.attach(self.pods)
 
     @property
-    def speaking(self) -> bool:
+    def informers(self) -> Sequence[Informer[Any]]:
+        return (self.pod_informer,)
+
+    def waiting(self) -> list[str]:
+        # Pods are judged against the cluster state: all of it must be listed.
+        return [*(f"{kind}: not listed yet" for kind in self.state.unsynced_kinds()), *super().waiting()]
+
+    @property
+    def acting(self) -> bool:
         """Synced, and the leader (or no election): the logs and gauges are this replica's."""
-        return self.synced and (self.leadership is None or self.leadership.leading)
+        return self.synced and (self.gate is None or self.gate.leading)
 
     @property
     def synced(self) -> bool:
         """Pods, Nodes and RuntimeClasses have all been listed: the answer is complete."""
         return self.pods.synced and self.state.synced
 
-    def register_metrics(self, registry: CollectorRegistry) -> AuditCollector:
+    def register_metrics(self, registry: CollectorRegistry) -> None:
         """Export the misplaced-pod gauge on ``registry`` (the app's, in ``serve``)."""
-        collector = AuditCollector(
-            counts=self.index.counts,
-            audited=lambda: len(self.index),
-            runtime_classes=lambda: self.state.runtime_classes.keys(),
-            ready=lambda: self.speaking,
+        registry.register(
+            AuditCollector(
+                counts=self.index.counts,
+                audited=lambda: len(self.index),
+                runtime_classes=lambda: self.state.runtime_classes.keys(),
+                ready=lambda: self.acting,
+            )
         )
-        registry.register(collector)
-        return collector
 
-    async def run(self) -> None:
-        """The pod informer, until cancelled."""
+    async def observe(self) -> None:
         log.info("auditing running pods", extra={"fieldSelector": RUNNING_POD_SELECTOR})
-        leadership = self.leadership
-        if leadership is None:
-            await run_all(self.reflector.run, self._announce_sync)
-            return
 
-        async def announce_each_term() -> None:
-            await leadership.while_leading(self._announce_sync)
-
-        await run_all(self.reflector.run, announce_each_term)
+    async def lead(self) -> None:
+        """At the start of each term (or of the run): one line summing up what is found."""
+        await self.pods.wait_synced()
+        await self.state.nodes.wait_synced()
+        await self.state.runtime_classes.wait_synced()
+        self._announce_sync()
 
     # ----- logging ------------------------------------------------------------------
 
-    async def _announce_sync(self) -> None:
-        while not self.synced:
-            await asyncio.sleep(self.options.sync_poll)
+    def _announce_sync(self) -> None:
         misplaced = self.index.misplaced()
         problems = sorted({m.problem for m in misplaced})
         log.info(
@@ -199,7 +197,7 @@ class Auditor:
         )
 
     def _on_transition(self, transition: Transition) -> None:
-        if not self.speaking:
+        if not self.acting:
             return  # the first LISTs are still coming in, or another replica leads
         kind = transition.kind
         if kind == "misplaced":

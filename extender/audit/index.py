@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from extender.audit.check import Misplaced, by_namespace_and_name, misplaced_of
 from extender.cluster.pods import ScheduledPod, is_audited
-from extender.cluster.state import NODES, RUNTIME_CLASSES, ClusterState, Named, Store
+from extender.cluster.state import NODES, RUNTIME_CLASSES, ClusterState
+from extender.kube.store import Named, Store
 from policies.objects import NodeView, RuntimeClassView
 
 

@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from extender import METRIC_PREFIX
 from extender.audit.check import PROBLEMS
-from extender.cluster.metrics import PREFIX
 
-MISPLACED_PODS = PREFIX + "misplaced_pods"
-AUDITED_PODS = PREFIX + "audited_pods"
+MISPLACED_PODS = METRIC_PREFIX + "misplaced_pods"
+AUDITED_PODS = METRIC_PREFIX + "audited_pods"
 
 
 class AuditCollector(Collector):

@@ -1,6 +1,6 @@
 """Live cluster mode: the API-server-backed source of a ``ClusterState``.
 
-``serve`` without a cluster file connects (``extender.cluster.kube``) and builds one
+``serve`` without a cluster file connects (``extender.kube.connect``) and builds one
 ``LiveCluster`` over the shared ``ClusterState``:
 
 - ``watch``: the reflectors of Nodes and RuntimeClasses, one background job (``run``);
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.cluster.annotations import SelectorErrorLog
-from extender.cluster.health import SourceStats
 from extender.cluster.node_lookup import LookupOptions, NodeLookup
-from extender.cluster.reflector import ReflectorOptions
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch
+from extender.kube.health import SourceStats
+from extender.kube.reflector import ReflectorOptions
 from extender.settings import DEFAULT_UNHEALTHY_AFTER
 
 

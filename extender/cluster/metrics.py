@@ -18,13 +18,11 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from extender import METRIC_PREFIX
 from extender.cluster.class_nodes import ClassNodeCounts, node_selection
-from extender.cluster.health import SourceStats
 from extender.cluster.state import KINDS, ClusterState
+from extender.kube.health import SourceStats
 from policies.registry import Policy
-
-# Every metric this project exports starts with this.
-PREFIX = "runtimeclass_extender_"
 
 SourceStatsProvider = Callable[[], Iterable[SourceStats]]
 
@@ -77,18 +75,22 @@ class ClusterCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily]:
         state = self._state
         yield GaugeMetricFamily(
-            PREFIX + "runtimeclasses", "RuntimeClasses the cluster defines.", value=len(state.runtime_classes)
+            METRIC_PREFIX + "runtimeclasses",
+            "RuntimeClasses the cluster defines.",
+            value=len(state.runtime_classes),
         )
-        yield GaugeMetricFamily(PREFIX + "nodes", "Nodes in the extender's cache.", value=len(state.nodes))
+        yield GaugeMetricFamily(
+            METRIC_PREFIX + "nodes", "Nodes in the extender's cache.", value=len(state.nodes)
+        )
         support = self._compute_support()
         selected = GaugeMetricFamily(
-            PREFIX + "runtimeclass_nodes_selected",
+            METRIC_PREFIX + "runtimeclass_nodes_selected",
             "Nodes that satisfy each RuntimeClass's node selector (scheduling.nodeSelector and the "
             "node-selector-term annotation), taints aside: the SELECTED column of the classes command.",
             labels=["runtime_class"],
         )
         fitting = GaugeMetricFamily(
-            PREFIX + "runtimeclass_nodes_fitting",
+            METRIC_PREFIX + "runtimeclass_nodes_fitting",
             "Nodes that pass the whole policy for a pod naming each RuntimeClass with no tolerations of "
             "its own (selector, taints, handler): the FITTING column of the classes command.",
             labels=["runtime_class"],
@@ -99,7 +101,7 @@ class ClusterCollector(Collector):
         yield selected
         yield fitting
         yield HistogramMetricFamily(
-            PREFIX + "node_runtimeclasses",
+            METRIC_PREFIX + "node_runtimeclasses",
             "How many RuntimeClasses each node supports (satisfies the node selector of).",
             buckets=support.buckets,
             sum_value=support.total,
@@ -108,7 +110,9 @@ class ClusterCollector(Collector):
 
     def _collect_sources(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         synced = GaugeMetricFamily(
-            PREFIX + "watch_synced", "1 once the kind's first LIST has been loaded, else 0.", labels=["kind"]
+            METRIC_PREFIX + "watch_synced",
+            "1 once the kind's first LIST has been loaded, else 0.",
+            labels=["kind"],
         )
         for kind in KINDS:
             synced.add_metric([kind], 1.0 if self._state.store(kind).synced else 0.0)
@@ -123,23 +127,23 @@ class ClusterCollector(Collector):
             "events": "Watch events applied (bookmarks excluded).",
         }
         for field, doc in counters.items():
-            family = CounterMetricFamily(PREFIX + "watch_" + field, doc, labels=["kind"])
+            family = CounterMetricFamily(METRIC_PREFIX + "watch_" + field, doc, labels=["kind"])
             for stat in stats:
                 family.add_metric([stat.kind], float(getattr(stat, field)))
             yield family
         now = time.monotonic()
         age = GaugeMetricFamily(
-            PREFIX + "watch_last_event_age_seconds",
+            METRIC_PREFIX + "watch_last_event_age_seconds",
             "Seconds since the last applied watch event or LIST (absent before the first).",
             labels=["kind"],
         )
         contact = GaugeMetricFamily(
-            PREFIX + "watch_last_contact_age_seconds",
+            METRIC_PREFIX + "watch_last_contact_age_seconds",
             "Seconds since the last successful contact with the API server (absent before the first).",
             labels=["kind"],
         )
         failing = GaugeMetricFamily(
-            PREFIX + "watch_failing_seconds",
+            METRIC_PREFIX + "watch_failing_seconds",
             "Seconds the kind's source has been failing without a success; 0 while healthy.",
             labels=["kind"],
         )

@@ -40,8 +40,8 @@ from typing import Any, NamedTuple
 import aiohttp
 from cachetools import TTLCache
 
-from extender.cluster.api import ApiError, request_json
 from extender.cluster.objects import ObjectError, node_from_api
+from extender.kube.api import ApiError, request_json
 from policies.node_affinity import node_name_errors
 from policies.objects import NodeView
 

@@ -20,6 +20,7 @@ from extender.cluster.annotations import (
     SelectorErrorLog,
     selector_from_annotations,
 )
+from extender.kube.store import ObjectError
 from policies.objects import (
     EMPTY_LABELS,
     NodeView,
@@ -42,10 +43,6 @@ __all__ = [
 ]
 
 STRICT = ConfigDict(strict=True, extra="ignore", frozen=True)
-
-
-class ObjectError(ValueError):
-    """An API object is not shaped as Kubernetes defines it."""
 
 
 class TolerationModel(BaseModel):

@@ -2,8 +2,8 @@
 
 ``explain``, ``classes`` and ``audit`` need the cluster as it is right now, once; they do not need
 the watch that ``serve`` keeps. Credentials are found exactly as ``serve`` finds them
-(``extender.cluster.kube``: ``--kubeconfig``, ``KUBECONFIG``, in-cluster, then
-``~/.kube/config``); both kinds are LISTed page by page (``extender.cluster.api``, the
+(``extender.kube.connect``: ``--kubeconfig``, ``KUBECONFIG``, in-cluster, then
+``~/.kube/config``); both kinds are LISTed page by page (``extender.kube.api``, the
 same pager as the watch's) and parsed by the same code as the cluster file, so the
 views are the ones ``serve`` would hold.
 """
@@ -15,7 +15,6 @@ from typing import Any
 import aiohttp
 
 from extender.cluster.annotations import SelectorErrorLog
-from extender.cluster.api import DEFAULT_REQUEST_TIMEOUT, ApiError, ListOptions, list_pages
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
 from extender.cluster.pods import (
     RUNNING_POD_SELECTOR,
@@ -24,6 +23,7 @@ from extender.cluster.pods import (
     scheduled_pod_from_api,
 )
 from extender.cluster.state import ClusterState
+from extender.kube.api import DEFAULT_REQUEST_TIMEOUT, ApiError, ListOptions, list_pages
 
 
 class ClusterUnavailable(Exception):
@@ -126,7 +126,7 @@ async def _snapshot(
 ) -> tuple[ClusterState, list[ScheduledPod]]:
     # Imported here: kubernetes-asyncio takes about a second to import, and only the
     # live mode of the tools needs it (not --cluster-file, not serve).
-    from extender.cluster.kube import KubeConfigError, connect
+    from extender.kube.connect import KubeConfigError, connect
 
     try:
         connection = await connect(kubeconfig=kubeconfig, context=context)

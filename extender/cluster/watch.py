@@ -1,6 +1,6 @@
 """The watch of every kind the extender decides on: Nodes and RuntimeClasses.
 
-One ``Reflector`` per kind (``extender.cluster.reflector``), run together as one
+One ``Reflector`` per kind (``extender.kube.reflector``), run together as one
 background job. The RuntimeClass conversion is the same one the cluster file uses, so
 the watch and the file hold identical views of identical objects.
 """
@@ -12,10 +12,10 @@ from functools import partial
 from typing import Any
 
 from extender.cluster.annotations import SelectorErrorLog
-from extender.cluster.health import SourceStats
 from extender.cluster.objects import node_from_api, nodes_from_api, runtime_class_from_api
-from extender.cluster.reflector import Reflector, ReflectorOptions, WatchedResource
 from extender.cluster.state import NODES, RUNTIME_CLASSES, ClusterState
+from extender.kube.health import SourceStats
+from extender.kube.reflector import Reflector, ReflectorOptions, WatchedResource
 from extender.tasks import run_all
 
 NODE_RESOURCE = WatchedResource(NODES, "/api/v1/nodes", node_from_api, nodes_from_api)

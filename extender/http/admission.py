@@ -17,6 +17,7 @@ import time
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from extender import METRIC_PREFIX
 from extender.admission import (
     OPERATIONS,
     PATCHED_FIELDS,
@@ -27,7 +28,6 @@ from extender.admission import (
     review,
     review_pod,
 )
-from extender.cluster.metrics import PREFIX
 from extender.http.bodies import RequestRefused, read_body, require_json
 from extender.http.keys import ADMISSION_METRICS, ROUTING, STATE
 
@@ -43,7 +43,7 @@ _DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 class AdmissionMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.reviews = Counter(
-            PREFIX + "admission_reviews",
+            METRIC_PREFIX + "admission_reviews",
             "RuntimeClass admission reviews by operation and result: allowed, denied (a bad "
             "node-selector-term annotation), warned (allowed with warnings), skipped (not checked: "
             "another kind or operation, or the cache not synced).",
@@ -51,38 +51,38 @@ class AdmissionMetrics:
             registry=registry,
         )
         self.duration = Histogram(
-            PREFIX + "admission_review_duration_seconds",
+            METRIC_PREFIX + "admission_review_duration_seconds",
             "Time to answer one admission review.",
             buckets=_DURATION_BUCKETS,
             registry=registry,
         )
         self.malformed = Counter(
-            PREFIX + "admission_reviews_malformed",
+            METRIC_PREFIX + "admission_reviews_malformed",
             "Admission requests refused with 400: the body was not an AdmissionReview.",
             registry=registry,
         )
         self.pod_reviews = Counter(
-            PREFIX + "pod_admission_reviews",
+            METRIC_PREFIX + "pod_admission_reviews",
             "Pod admission reviews by result: patched (overhead and/or schedulerName set), unchanged "
             "(allowed as sent, with or without warnings), denied (overhead disagrees with the RuntimeClass).",
             ["result"],
             registry=registry,
         )
         self.pod_patches = Counter(
-            PREFIX + "pod_admission_patches",
+            METRIC_PREFIX + "pod_admission_patches",
             "Fields the pod webhook set, by field: overhead (from the RuntimeClass's overhead.podFixed), "
             "schedulerName (routed with --route-pods-to-scheduler).",
             ["field"],
             registry=registry,
         )
         self.pod_duration = Histogram(
-            PREFIX + "pod_admission_review_duration_seconds",
+            METRIC_PREFIX + "pod_admission_review_duration_seconds",
             "Time to answer one pod admission review.",
             buckets=_DURATION_BUCKETS,
             registry=registry,
         )
         self.pod_malformed = Counter(
-            PREFIX + "pod_admission_reviews_malformed",
+            METRIC_PREFIX + "pod_admission_reviews_malformed",
             "Pod admission requests refused with 400: the body was not an AdmissionReview of a pod.",
             registry=registry,
         )

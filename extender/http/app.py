@@ -20,7 +20,6 @@ from pydantic import ValidationError
 
 from extender import __version__
 from extender.admission import RoutingConfig
-from extender.cluster.health import failing_too_long, failure_report
 from extender.cluster.metrics import SourceStatsProvider
 from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.cluster.state import ClusterState
@@ -42,7 +41,8 @@ from extender.http.keys import (
     CAPTURE,
     DECISIONS,
     HIDDEN_NODES,
-    LEADERSHIP,
+    INFORMERS,
+    LEADER_GATE,
     MAX_BODY_BYTES,
     MAX_NODES,
     METRICS,
@@ -51,17 +51,20 @@ from extender.http.keys import (
     ROUTING,
     SOURCES,
     STATE,
+    TASKS,
     UNHEALTHY_AFTER,
     WARNINGS,
 )
 from extender.http.metrics import CLIENT_CLOSED_REQUEST, Handler, Metrics, is_replay
 from extender.http.sampling import HiddenNodeReports
+from extender.kube.health import failing_too_long, failure_report, health_report
 from extender.protocol import ExtenderArgs, pod_instead_of_extender_args
 from extender.settings import (
     DEFAULT_BODY_READ_TIMEOUT,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_NODES_PER_REQUEST,
 )
+from extender.tasks import BackgroundTasks
 from policies.registry import Policy
 
 log = logging.getLogger("extender.http")
@@ -211,16 +214,30 @@ def _bad_request(request: web.Request, problem: str) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    sources = request.app.get(SOURCES)
-    window = request.app.get(UNHEALTHY_AFTER)
+    """Liveness: 503 once a background task has ended, or the cluster state's watch has
+    failed to reach the API server for longer than ``unhealthy-after`` (a restart may
+    help both). The leader actors' own informers are reported, not judged: a pod
+    informer refused by RBAC would restart every replica without fixing anything, and
+    the election's wait for it is reported by /readyz and the campaigning gauge."""
+    app = request.app
+    body: dict[str, object] = {}
+    tasks = app.get(TASKS)
+    if tasks is not None and tasks.ended:
+        body["tasksEnded"] = [{"task": ended.name, "error": ended.error} for ended in tasks.ended]
+    sources = app.get(SOURCES)
+    window = app.get(UNHEALTHY_AFTER)
+    now = time.monotonic()
     if sources and window is not None:
-        now = time.monotonic()
         failing = failing_too_long(sources, window=window, now=now)
         if failing:
             wall_now = time.time()
-            reports = [failure_report(s, now=now, wall_now=wall_now) for s in failing]
-            return web.json_response({"status": "unhealthy", "failing": reports}, status=503)
-    return web.json_response({"status": "ok"})
+            body["failing"] = [failure_report(s, now=now, wall_now=wall_now) for s in failing]
+    informers = app.get(INFORMERS)
+    if informers is not None:
+        body["informers"] = [health_report(s, now=now) for s in informers()]
+    if "tasksEnded" in body or "failing" in body:
+        return web.json_response({"status": "unhealthy", **body}, status=503)
+    return web.json_response({"status": "ok", **body})
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -233,7 +250,7 @@ async def readyz(request: web.Request) -> web.Response:
     body: dict[str, object] = {"warnings": warnings, "version": __version__}
     # With --leader-elect: this replica's identity and the holder it last saw. Leading is
     # not a readiness condition: every replica answers /filter.
-    leadership = request.app.get(LEADERSHIP)
+    leadership = request.app.get(LEADER_GATE)
     if leadership is not None:
         body["leader"] = leadership.details()
     if unsynced:
@@ -260,6 +277,7 @@ def create_app(
         middlewares=[metrics.middleware, errors_as_json, refuse_declared_oversize],
     )
     app[METRICS] = metrics
+    app[TASKS] = BackgroundTasks()
     app[MAX_BODY_BYTES] = max_body_bytes
     app[WARNINGS] = tuple(warnings)
     app[MAX_NODES] = max_nodes_per_request

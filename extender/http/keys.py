@@ -7,18 +7,20 @@ mode, capture). A key that is absent means its feature is off.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from extender.admission import RoutingConfig
 from extender.capture.writer import CaptureWriter
-from extender.cluster.health import SourceStats
-from extender.cluster.leadership import Leadership
 from extender.cluster.node_lookup import NodeLookup
 from extender.cluster.state import ClusterState
 from extender.decision_cache import DecisionCache
 from extender.http.metrics import Metrics
+from extender.kube.health import SourceStats
+from extender.leader.gate import LeaderGate
+from extender.tasks import BackgroundTasks
 from policies.registry import Policy
 
 if TYPE_CHECKING:
@@ -38,6 +40,11 @@ BODY_READ_TIMEOUT = web.AppKey("body_read_timeout", float)
 # /healthz), the liveness window in seconds, and the direct lookup of node names the
 # watch has not delivered yet.
 SOURCES = web.AppKey("sources", list[SourceStats])
+# Every informer's health (the cluster state's and the leader actors'), for the
+# /healthz body; only SOURCES decide liveness (see extender.http.app.healthz).
+INFORMERS: web.AppKey[Callable[[], list[SourceStats]]] = web.AppKey("informers")
+# The app's background tasks: one that ended while the app runs makes /healthz 503.
+TASKS = web.AppKey("tasks", BackgroundTasks)
 UNHEALTHY_AFTER = web.AppKey("unhealthy_after", float)
 NODE_LOOKUP = web.AppKey("node_lookup", NodeLookup)
 # Set with --capture-dir.
@@ -52,4 +59,4 @@ HIDDEN_NODES: web.AppKey[HiddenNodeReports] = web.AppKey("hidden_nodes")
 # The pod webhook's routing (serve --route-pods-to-scheduler); absent: routing off.
 ROUTING = web.AppKey("routing", RoutingConfig)
 # Set with --leader-elect: who leads, for /readyz and the leader gauge.
-LEADERSHIP = web.AppKey("leadership", Leadership)
+LEADER_GATE = web.AppKey("leader_gate", LeaderGate)

@@ -29,8 +29,9 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from extender import METRIC_PREFIX
 from extender.capture.format import REPLAY_HEADER
-from extender.cluster.metrics import PREFIX, ClusterCollector, SourceStatsProvider
+from extender.cluster.metrics import ClusterCollector, SourceStatsProvider
 from extender.cluster.state import ClusterState
 from extender.filtering import ERROR_NOT_SYNCED, Decision
 from policies.registry import Policy
@@ -118,13 +119,13 @@ class FilterMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.duration = Histogram(
-            PREFIX + "filter_duration_seconds",
+            METRIC_PREFIX + "filter_duration_seconds",
             "Time to answer POST /filter, from the handler's start to the response being ready.",
             buckets=FILTER_DURATION_BUCKETS,
             registry=registry,
         )
         self.requests = Counter(
-            PREFIX + "filter_requests",
+            METRIC_PREFIX + "filter_requests",
             "POST /filter requests by outcome: ok, not_synced (answered with Error), error (a server "
             "fault), bad_request, method_not_allowed, timeout, too_large, unsupported_media_type, "
             "client_disconnected (the client hung up mid-body), other.",
@@ -132,21 +133,21 @@ class FilterMetrics:
             registry=registry,
         )
         self.nodes_rejected = Counter(
-            PREFIX + "nodes_rejected",
+            METRIC_PREFIX + "nodes_rejected",
             "Nodes the extender rejected, by reason (a fixed set) and by the pod's RuntimeClass "
             "(none: no class; unknown: the pod names a class that does not exist).",
             ["reason", "runtime_class"],
             registry=registry,
         )
         self.by_runtime_class = Counter(
-            PREFIX + "filter_requests_by_runtimeclass",
+            METRIC_PREFIX + "filter_requests_by_runtimeclass",
             "POST /filter requests answered with a decision, by the pod's RuntimeClass (none: no "
             "class; unknown: the pod names a class that does not exist).",
             ["runtime_class"],
             registry=registry,
         )
         self.runtime_rejections = Counter(
-            PREFIX + "runtime_rejections",
+            METRIC_PREFIX + "runtime_rejections",
             "Filter answers that left the pod no node, at least one of them rejected because it "
             "cannot run the pod's RuntimeClass (selector mismatch, missing or invalid class, "
             "unsupported handler), by RuntimeClass.",
@@ -154,7 +155,7 @@ class FilterMetrics:
             registry=registry,
         )
         self.fitting_nodes_not_offered = Counter(
-            PREFIX + "filter_fitting_nodes_not_offered",
+            METRIC_PREFIX + "filter_fitting_nodes_not_offered",
             "Filter calls where no offered node fit the pod's RuntimeClass while the cache held "
             "fitting nodes kube-scheduler did not offer (its node sampling hid them: set "
             "percentageOfNodesToScore: 100 on the profile), by RuntimeClass.",
@@ -165,7 +166,7 @@ class FilterMetrics:
         # counted here and in no other filter metric, so a replay run does not show up as
         # kube-scheduler's traffic (rates, rejections, latency) on the dashboards.
         self.replayed = Counter(
-            PREFIX + "replayed_filter_requests",
+            METRIC_PREFIX + "replayed_filter_requests",
             "POST /filter requests sent by replay --url (header " + REPLAY_HEADER + "), by outcome "
             "(as filter_requests); they count in no other filter metric.",
             ["outcome"],
@@ -249,13 +250,13 @@ class StatsCollector(Collector):
 
 CAPTURE_COUNTERS = (
     StatsCounter(
-        "runtimeclass_extender_captures",
+        METRIC_PREFIX + "captures",
         "Filter calls offered to the capture writer (--capture-dir), by what became of them.",
         "result",
         {"written": "written", "dropped": "dropped", "too_large": "too_large", "failed": "failed"},
     ),
     StatsCounter(
-        "runtimeclass_extender_capture_files_removed",
+        METRIC_PREFIX + "capture_files_removed",
         "Capture files removed to stay within capture-max-files and capture-max-bytes.",
         None,
         {"": "removed"},
@@ -264,13 +265,13 @@ CAPTURE_COUNTERS = (
 
 NODE_LOOKUP_COUNTERS = (
     StatsCounter(
-        "runtimeclass_extender_node_lookups",
+        METRIC_PREFIX + "node_lookups",
         "Direct GETs of node names the watch had not delivered yet, by result.",
         "result",
         {"found": "found", "not_found": "not_found", "failed": "failed"},
     ),
     StatsCounter(
-        "runtimeclass_extender_node_lookup_cache_hits",
+        METRIC_PREFIX + "node_lookup_cache_hits",
         "Node-name lookups answered from the lookup's short-lived cache.",
         None,
         {"": "cache_hits"},

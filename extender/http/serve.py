@@ -2,15 +2,16 @@
 
 From a ``ServeSettings`` this builds, in order: the policy, the cluster state with its
 selector-error log, the source (a cluster file, or a live cluster: connection, watch,
-node lookup), the app (``extender.http.app.create_app``, which makes the decision
-cache), and the optional parts: the leader election (``extender.cluster.leader``)
-that gates the two acting parts, the pending-pod requeuer, the running-pod audit
-(``extender.audit.auditor``), the capture writer, the
+node lookup), the leader actors (the pending-pod requeuer, the running-pod audit) and
+their runner (``extender.leader.runner``), the app (``extender.http.app.create_app``,
+which makes the decision cache), and the optional parts: the leader election
+(``extender.leader.election``) that gates the actors, the capture writer, the
 certificate reloader, and with ``admission-port`` the webhook's own HTTPS listener
-(``extender.http.admission_listener``). Each background job is registered with
-``extender.tasks.background``, so it starts after the app is set up and is stopped in
-reverse order on shutdown (the API client closes last). The components themselves know
-nothing of aiohttp; the ``attach_*`` functions are the only place they meet the app.
+(``extender.http.admission_listener``). Each background job is registered with the
+app's ``extender.tasks.BackgroundTasks``, so it starts after the app is set up, is
+stopped in reverse order on shutdown (the API client closes last), and turns
+``/healthz`` unhealthy if it ends early. The components themselves know nothing of
+aiohttp; the ``attach_*`` functions are the only place they meet the app.
 """
 
 from __future__ import annotations
@@ -28,21 +29,28 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import Gauge
 
 from extender.admission import RoutingConfig
 from extender.audit.auditor import Auditor
 from extender.capture.writer import CaptureWriter
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.file_source import load_cluster_file
-from extender.cluster.leadership import ElectionOptions, Leadership, identity, own_namespace
 from extender.cluster.live import LiveCluster, LiveOptions
-from extender.cluster.metrics import PREFIX
 from extender.cluster.state import ClusterState
 from extender.http.admission import PATHS as ADMISSION_PATHS
 from extender.http.admission_listener import AdmissionListener, admission_listener, create_admission_app
 from extender.http.app import create_app
-from extender.http.keys import CAPTURE, LEADERSHIP, METRICS, NODE_LOOKUP, POLICY, SOURCES, UNHEALTHY_AFTER
+from extender.http.keys import (
+    CAPTURE,
+    INFORMERS,
+    LEADER_GATE,
+    METRICS,
+    NODE_LOOKUP,
+    POLICY,
+    SOURCES,
+    TASKS,
+    UNHEALTHY_AFTER,
+)
 from extender.http.listen import bind_listener
 from extender.http.metrics import CAPTURE_COUNTERS, NODE_LOOKUP_COUNTERS
 from extender.http.tls import (
@@ -52,11 +60,16 @@ from extender.http.tls import (
     server_context,
     tls_files,
 )
+from extender.kube.health import SourceStats, waiting_report
+from extender.kube.incluster import own_namespace
+from extender.leader.actor import LeaderActor
+from extender.leader.gate import ElectionOptions, LeaderGate, identity
+from extender.leader.runner import LeaderRunner
 from extender.policy_file import load_policy
 from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import ServeSettings, SettingsError
 from extender.startup_checks import configuration_warnings
-from extender.tasks import background, on_shutdown
+from extender.tasks import on_shutdown
 
 log = logging.getLogger("extender")
 
@@ -74,34 +87,11 @@ def attach_live(app: web.Application, live: LiveCluster) -> None:
     app[METRICS].add_stats(live.lookup.stats, NODE_LOOKUP_COUNTERS)
     app.cleanup_ctx.append(on_shutdown(live.api.close))
     app.cleanup_ctx.append(on_shutdown(live.lookup.close))
-    app.cleanup_ctx.append(background("cluster-watch", live.watch.run))
+    app.cleanup_ctx.append(app[TASKS].job("cluster-watch", live.watch.run))
 
 
-# With --leader-elect: 1 on the replica that acts.
-LEADER_GAUGE = PREFIX + "leader"
-
-
-def attach_leader_election(
-    app: web.Application, api: Any, leadership: Leadership, *, ready: Callable[[], bool]
-) -> None:
-    """After ``attach_live`` and before the acting parts: the election stops after them
-    (a leader drains its nudges, then hands the Lease on) and before the API client."""
-    # Here, not at the top: the election loads kubernetes-asyncio's whole generated
-    # client (about 35 MB resident), which a serve without --leader-elect never needs.
-    from extender.cluster.leader import LeaderElector
-
-    elector = LeaderElector(api, leadership, ready=ready)
-    app[LEADERSHIP] = leadership
-    Gauge(
-        LEADER_GAUGE,
-        "1 while this replica holds the leader-election Lease (acts on the cluster), else 0.",
-        registry=app[METRICS].registry,
-    ).set_function(lambda: 1.0 if leadership.leading else 0.0)
-    app.cleanup_ctx.append(background("leader-election", elector.run))
-
-
-def leadership_for(settings: ServeSettings) -> Leadership:
-    return Leadership(
+def leader_gate_for(settings: ServeSettings) -> LeaderGate:
+    return LeaderGate(
         identity(),
         ElectionOptions(
             lease_name=settings.leader_elect_lease_name,
@@ -113,24 +103,46 @@ def leadership_for(settings: ServeSettings) -> Leadership:
     )
 
 
-def attach_requeuer(app: web.Application, requeuer: Requeuer) -> None:
-    """After ``attach_live``: the requeuer stops before the API client closes."""
-    requeuer.register_metrics(app[METRICS].registry)
-    app.cleanup_ctx.append(background("requeuer", requeuer.run, drain=requeuer.drain))
+def leader_runner(settings: ServeSettings, live: LiveCluster, state: ClusterState) -> LeaderRunner:
+    """The leader actors the settings ask for, built before the watch starts (they hear
+    the first LISTs), behind a gate with ``leader-elect``."""
+    gate = leader_gate_for(settings) if settings.leader_elect else None
+    actors: list[LeaderActor] = []
+    if settings.requeue_pending_pods:
+        actors.append(Requeuer(live.api, state, options=requeue_options(settings), gate=gate))
+    if settings.audit_running_pods:
+        actors.append(Auditor(live.api, state, gate=gate))
+
+    def cluster_state_waiting() -> list[str]:
+        # Campaign on warm caches only: a new leader acts at once, never cold.
+        return [r for s in live.watch.stats if (r := waiting_report(s)) is not None]
+
+    return LeaderRunner(actors, gate, also_waiting=cluster_state_waiting)
 
 
-def attach_audit(app: web.Application, auditor: Auditor) -> None:
-    """After ``attach_live``: the misplaced-pod gauge, and the pod informer as a job that
-    stops before the API client closes."""
-    auditor.register_metrics(app[METRICS].registry)
-    app.cleanup_ctx.append(background("audit", auditor.run))
+def attach_leader_work(app: web.Application, api: Any, runner: LeaderRunner) -> None:
+    """After ``attach_live``: the election, then one job per actor, so on shutdown the
+    actors stop first (a leader drains what it owes), then the election hands the Lease
+    on, then the watch and the API client."""
+    runner.register_metrics(app[METRICS].registry)
+    tasks = app[TASKS]
+    if runner.gate is not None:
+        # Here, not at the top: the election loads kubernetes-asyncio's whole generated
+        # client (about 35 MB resident), which a serve without --leader-elect never needs.
+        from extender.leader.election import LeaderElector
+
+        app[LEADER_GATE] = runner.gate
+        elector = LeaderElector(api, runner.gate, waiting=runner.waiting)
+        app.cleanup_ctx.append(tasks.job("leader-election", elector.run))
+    for job in runner.jobs():
+        app.cleanup_ctx.append(tasks.job(job.name, job.run, drain=job.drain))
 
 
 def attach_capture(app: web.Application, writer: CaptureWriter) -> None:
     """Capture every filter call of ``app``; on shutdown what is queued is written first."""
     app[CAPTURE] = writer
     app[METRICS].add_stats(writer.stats, CAPTURE_COUNTERS)
-    app.cleanup_ctx.append(background("capture-writer", writer.run, drain=writer.close))
+    app.cleanup_ctx.append(app[TASKS].job("capture-writer", writer.run, drain=writer.close))
 
 
 def attach_certificate_reloader(
@@ -142,7 +154,7 @@ def attach_certificate_reloader(
     name: str = "tls-reloader",
 ) -> None:
     reloader = CertificateReloader(context, files)
-    app.cleanup_ctx.append(background(name, lambda: reloader.run(interval)))
+    app.cleanup_ctx.append(app[TASKS].job(name, lambda: reloader.run(interval)))
 
 
 async def start_admission_listener(app: web.Application, listener: AdmissionListener) -> web.AppRunner:
@@ -161,6 +173,12 @@ async def start_admission_listener(app: web.Application, listener: AdmissionList
         },
     )
     return runner
+
+
+def informer_stats(live: LiveCluster, runner: LeaderRunner) -> Callable[[], list[SourceStats]]:
+    """Every informer's health: the cluster state's watch, then the leader actors'."""
+    actors = runner.sources()
+    return lambda: [*live.watch.stats, *actors]
 
 
 def capture_writer(settings: ServeSettings) -> CaptureWriter:
@@ -195,7 +213,7 @@ async def connect_live(
     """Live cluster mode: raises ServeError at once when no API server is configured."""
     # Imported here: kubernetes-asyncio takes about a second to import, and only live
     # mode needs it.
-    from extender.cluster.kube import KubeConfigError, connect
+    from extender.kube.connect import KubeConfigError, connect
 
     try:
         connection = await connect(kubeconfig=settings.kubeconfig, context=settings.context)
@@ -238,40 +256,22 @@ async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLCo
     warnings = configuration_warnings(cluster_file=settings.cluster_file, state=state, policy=policy)
     for warning in warnings:
         log.warning(warning)
+    runner = leader_runner(settings, live, state) if live is not None else None
+    informers = informer_stats(live, runner) if live is not None and runner is not None else None
     app = create_app(
         state=state,
         policy=policy,
         max_body_bytes=settings.max_body_bytes,
         max_nodes_per_request=settings.max_nodes_per_request,
         body_read_timeout=settings.body_read_timeout,
-        source_stats=live.source_stats if live is not None else None,
+        source_stats=informers,
         warnings=warnings,
         routing=RoutingConfig(settings.route_pods_to_scheduler, settings.namespace or ""),
     )
-    if live is not None:
+    if live is not None and runner is not None and informers is not None:
         attach_live(app, live)
-        leadership = leadership_for(settings) if settings.leader_elect else None
-        requeuer = (
-            Requeuer(live.api, state, options=requeue_options(settings), leadership=leadership)
-            if settings.requeue_pending_pods
-            else None
-        )
-        auditor = Auditor(live.api, state, leadership=leadership) if settings.audit_running_pods else None
-        if leadership is not None:
-
-            def caches_listed() -> bool:
-                # Campaign on warm caches only: a new leader acts at once, never cold.
-                return (
-                    state.synced
-                    and (requeuer is None or requeuer.pods.listed.is_set())
-                    and (auditor is None or auditor.synced)
-                )
-
-            attach_leader_election(app, live.api, leadership, ready=caches_listed)
-        if requeuer is not None:
-            attach_requeuer(app, requeuer)
-        if auditor is not None:
-            attach_audit(app, auditor)
+        app[INFORMERS] = informers
+        attach_leader_work(app, live.api, runner)
     if capture is not None:
         attach_capture(app, capture)
     if tls is not None and ssl_context is not None:

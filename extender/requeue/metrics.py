@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from extender.cluster.metrics import PREFIX
+from extender import METRIC_PREFIX
 
 # Why a nudge was not sent (--requeue-pending-pods); a fixed set.
 REQUEUE_SKIP_REASONS = (
@@ -27,38 +27,38 @@ class RequeueMetrics:
         self, registry: CollectorRegistry, *, pending: Callable[[], int], queued: Callable[[], int]
     ) -> None:
         self.sent = Counter(
-            PREFIX + "requeue_nudges_sent",
+            METRIC_PREFIX + "requeue_nudges_sent",
             "Pending pods patched (annotation requeued-at) after a change of their RuntimeClass.",
             registry=registry,
         )
         self.skipped = Counter(
-            PREFIX + "requeue_nudges_skipped",
+            METRIC_PREFIX + "requeue_nudges_skipped",
             "Nudges not sent, by reason: already_nudged, not_pending (bound or deleted first), "
             "deleted (404), recreated (another uid), superseded (a newer change came first).",
             ["reason"],
             registry=registry,
         )
         self.failed = Counter(
-            PREFIX + "requeue_nudges_failed",
+            METRIC_PREFIX + "requeue_nudges_failed",
             "Nudges given up, by reason: forbidden (403: RBAC), rejected (another 4xx), "
             "retries_exhausted (conflicts, 429, 5xx or connection errors every time).",
             ["reason"],
             registry=registry,
         )
         self.retries = Counter(
-            PREFIX + "requeue_patch_retries",
+            METRIC_PREFIX + "requeue_patch_retries",
             "PATCH attempts that will be retried (409, 429, 5xx, connection errors, timeouts).",
             registry=registry,
         )
         pending_gauge = Gauge(
-            PREFIX + "requeue_pending_pods",
+            METRIC_PREFIX + "requeue_pending_pods",
             "Unscheduled pods the requeuer watches: they name a RuntimeClass and one of the "
             "configured scheduler names.",
             registry=registry,
         )
         pending_gauge.set_function(lambda: float(pending()))
         queued_gauge = Gauge(
-            PREFIX + "requeue_queued_nudges",
+            METRIC_PREFIX + "requeue_queued_nudges",
             "Nudges waiting for their turn under the rate limit or for a retry.",
             registry=registry,
         )

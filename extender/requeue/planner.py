@@ -14,9 +14,6 @@ This module decides *who* and *when*, with no I/O and no clock of its own:
   class revision it was nudged for, so a pod is never patched twice for one revision.
   A class that ends a window as it began (added and deleted again, edited and edited
   back) is no change at all.
-- ``TokenBucket`` is the patch rate limit (``now`` is passed in), ``patch_outcome``
-  sorts an API answer into done / gone / retry / fail, and ``retry_delay`` is the
-  capped exponential backoff between attempts, stretched to honour ``Retry-After``.
 
 The I/O half (informer, timers, PATCH requests) is ``extender.requeue.requeuer``.
 """
@@ -27,7 +24,6 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
-from enum import Enum
 
 from policies.objects import RuntimeClassView
 
@@ -221,63 +217,3 @@ class RequeuePlanner:
     def forget_pod(self, uid: str) -> None:
         """The pod left the pending set (bound or deleted): drop its history."""
         self._nudged.pop(uid, None)
-
-
-class TokenBucket:
-    """A rate limit of ``rate`` per second with bursts of up to ``burst`` (client-go's
-    flowcontrol.NewTokenBucketRateLimiter, which rest clients use for QPS/Burst).
-
-    ``now`` is any monotonic clock in seconds, passed in by the caller.
-    """
-
-    def __init__(self, rate: float, burst: int, *, now: float) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError("rate must be positive and burst at least 1")
-        self.rate = rate
-        self.burst = burst
-        self._tokens = float(burst)
-        self._stamp = now
-
-    def take(self, now: float) -> float:
-        """Take a token and return 0.0, or return the seconds until one is available."""
-        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return 0.0
-        return (1.0 - self._tokens) / self.rate
-
-
-class Outcome(Enum):
-    """What one PATCH answer means for the nudge."""
-
-    DONE = "done"  # 2xx: the pod was updated
-    GONE = "gone"  # 404: the pod was deleted meanwhile
-    RETRY = "retry"  # 409, 429, 5xx: try again after a backoff
-    FAIL = "fail"  # any other answer: retrying cannot help (400, 401, 403, 422, ...)
-
-
-def patch_outcome(status: int) -> Outcome:
-    """Sort an API answer to a PATCH. A connection error or timeout is ``RETRY`` too.
-
-    409 Conflict is retried: either someone else's write raced ours, or the uid guard
-    failed because the pod was recreated under the same name, which the retry notices
-    (the informer then holds the new uid) and gives up on.
-    """
-    if 200 <= status < 300:
-        return Outcome.DONE
-    if status == 404:
-        return Outcome.GONE
-    if status in (409, 429) or status >= 500:
-        return Outcome.RETRY
-    return Outcome.FAIL
-
-
-def retry_delay(attempt: int, *, initial: float, maximum: float, retry_after: float | None = None) -> float:
-    """Seconds before attempt ``attempt + 1`` (attempt counts from 1): ``initial``
-    doubling up to ``maximum``, and never sooner than the server's ``Retry-After``
-    (itself capped at ``maximum``)."""
-    delay = min(initial * (2.0 ** max(0, attempt - 1)), maximum)
-    if retry_after is not None:
-        delay = max(delay, min(retry_after, maximum))
-    return delay

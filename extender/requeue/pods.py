@@ -13,7 +13,7 @@ from typing import Any
 
 from extender.cluster.objects import ObjectError
 from extender.cluster.pods import pod_key
-from extender.cluster.reflector import WatchedResource
+from extender.kube.reflector import WatchedResource
 from extender.requeue.planner import REQUEUE_ANNOTATION, REVISION_ANNOTATION, PendingPod
 
 PODS = "pods"

@@ -26,11 +26,11 @@ The parts (decisions are pure, in ``extender.requeue.planner``):
   the ``RequeuePlanner`` each class's scheduling-relevant revision;
 - a coalescing timer: the first change opens a window of ``window`` seconds; when it
   closes, the planner turns every change seen meanwhile into at most one nudge per pod;
-- one patch worker: nudges wait in a queue (one entry per pod uid: a newer nudge
-  replaces an older one still waiting), go out at most ``rate`` per second (token
-  bucket with a small burst), and are retried with capped exponential backoff on 409,
-  429 (honouring Retry-After, which also pauses every other patch), 5xx, connection
-  errors and timeouts.
+- one patch worker, the leader's ``WriteQueue`` (``extender.leader.writes``): nudges
+  wait in a queue (one entry per pod uid: a newer nudge replaces an older one still
+  waiting), go out at most ``rate`` per second (token bucket with a small burst), and
+  are retried with capped exponential backoff on 409, 429 (honouring Retry-After,
+  which also pauses every other patch), 5xx, connection errors and timeouts.
 
 Races and how they are closed:
 
@@ -51,9 +51,10 @@ Races and how they are closed:
 - Two nudges in one second must differ, or the second patch is a no-op the scheduler
   never sees: the timestamp carries microseconds.
 
-With leader election (``serve --leader-elect``, ``extender.cluster.leader``) every
-replica runs the informer, the planner and the queue, so its cache and its plan are
-warm; only the leader runs the patch worker. A follower's queue is what the leader
+It is a leader actor (``extender.leader.actor``). With leader election (``serve
+--leader-elect``) every replica runs the informer, the planner and the queue
+(``observe``), so its cache and its plan are warm; only the leader runs the patch
+worker (``lead``). A follower's queue is what the leader
 owes: each nudge also writes ``REVISION_ANNOTATION`` (the digest of the class revision),
 and when a follower's informer shows a pod carrying the digest of its queued nudge, or
 a pod that left the pending set, the follower drops that nudge. A replica that takes
@@ -67,38 +68,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from prometheus_client import CollectorRegistry
 
-from extender.cluster.api import error_of, request
-from extender.cluster.health import SourceStats
-from extender.cluster.leadership import Leadership
-from extender.cluster.reflector import Reflector, ReflectorOptions
-from extender.cluster.state import ClusterState, Named, Store
+from extender.cluster.state import ClusterState
+from extender.kube.api import error_of, request
+from extender.kube.informer import Informer
+from extender.kube.reflector import ReflectorOptions
+from extender.kube.store import Named
+from extender.leader.actor import LeaderActor
+from extender.leader.gate import LeaderGate
+from extender.leader.writes import Sent, Sleep, WriteOptions, WriteQueue
 from extender.requeue.metrics import RequeueMetrics
 from extender.requeue.planner import (
     ClassChange,
     Nudge,
-    Outcome,
     PendingPod,
     PendingPods,
     Plan,
     RequeuePlanner,
-    TokenBucket,
     class_revision,
     nudged_for,
-    patch_outcome,
-    retry_delay,
     revision_digest,
 )
-from extender.requeue.pods import POD_RESOURCE, PODS, merge_patch, requeued_at
+from extender.requeue.pods import POD_RESOURCE, merge_patch, requeued_at
 from extender.settings import DEFAULT_REQUEUE_RATE, DEFAULT_REQUEUE_WINDOW, DEFAULT_SCHEDULER_NAMES
-from extender.tasks import run_all
 from policies.objects import RuntimeClassView
 
 log = logging.getLogger("extender.requeue")
@@ -124,18 +122,6 @@ class RequeueOptions:
     reflector: ReflectorOptions = field(default_factory=ReflectorOptions)
 
 
-class _PodStore(Store[PendingPod]):
-    """The informer's store, with an event for "the first LIST is in"."""
-
-    def __init__(self) -> None:
-        super().__init__(PODS)
-        self.listed = asyncio.Event()
-
-    def replace(self, items: Iterable[PendingPod]) -> None:
-        super().replace(items)
-        self.listed.set()
-
-
 @dataclass
 class _Batch:
     """The nudges planned for one RuntimeClass change, for its summary log line."""
@@ -156,18 +142,16 @@ class _Batch:
 class _Item:
     nudge: Nudge
     batch: _Batch
-    attempts: int = 0
 
 
-Sleep = Callable[[float], Awaitable[None]]
-
-
-class Requeuer:
+class Requeuer(LeaderActor):
     """Nudges the unscheduled pods naming a RuntimeClass that changed. See the module doc.
 
-    Build it before the app starts (so it hears the RuntimeClasses' first LIST) and
-    ``attach`` it to the app; or drive it with ``start``/``stop``.
+    Build it before the cluster watch starts (so it hears the RuntimeClasses' first
+    LIST) and run it with ``extender.leader.runner.LeaderRunner``.
     """
+
+    name = "requeuer"
 
     def __init__(
         self,
@@ -177,29 +161,30 @@ class Requeuer:
         options: RequeueOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
-        leadership: Leadership | None = None,
+        gate: LeaderGate | None = None,
     ) -> None:
         self._api = api
         # With leader election: patch only while this replica leads (see the module doc).
-        self.leadership = leadership
-        self.options = options or RequeueOptions()
-        # The rate limit's clock and sleep (tests substitute both).
-        self._clock = clock
-        self._sleep = sleep
-        self.pods = _PodStore()
-        self.pending = PendingPods(self.options.scheduler_names)
+        self.gate = gate
+        self.options = options = options or RequeueOptions()
+        self.pod_informer: Informer[PendingPod] = Informer(api, POD_RESOURCE, options=options.reflector)
+        self.pods = self.pod_informer.store
+        self.pending = PendingPods(options.scheduler_names)
         self.planner = RequeuePlanner()
-        self.stats = SourceStats(kind=PODS)
-        self.reflector = Reflector(api, POD_RESOURCE, self.pods, self.stats, options=self.options.reflector)
         self.metrics: RequeueMetrics | None = None
-        self._bucket = TokenBucket(self.options.rate, self.options.burst, now=clock())
-        self._not_before = 0.0  # clock time before which no patch goes out (429)
-        self._queue: OrderedDict[str, _Item] = OrderedDict()  # by pod uid
-        self._queue_ready = asyncio.Event()
+        self.writes: WriteQueue[_Item] = WriteQueue(
+            self,
+            WriteOptions(
+                rate=options.rate,
+                burst=options.burst,
+                max_attempts=options.max_attempts,
+                retry_initial=options.retry_initial,
+                retry_max=options.retry_max,
+            ),
+            clock=clock,
+            sleep=sleep,
+        )
         self._changed = asyncio.Event()
-        self._retries: set[asyncio.TimerHandle] = set()
-        self._in_flight = 0
-        self._tasks: list[asyncio.Task[None]] = []
         self._classes = state.runtime_classes
         self._classes.add_listener(self._class_changed)
         self.pods.add_listener(self._pod_changed)
@@ -210,9 +195,18 @@ class Requeuer:
     # ----- state --------------------------------------------------------------------
 
     @property
+    def informers(self) -> Sequence[Informer[Any]]:
+        return (self.pod_informer,)
+
+    def waiting(self) -> list[str]:
+        # The RuntimeClasses' first LIST is the planner's baseline.
+        classes = [] if self._classes.synced else [f"{self._classes.kind}: not listed yet"]
+        return [*classes, *super().waiting()]
+
+    @property
     def queued(self) -> int:
         """Nudges waiting for their turn or for a retry."""
-        return len(self._queue) + len(self._retries)
+        return len(self.writes)
 
     def _class_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:
         current = new if new is not None else old
@@ -230,47 +224,36 @@ class Requeuer:
             self.planner.forget_pod(old.uid)
         if isinstance(new, PendingPod):
             self.pending.upsert(new)
-        if not self._may_patch and isinstance(old, PendingPod):
+        if not self._leading and isinstance(old, PendingPod):
             self._drop_if_done(old.uid)
 
     def _drop_if_done(self, uid: str) -> None:
         """A follower: drop a queued nudge the leader has sent, or whose pod is gone."""
-        item = self._queue.get(uid)
+        item = self.writes.get(uid)
         if item is None:
             return
-        skip = self._still_due(item)
+        skip = self.due(item)
         if skip is not None:
-            del self._queue[uid]
-            self._settle(item, skip)
+            self.writes.discard(uid)
+            self.settle(item, skip)
 
     @property
-    def _may_patch(self) -> bool:
-        return self.leadership is None or self.leadership.leading
+    def _leading(self) -> bool:
+        return self.gate is None or self.gate.leading
 
     @property
     def busy(self) -> bool:
         """True while a change is being coalesced or a nudge is queued or in flight."""
-        return self._changed.is_set() or self.queued > 0 or self._in_flight > 0
+        return self._changed.is_set() or self.writes.busy
 
-    # ----- lifecycle ----------------------------------------------------------------
+    # ----- the actor ----------------------------------------------------------------
 
-    def register_metrics(self, registry: CollectorRegistry) -> RequeueMetrics:
+    def register_metrics(self, registry: CollectorRegistry) -> None:
         """Count nudges on ``registry`` (the app's, in ``serve``)."""
         self.metrics = RequeueMetrics(registry, pending=lambda: len(self.pending), queued=lambda: self.queued)
-        return self.metrics
 
-    async def drain(self) -> None:
-        """On shutdown: give the nudges already planned or queued up to
-        ``options.drain_timeout`` seconds to go out (a pod waiting on them would
-        otherwise wait for the scheduler's own periodic retry)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.drain_timeout
-        # A follower's queue is the leader's to send: nothing to wait for.
-        while self.busy and self._may_patch and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-
-    async def run(self) -> None:
-        """The pod informer, the planner and the patch worker, until cancelled."""
+    async def observe(self) -> None:
+        """The planner, on every replica, until cancelled."""
         log.info(
             "requeueing pending pods on RuntimeClass changes",
             extra={
@@ -279,19 +262,23 @@ class Requeuer:
                 "rate": self.options.rate,
             },
         )
-        leadership = self.leadership
-        patch_loop: Callable[[], Awaitable[None]] = self._patch_loop
-        if leadership is not None:
-
-            async def patch_loop() -> None:
-                await leadership.while_leading(self._patch_loop)
-
         try:
-            await run_all(self.reflector.run, self._plan_loop, patch_loop)
+            await self._plan_loop()
         finally:
-            for handle in self._retries:
-                handle.cancel()
-            self._retries.clear()
+            self.writes.close()
+
+    async def lead(self) -> None:
+        """The patch worker, while this replica leads."""
+        await self.writes.run()
+
+    async def drain(self) -> None:
+        """On shutdown: give the nudges already planned or queued up to
+        ``options.drain_timeout`` seconds to go out (a pod waiting on them would
+        otherwise wait for the scheduler's own periodic retry)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.drain_timeout
+        while self.busy and loop.time() < deadline:
+            await asyncio.sleep(0.05)
 
     # ----- planning -----------------------------------------------------------------
 
@@ -300,7 +287,7 @@ class Requeuer:
             await self._changed.wait()
             # Coalesce: every change until the window closes joins this plan.
             await asyncio.sleep(self.options.window)
-            await self.pods.listed.wait()
+            await self.pods.wait_synced()
             self._changed.clear()
             try:
                 self._enqueue(self.planner.plan(self.pending))
@@ -319,23 +306,34 @@ class Requeuer:
             if batch.total == 0:
                 self._log_batch(batch)
         for nudge in plan.nudges:
-            item = _Item(nudge, batches[nudge.class_name])
-            older = self._queue.get(nudge.pod.uid)
-            if older is not None:
-                self._settle(older, "superseded")
-            self._queue[nudge.pod.uid] = item  # an older entry keeps its place in line
-        if self._queue:
-            self._queue_ready.set()
+            self.writes.put(_Item(nudge, batches[nudge.class_name]))
 
-    def _settle(self, item: _Item, outcome: str, *, reason: str = "") -> None:
+    # ----- the writes (extender.leader.writes.WriteHandler) -------------------------
+
+    def key(self, item: _Item) -> str:
+        return item.nudge.pod.uid
+
+    def settle(self, item: _Item, outcome: str, *, reason: str = "", sent: Sent | None = None) -> None:
         """Count one nudge's end: sent, skipped (reason) or failed (reason)."""
-        batch, metrics = item.batch, self.metrics
+        batch, metrics, pod = item.batch, self.metrics, item.nudge.pod
         if outcome == "sent":
+            log.debug("requeued pod", extra={"pod": pod.name, "runtimeClass": item.nudge.class_name})
             batch.sent += 1
             self.planner.done(item.nudge)
             if metrics is not None:
                 metrics.sent.inc()
         elif outcome == "failed":
+            status, message = (sent.status, sent.message) if sent is not None else (0, "")
+            if reason == "retries_exhausted":
+                log.warning(
+                    "giving up requeueing pod", extra={"pod": pod.name, "status": status, "error": message}
+                )
+            elif sent is not None:
+                log.warning(
+                    "cannot requeue pod"
+                    + (": grant the requeue ClusterRole (patch pods)" if status == 403 else ""),
+                    extra={"pod": pod.name, "status": status, "error": message},
+                )
             batch.failed += 1
             if metrics is not None:
                 metrics.failed.labels(reason).inc()
@@ -346,11 +344,24 @@ class Requeuer:
         if batch.finished:
             self._log_batch(batch)
 
+    def retrying(self, item: _Item, sent: Sent, delay: float) -> None:
+        if self.metrics is not None:
+            self.metrics.retries.inc()
+        log.info(
+            "requeue patch will be retried",
+            extra={
+                "pod": item.nudge.pod.name,
+                "status": sent.status,
+                "error": sent.message,
+                "retryIn": round(delay, 3),
+            },
+        )
+
     def _log_batch(self, batch: _Batch) -> None:
         change = batch.change
         # A follower's batch ends as the leader's patches arrive: the leader's line says it.
         log.log(
-            logging.INFO if self._may_patch else logging.DEBUG,
+            logging.INFO if self._leading else logging.DEBUG,
             "RuntimeClass %s: requeued %d pending pod(s)",
             change.kind,
             batch.sent,
@@ -364,40 +375,7 @@ class Requeuer:
             },
         )
 
-    # ----- patching -----------------------------------------------------------------
-
-    async def _patch_loop(self) -> None:
-        while True:
-            await self._queue_ready.wait()
-            if not self._queue:
-                self._queue_ready.clear()
-                continue
-            _, item = self._queue.popitem(last=False)
-            self._in_flight += 1
-            try:
-                await self._attempt(item)
-            except asyncio.CancelledError:
-                if self.leadership is not None:
-                    self._put_back(item)
-                raise
-            except Exception:
-                log.exception("requeue patch failed", extra={"pod": item.nudge.pod.name})
-                self._settle(item, "failed", reason="rejected")
-            finally:
-                self._in_flight -= 1
-
-    def _put_back(self, item: _Item) -> None:
-        """A term ended during this nudge's attempt: first in line for the next leader
-        (unless a newer nudge for the pod is waiting, or the pod shows it was sent)."""
-        uid = item.nudge.pod.uid
-        if uid in self._queue:
-            self._settle(item, "superseded")
-            return
-        self._queue[uid] = item
-        self._queue.move_to_end(uid, last=False)
-        self._queue_ready.set()
-
-    def _still_due(self, item: _Item) -> str | None:
+    def due(self, item: _Item) -> str | None:
         """None if the pod is still pending as planned, else the skip reason."""
         pod = item.nudge.pod
         current = self.pending.get(pod.name)
@@ -409,93 +387,12 @@ class Requeuer:
             return "already_nudged"  # by another replica, before this one led
         return None
 
-    async def _wait_for_turn(self) -> None:
-        while True:
-            now = self._clock()
-            if now < self._not_before:
-                await self._sleep(self._not_before - now)
-                continue
-            delay = self._bucket.take(now)
-            if delay <= 0:
-                return
-            await self._sleep(delay)
-
-    async def _attempt(self, item: _Item) -> None:
-        skip = self._still_due(item)
-        if skip is None:
-            await self._wait_for_turn()
-            skip = self._still_due(item)  # the wait may have been long
-        if skip is not None:
-            self._settle(item, skip)
-            return
-        pod = item.nudge.pod
-        item.attempts += 1
-        status, message, retry_after = await self._patch(item)
-        outcome = patch_outcome(status) if status else Outcome.RETRY
-        if outcome is Outcome.DONE:
-            log.debug("requeued pod", extra={"pod": pod.name, "runtimeClass": item.nudge.class_name})
-            self._settle(item, "sent")
-        elif outcome is Outcome.GONE:
-            self._settle(item, "deleted")
-        elif outcome is Outcome.FAIL and (skip := self._still_due(item)) is not None:
-            # Refused because the pod changed identity meanwhile (a uid guard answered
-            # with 422 rather than 409 counts here too): nothing is wrong.
-            self._settle(item, skip)
-        elif outcome is Outcome.FAIL:
-            reason = "forbidden" if status == 403 else "rejected"
-            log.warning(
-                "cannot requeue pod"
-                + (": grant the requeue ClusterRole (patch pods)" if status == 403 else ""),
-                extra={"pod": pod.name, "status": status, "error": message},
-            )
-            self._settle(item, "failed", reason=reason)
-        elif item.attempts >= self.options.max_attempts:
-            log.warning(
-                "giving up requeueing pod",
-                extra={"pod": pod.name, "attempts": item.attempts, "status": status, "error": message},
-            )
-            self._settle(item, "failed", reason="retries_exhausted")
-        else:
-            delay = retry_delay(
-                item.attempts,
-                initial=self.options.retry_initial,
-                maximum=self.options.retry_max,
-                retry_after=retry_after,
-            )
-            if status == 429 and retry_after is not None:
-                # The API server asks every client to slow down, not just this request.
-                self._not_before = max(
-                    self._not_before, self._clock() + min(retry_after, self.options.retry_max)
-                )
-            if self.metrics is not None:
-                self.metrics.retries.inc()
-            log.info(
-                "requeue patch will be retried",
-                extra={"pod": pod.name, "status": status, "error": message, "retryIn": round(delay, 3)},
-            )
-            self._retry_later(item, delay)
-
-    def _retry_later(self, item: _Item, delay: float) -> None:
-        loop = asyncio.get_running_loop()
-
-        def requeue() -> None:
-            self._retries.discard(handle)
-            uid = item.nudge.pod.uid
-            if uid in self._queue:
-                self._settle(item, "superseded")  # a newer nudge for this pod is waiting
-                return
-            self._queue[uid] = item
-            self._queue_ready.set()
-
-        handle = loop.call_later(delay, requeue)
-        self._retries.add(handle)
-
-    async def _patch(self, item: _Item) -> tuple[int, str, float | None]:
-        """One PATCH: (status, message, Retry-After); status 0 for a connection error."""
+    async def send(self, item: _Item) -> Sent:
+        """One PATCH."""
         pod = item.nudge.pod
         # Only with leader election: without it the patch stays one annotation.
         revision = None
-        if self.leadership is not None:
+        if self.gate is not None:
             revision = revision_digest(item.nudge.revision)
             # The pod as the informer has it now: its resourceVersion is the precondition.
             pod = self.pending.get(pod.name) or pod
@@ -510,8 +407,8 @@ class Requeuer:
                 timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
             ) as response:
                 if response.status < 300:
-                    return response.status, "", None
+                    return Sent(response.status)
                 error = await error_of(response)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            return 0, f"{type(exc).__name__}: {exc}", None
-        return error.status, error.message, error.retry_after
+            return Sent(0, f"{type(exc).__name__}: {exc}")
+        return Sent(error.status, error.message, error.retry_after)

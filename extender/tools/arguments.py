@@ -18,7 +18,7 @@ from extender.settings import GivenOnce
 # accepts the connection and then never answers. A one-shot tool that scripts and CI jobs
 # gate on should fail instead: 30 s is what these commands always allowed per request,
 # far above what a LIST page of 500 objects takes on a healthy API server. (The same as
-# extender.cluster.api.DEFAULT_REQUEST_TIMEOUT, which this module is too light to import.)
+# extender.kube.api.DEFAULT_REQUEST_TIMEOUT, which this module is too light to import.)
 DEFAULT_REQUEST_TIMEOUT = "30s"
 
 _GO_DURATION_UNITS = {

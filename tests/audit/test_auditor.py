@@ -20,12 +20,13 @@ from prometheus_client import CollectorRegistry
 from extender.audit.auditor import AuditedPods, AuditOptions, Auditor
 from extender.audit.check import PROBLEMS
 from extender.cli import main
-from extender.cluster import kube
 from extender.cluster.pods import ScheduledPod
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch
 from extender.http.keys import STATE
 from extender.http.serve import build_app
+from extender.kube import connect as kube
+from extender.leader.runner import LeaderRunner
 from extender.logs import TextFormatter
 from extender.settings import default_serve_settings
 from extender.tasks import stop as stop_task
@@ -132,9 +133,9 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
         state = ClusterState()
         watch = ClusterWatch(conn.api, state, options=FAST)
         # Built before the watch starts, as serve does: the index hears the first LISTs.
-        auditor = Auditor(conn.api, state, options=AuditOptions(reflector=FAST, sync_poll=0.01))
+        auditor = Auditor(conn.api, state, options=AuditOptions(reflector=FAST))
         result = Running(server, state, auditor)
-        tasks = [asyncio.create_task(watch.run()), asyncio.create_task(auditor.run())]
+        tasks = [asyncio.create_task(watch.run()), asyncio.create_task(LeaderRunner([auditor], None).run())]
         started.append((tasks, conn.api))
         await eventually(lambda: auditor.synced, what="sync")
         await server.wait_for_watchers(PODS, 1)

@@ -39,7 +39,8 @@ from extender.cluster.file_source import (
 )
 from extender.cluster.objects import ObjectError
 from extender.cluster.pods import ScheduledPod, TolerationInterner, is_audited, scheduled_pod_from_api
-from extender.cluster.state import ClusterState, Store
+from extender.cluster.state import ClusterState
+from extender.kube.store import Store
 from policies.objects import NodeView, RuntimeClassView, SelectorRequirement, Taint, Toleration
 
 GVISOR_LABELS = MappingProxyType({"runtime": "gvisor"})

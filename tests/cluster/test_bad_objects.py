@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 from pytest_aiohttp import AiohttpClient
 
-from extender.cluster import kube
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch
 from extender.http.app import create_app
+from extender.kube import connect as kube
 from extender.policy_file import load_policy
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class

@@ -20,13 +20,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from extender.cli import main
-from extender.cluster.kube import KubeConfigError, choose_source, connect
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.node_lookup import LookupOptions, NodeLookup
 from extender.cluster.state import ClusterState
 from extender.filtering import ERROR_NOT_SYNCED
 from extender.http.app import create_app
 from extender.http.serve import attach_live
+from extender.kube.connect import KubeConfigError, choose_source, connect
 from extender.policy_file import load_policy
 from extender.tasks import stop as stop_task
 from policies.verdict import REASON_NODE_UNKNOWN, REASON_RUNTIMECLASS_MISMATCH

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from extender.cluster import kube
-from extender.cluster.backoff import Backoff
-from extender.cluster.health import SourceStats
-from extender.cluster.reflector import Reflector, ReflectorOptions
 from extender.cluster.state import NODES as NODES_KIND
-from extender.cluster.state import ClusterState, Store
+from extender.cluster.state import ClusterState
 from extender.cluster.watch import NODE_RESOURCE, ClusterWatch
+from extender.kube import connect as kube
+from extender.kube.backoff import Backoff
+from extender.kube.health import SourceStats
+from extender.kube.reflector import Reflector, ReflectorOptions
+from extender.kube.store import Store
 from extender.tasks import stop as stop_task
 from policies.objects import NodeView
 from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class

@@ -576,7 +576,8 @@ def test_watch_modules_do_not_import_the_validation() -> None:
     import ast
     import inspect
 
-    from extender.cluster import objects, reflector, snapshot, watch
+    from extender.cluster import objects, snapshot, watch
+    from extender.kube import reflector
 
     for module in (objects, reflector, snapshot, watch):
         tree = ast.parse(inspect.getsource(module))

@@ -35,7 +35,7 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpClient
 
-from extender.cluster import kube
+from extender.kube import connect as kube
 from extender.policy_file import load_policy
 from extender.tasks import stop as stop_task
 from policies.registry import Policy

@@ -16,17 +16,18 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from extender import METRIC_PREFIX as PREFIX
 from extender.audit.metrics import AUDITED_PODS, MISPLACED_PODS
 from extender.capture.writer import CaptureWriter
 from extender.cluster.file_source import load_cluster_file
-from extender.cluster.health import SourceStats
-from extender.cluster.metrics import PREFIX
 from extender.cluster.node_lookup import LookupStats
 from extender.cluster.state import ClusterState
 from extender.http.app import create_app
 from extender.http.keys import METRICS
 from extender.http.metrics import NODE_LOOKUP_COUNTERS
-from extender.http.serve import LEADER_GAUGE, attach_capture
+from extender.http.serve import attach_capture
+from extender.kube.health import SourceStats
+from extender.leader.runner import CAMPAIGNING_GAUGE, LEADER_GAUGE
 from extender.policy_file import load_policy
 from extender.requeue.metrics import RequeueMetrics
 from policies.objects import NodeView, RuntimeClassView, Taint, Toleration
@@ -359,7 +360,7 @@ async def _exported_names(aiohttp_client: Any, tmp_path: Path) -> set[str]:
     families += list(requeue.collect())
     names = {family.name + "_total" if family.type == "counter" else family.name for family in families}
     # Exported only with --audit-running-pods and --leader-elect (serve wires them).
-    return names | {MISPLACED_PODS, AUDITED_PODS, LEADER_GAUGE}
+    return names | {MISPLACED_PODS, AUDITED_PODS, LEADER_GAUGE, CAMPAIGNING_GAUGE}
 
 
 def _documented_names() -> set[str]:

@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 from pytest_aiohttp import AiohttpClient
 
-from extender.cluster import kube
 from extender.cluster.live import LiveCluster, LiveOptions
-from extender.cluster.reflector import ReflectorOptions
 from extender.cluster.state import ClusterState
 from extender.http.app import create_app
 from extender.http.serve import attach_live
+from extender.kube import connect as kube
+from extender.kube.reflector import ReflectorOptions
 from extender.logs import JsonFormatter, TextFormatter
 from extender.policy_file import load_policy
 from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class

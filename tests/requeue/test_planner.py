@@ -8,14 +8,10 @@ import pytest
 
 from extender.requeue.planner import (
     ABSENT,
-    Outcome,
     PendingPod,
     PendingPods,
     RequeuePlanner,
-    TokenBucket,
     class_revision,
-    patch_outcome,
-    retry_delay,
 )
 from policies.objects import RuntimeClassView, SelectorRequirement, Toleration
 
@@ -195,43 +191,3 @@ def test_changed_back_within_one_window_is_no_change() -> None:
     planner.observe("new", class_revision(gvisor(name="new")))
     planner.observe("new", ABSENT)
     assert planner.plan(pods).changes == []
-
-
-def test_token_bucket_allows_a_burst_then_the_rate() -> None:
-    bucket = TokenBucket(rate=10.0, burst=2, now=0.0)
-    assert bucket.take(0.0) == 0.0
-    assert bucket.take(0.0) == 0.0
-    assert bucket.take(0.0) == pytest.approx(0.1)
-    assert bucket.take(0.05) == pytest.approx(0.05)  # half a token has accrued
-    assert bucket.take(0.1) == 0.0
-    # Idle time refills up to the burst, not beyond.
-    assert [bucket.take(100.0) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.1)]
-    with pytest.raises(ValueError):
-        TokenBucket(rate=0.0, burst=1, now=0.0)
-
-
-@pytest.mark.parametrize(
-    ("status", "outcome"),
-    [
-        (200, Outcome.DONE),
-        (404, Outcome.GONE),
-        (409, Outcome.RETRY),
-        (429, Outcome.RETRY),
-        (500, Outcome.RETRY),
-        (503, Outcome.RETRY),
-        (400, Outcome.FAIL),
-        (403, Outcome.FAIL),
-        (415, Outcome.FAIL),
-        (422, Outcome.FAIL),
-    ],
-)
-def test_patch_outcome(status: int, outcome: Outcome) -> None:
-    assert patch_outcome(status) is outcome
-
-
-def test_retry_delay_doubles_up_to_the_cap_and_honours_retry_after() -> None:
-    delays = [retry_delay(n, initial=0.5, maximum=4.0) for n in range(1, 7)]
-    assert delays == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
-    assert retry_delay(1, initial=0.5, maximum=30.0, retry_after=3.0) == 3.0
-    assert retry_delay(5, initial=0.5, maximum=30.0, retry_after=3.0) == 8.0
-    assert retry_delay(1, initial=0.5, maximum=30.0, retry_after=600.0) == 30.0

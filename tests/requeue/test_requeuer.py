@@ -23,11 +23,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from extender.cli import main
-from extender.cluster import kube
 from extender.cluster.objects import ObjectError
 from extender.cluster.pods import pod_key
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch, runtime_class_resource
+from extender.kube import connect as kube
+from extender.leader.runner import LeaderRunner
 from extender.logs import TextFormatter
 from extender.requeue.metrics import RequeueMetrics
 from extender.requeue.planner import REQUEUE_ANNOTATION
@@ -70,9 +71,7 @@ class Running:
         return 0.0 if value is None else value
 
     async def synced(self) -> None:
-        await eventually(
-            lambda: self.state.runtime_classes.synced and self.requeuer.pods.listed.is_set(), what="sync"
-        )
+        await eventually(lambda: self.state.runtime_classes.synced and self.requeuer.pods.synced, what="sync")
         await self.server.wait_for_watchers(PODS, 1)
         await self.server.wait_for_watchers(RUNTIME_CLASSES, 1)
 
@@ -121,7 +120,7 @@ async def start(tmp_path: Path) -> AsyncIterator[Start]:
         # Built before the watch starts, as serve does: it hears the first LIST.
         requeuer = Requeuer(conn.api, state, options=options, **extra)
         running = Running(server, state, requeuer)
-        tasks = [asyncio.create_task(watch.run()), asyncio.create_task(requeuer.run())]
+        tasks = [asyncio.create_task(watch.run()), asyncio.create_task(LeaderRunner([requeuer], None).run())]
         started.append((tasks, conn.api))
         await running.synced()
         return running

@@ -99,7 +99,9 @@ async def test_the_other_takes_over_and_patches_only_what_the_first_had_not(
     assert a.leading
     fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", handler="runsc"))
     digest = digest_of(fake_apiserver, "gvisor")
-    await eventually(lambda: len(nudges(fake_apiserver)) >= 5, what="the first leader's first nudges")
+    # Counted by a, not only applied: a nudge applied while its answer is lost in the
+    # cut stays uncounted, which the sums below allow for once (it ran flaky under load).
+    await eventually(lambda: a.metric(SENT) >= 5, what="the first leader's first nudges")
     if how == "cancelled":
         await a.stop()
     else:
@@ -118,7 +120,7 @@ async def test_the_other_takes_over_and_patches_only_what_the_first_had_not(
     if how == "cut-off":
         # Reconnected, a finds everything done: no patch from it, now or later.
         a.proxy.restore()
-        await eventually(lambda: a.leadership.holder == b.leadership.identity, what="a sees b")
+        await eventually(lambda: a.gate.holder == b.gate.identity, what="a sees b")
         await eventually(lambda: a.requeuer is not None and not a.requeuer.busy, what="a idle")
         assert a.metric(SENT) == by_a
 

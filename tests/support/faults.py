@@ -30,10 +30,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from extender.cluster.reflector import ReflectorOptions
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch
 from extender.http.app import create_app
+from extender.kube.reflector import ReflectorOptions
 from extender.policy_file import load_policy
 from policies.registry import Policy
 from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.cluster.reflector import ReflectorOptions
+from extender.kube.reflector import ReflectorOptions
 
 _FAST: dict[str, Any] = {
     "request_timeout": 2.0,

@@ -1,7 +1,7 @@
-"""Replicas of the extender's acting parts over one test API server, as ``serve
+"""Replicas of the extender's leader actors over one test API server, as ``serve
 --leader-elect`` wires them: each with its own API connection (through a ``TcpProxy``,
-so one can be cut off alone), its own RuntimeClass watch, requeuer and/or auditor, and
-a ``LeaderElector`` on one shared Lease.
+so one can be cut off alone), its own RuntimeClass watch, requeuer and/or auditor run
+by a ``LeaderRunner`` (serve's runner), and a ``LeaderElector`` on one shared Lease.
 
 Shared by tests/requeue/test_requeuer_ha.py, tests/audit/test_auditor_ha.py and
 bench/failover_bench.py.
@@ -10,6 +10,7 @@ bench/failover_bench.py.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from extender.audit.auditor import AuditOptions, Auditor
-from extender.cluster import kube
-from extender.cluster.leader import LeaderElector
-from extender.cluster.leadership import ElectionOptions, Leadership, identity
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch, runtime_class_resource
+from extender.kube import connect as kube
+from extender.kube.health import waiting_report
+from extender.leader.actor import LeaderActor
+from extender.leader.election import LeaderElector
+from extender.leader.gate import ElectionOptions, LeaderGate, identity
+from extender.leader.runner import LeaderRunner
 from extender.requeue.planner import REQUEUE_ANNOTATION, REVISION_ANNOTATION
 from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.tasks import stop as stop_task
@@ -58,27 +62,25 @@ class Replica:
     proxy: TcpProxy
     api: Any
     state: ClusterState
-    leadership: Leadership
+    gate: LeaderGate
     requeuer: Requeuer | None
     auditor: Auditor | None
+    runner: LeaderRunner
     registry: CollectorRegistry
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # With the drain each needs on stop (the actors' jobs drain while leading).
+    tasks: list[tuple[asyncio.Task[None], Callable[[], Awaitable[None]] | None]] = field(default_factory=list)
     stopped: bool = False
 
     @property
     def leading(self) -> bool:
-        return self.leadership.leading
+        return self.gate.leading
 
     def metric(self, name: str, **labels: str) -> float:
         value = self.registry.get_sample_value(name, labels)
         return 0.0 if value is None else value
 
     def synced(self) -> bool:
-        return (
-            self.state.runtime_classes.synced
-            and (self.requeuer is None or self.requeuer.pods.listed.is_set())
-            and (self.auditor is None or self.auditor.synced)
-        )
+        return not self.runner.waiting()
 
     async def stop(self) -> None:
         """Shut down as ``serve`` does: the acting parts (drained), then the election
@@ -86,10 +88,8 @@ class Replica:
         if self.stopped:
             return
         self.stopped = True
-        for task in self.tasks:
-            await stop_task(
-                task, drain=self.requeuer.drain if task.get_name() == "requeuer" and self.requeuer else None
-            )
+        for task, drain in self.tasks:
+            await stop_task(task, drain=drain)
         await self.proxy.stop()
         await self.api.close()
 
@@ -109,33 +109,29 @@ async def start_replica(
         kubeconfig=str(proxy.write_kubeconfig(directory / f"{name}.kubeconfig", server.token))
     )
     state = ClusterState()
-    leadership = Leadership(identity({"POD_NAME": name}), election)
+    gate = LeaderGate(identity({"POD_NAME": name}), election)
     registry = CollectorRegistry()
-    requeuer = (
-        Requeuer(conn.api, state, options=requeue, leadership=leadership) if requeue is not None else None
-    )
+    requeuer = Requeuer(conn.api, state, options=requeue, gate=gate) if requeue is not None else None
     auditor = (
-        Auditor(conn.api, state, options=AuditOptions(reflector=FAST_REFLECTOR), leadership=leadership)
-        if audit
-        else None
+        Auditor(conn.api, state, options=AuditOptions(reflector=FAST_REFLECTOR), gate=gate) if audit else None
     )
-    if requeuer is not None:
-        requeuer.register_metrics(registry)
-    if auditor is not None:
-        auditor.register_metrics(registry)
     resources = None if audit else (runtime_class_resource(),)
     watch = ClusterWatch(
         conn.api, state, options=FAST_REFLECTOR, **({"resources": resources} if resources else {})
     )
-    replica = Replica(name, proxy, conn.api, state, leadership, requeuer, auditor, registry)
-    elector = LeaderElector(conn.api, leadership, ready=replica.synced)
-    # Stop order (the list's order): the acting parts, the election, the watch.
-    if auditor is not None:
-        replica.tasks.append(asyncio.create_task(auditor.run(), name="audit"))
-    if requeuer is not None:
-        replica.tasks.append(asyncio.create_task(requeuer.run(), name="requeuer"))
-    replica.tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
-    replica.tasks.append(asyncio.create_task(watch.run(), name="cluster-watch"))
+    actors: list[LeaderActor] = [actor for actor in (auditor, requeuer) if actor is not None]
+    runner = LeaderRunner(
+        actors, gate, also_waiting=lambda: [r for s in watch.stats if (r := waiting_report(s)) is not None]
+    )
+    runner.register_metrics(registry)
+    replica = Replica(name, proxy, conn.api, state, gate, requeuer, auditor, runner, registry)
+    elector = LeaderElector(conn.api, gate, waiting=runner.waiting)
+    # Stop order (the list's order), as serve's cleanup unwinds: the actors, the
+    # election, the watch.
+    for job in runner.jobs():
+        replica.tasks.append((asyncio.create_task(job.run(), name=job.name), job.drain))
+    replica.tasks.append((asyncio.create_task(elector.run(), name="leader-election"), None))
+    replica.tasks.append((asyncio.create_task(watch.run(), name="cluster-watch"), None))
     return replica
 
 

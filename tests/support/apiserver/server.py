@@ -565,6 +565,10 @@ class FakeApiServer:
             )
         )
 
+    def clear_failures(self) -> None:
+        """Forget every failure ``fail_next`` still holds."""
+        self._failures.clear()
+
     def watcher_count(self, resource: ResourceType | str | None = None) -> int:
         rtype = self._resource(resource) if resource is not None else None
         return sum(1 for w in self._watchers if rtype is None or w.resource is rtype)

@@ -1,4 +1,4 @@
-"""Leader election on a Lease (extender.cluster.leader) against the test API server.
+"""Leader election on a Lease (extender.leader.election) against the test API server.
 
 Two (or three) electors over their own API connections compete for one Lease. Short
 durations (lease 1 s, renew 0.6 s, retry 0.1 s) keep the hand-overs quick; every wait
@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from extender.cluster import kube
-from extender.cluster.leader import LeaderElector, lease_spec, micro_time, record_of
-from extender.cluster.leadership import ElectionOptions, Leadership, identity, own_namespace
+from extender.kube import connect as kube
+from extender.kube.incluster import own_namespace
+from extender.leader.election import LeaderElector, lease_spec, micro_time, record_of
+from extender.leader.gate import ElectionOptions, LeaderGate, identity
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import LEASES, FakeApiServer
 from tests.support.proxy import TcpProxy
@@ -31,7 +32,7 @@ FAST = FAST_ELECTION
 @dataclass
 class Replica:
     name: str
-    leadership: Leadership
+    gate: LeaderGate
     elector: LeaderElector
     proxy: TcpProxy
     api: Any
@@ -54,25 +55,25 @@ async def replicas(fake_apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterat
         conn = await kube.connect(
             kubeconfig=str(proxy.write_kubeconfig(tmp_path / f"{name}.kubeconfig", fake_apiserver.token))
         )
-        leadership = Leadership(identity({"POD_NAME": name}), options)
-        elector = LeaderElector(conn.api, leadership)
+        gate = LeaderGate(identity({"POD_NAME": name}), options)
+        elector = LeaderElector(conn.api, gate)
         events: list[tuple[str, bool]] = []
 
         async def job() -> None:
-            events.append(("start", leadership.leading))
+            events.append(("start", gate.leading))
             try:
                 await asyncio.Event().wait()
             finally:
-                events.append(("stop", leadership.leading))
+                events.append(("stop", gate.leading))
 
         replica = Replica(
             name,
-            leadership,
+            gate,
             elector,
             proxy,
             conn.api,
             asyncio.create_task(elector.run()),
-            asyncio.create_task(leadership.while_leading(job)),
+            asyncio.create_task(gate.while_leading(job)),
             events,
         )
         started.append(replica)
@@ -89,9 +90,9 @@ async def replicas(fake_apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterat
 async def leader_then_follower(replicas: Start) -> tuple[Replica, Replica]:
     """a starts alone and leads; b starts and sees a as the holder."""
     a = await replicas("a")
-    await eventually(lambda: a.leadership.leading, what="a leads")
+    await eventually(lambda: a.gate.leading, what="a leads")
     b = await replicas("b")
-    await eventually(lambda: b.leadership.holder == a.leadership.identity, what="b sees a")
+    await eventually(lambda: b.gate.holder == a.gate.identity, what="b sees a")
     return a, b
 
 
@@ -102,7 +103,7 @@ def lease(server: FakeApiServer) -> dict[str, Any]:
 
 
 def leaders(*replicas: Replica) -> list[Replica]:
-    return [r for r in replicas if r.leadership.leading]
+    return [r for r in replicas if r.gate.leading]
 
 
 async def test_one_of_two_leads_and_both_know_the_holder(
@@ -112,9 +113,9 @@ async def test_one_of_two_leads_and_both_know_the_holder(
     await eventually(lambda: len(leaders(a, b)) == 1, what="a leader")
     (leader,) = leaders(a, b)
     follower = b if leader is a else a
-    await eventually(lambda: follower.leadership.holder == leader.leadership.identity, what="holder seen")
+    await eventually(lambda: follower.gate.holder == leader.gate.identity, what="holder seen")
     spec = lease(fake_apiserver)["spec"]
-    assert spec["holderIdentity"] == leader.leadership.identity
+    assert spec["holderIdentity"] == leader.gate.identity
     assert spec["leaseDurationSeconds"] == 1
     assert spec["renewTime"].endswith("Z") and spec["acquireTime"].endswith("Z")
     # Renewals go on; the follower never takes over a lease that is being renewed.
@@ -122,7 +123,7 @@ async def test_one_of_two_leads_and_both_know_the_holder(
     await eventually(lambda: lease(fake_apiserver)["spec"]["renewTime"] != renewed, what="a renewal")
     assert leaders(a, b) == [leader] and not follower.events
     assert leader.events == [("start", True)]
-    assert leader.leadership.details()["holder"] == leader.leadership.identity
+    assert leader.gate.details()["holder"] == leader.gate.identity
 
 
 async def test_a_cancelled_leader_stops_acting_then_releases_and_the_other_takes_over(
@@ -132,12 +133,12 @@ async def test_a_cancelled_leader_stops_acting_then_releases_and_the_other_takes
     transitions = lease(fake_apiserver)["spec"]["leaseTransitions"]
     await stop_task(a.task)
     # a's job ended before the release (it saw itself no longer leading)...
-    assert a.events == [("start", True), ("stop", False)] and not a.leadership.leading
+    assert a.events == [("start", True), ("stop", False)] and not a.gate.leading
     # ...and the release (no holder) lets b take over at its next retry, long before
     # the lease duration would have run out (that bound is the next test's).
-    await eventually(lambda: b.leadership.leading, what="b leads")
+    await eventually(lambda: b.gate.leading, what="b leads")
     spec = lease(fake_apiserver)["spec"]
-    assert spec["holderIdentity"] == b.leadership.identity
+    assert spec["holderIdentity"] == b.gate.identity
     # client-go: a release keeps the count, a new holder adds one.
     assert spec["leaseTransitions"] == transitions + 1
 
@@ -149,9 +150,9 @@ async def test_a_leader_cut_off_from_the_api_server_stops_within_the_renew_deadl
     loop = asyncio.get_running_loop()
     a.proxy.blackhole()  # requests hang: no answer, no error
     cut = loop.time()
-    await eventually(lambda: not a.leadership.leading, what="a stops leading")
+    await eventually(lambda: not a.gate.leading, what="a stops leading")
     stopped = loop.time()
-    await eventually(lambda: b.leadership.leading, what="b takes over")
+    await eventually(lambda: b.gate.leading, what="b takes over")
     taken = loop.time()
     # The order is the safety property: a had stopped acting before b could start.
     assert stopped < taken
@@ -160,7 +161,7 @@ async def test_a_leader_cut_off_from_the_api_server_stops_within_the_renew_deadl
     assert stopped - cut < FAST.retry_period + FAST.renew_deadline + 0.5  # loose: a bound, not a timing
     a.proxy.restore()
     # a campaigns again, as a follower now.
-    await eventually(lambda: a.leadership.holder == b.leadership.identity, what="a sees b")
+    await eventually(lambda: a.gate.holder == b.gate.identity, what="a sees b")
     assert leaders(a, b) == [b]
 
 
@@ -172,11 +173,11 @@ async def test_an_unreachable_replica_never_leads_alone_and_three_settle_on_one(
     for _ in range(2):
         (leader,) = leaders(a, b, c)
         leader.proxy.blackhole()
-        await eventually(lambda leader=leader: not leader.leadership.leading, what="the cut-off leader stops")
+        await eventually(lambda leader=leader: not leader.gate.leading, what="the cut-off leader stops")
         await eventually(lambda: len(leaders(a, b, c)) == 1, what="a new leader")
         assert leaders(a, b, c) != [leader]
         leader.proxy.restore()
-    # Every start of a job happened while leading, every stop after leadership ended.
+    # Every start of a job happened while leading, every stop after gate ended.
     for replica in (a, b, c):
         assert all(leading == (kind == "start") for kind, leading in replica.events), replica.events
 
@@ -236,7 +237,7 @@ async def test_each_transition_is_one_log_line(
     caplog.set_level(logging.INFO, logger="extender.leader")
     a, b = await leader_then_follower(replicas)
     await stop_task(a.task)
-    await eventually(lambda: b.leadership.leading, what="b leads")
+    await eventually(lambda: b.gate.leading, what="b leads")
     messages = [r.getMessage() for r in caplog.records if r.name == "extender.leader"]
     assert messages.count("started leading") == 2
     assert messages.count("stopped leading: shutting down") == 1

@@ -15,7 +15,7 @@ The order is the one controller-runtime documents for ``config.GetConfig``
 If nothing applies, ``KubeConfigError`` says what to pass, including ``--cluster-file``
 for running without a cluster.
 
-kubeconfig files are read, merged and checked first (``extender.cluster.kubeconfig``),
+kubeconfig files are read, merged and checked first (``extender.kube.kubeconfig``),
 so a broken file is one line naming the file and the entry; kubernetes-asyncio then
 gets the one chosen context as a dict, with its file paths already absolute, and does
 the authentication (tokens, client certificates, exec plugins).
@@ -44,7 +44,7 @@ from kubernetes_asyncio.config.incluster_config import (
     InClusterConfigLoader,
 )
 
-from extender.cluster.kubeconfig import KubeConfigError, resolve_kubeconfig
+from extender.kube.kubeconfig import KubeConfigError, resolve_kubeconfig
 
 NO_CLUSTER_HELP = (
     "no Kubernetes API server configured: not running in a pod with a service account, "

@@ -56,11 +56,10 @@ from typing import Any
 import aiohttp
 import orjson
 
-from extender.cluster.api import ApiError, ListOptions, error_of, list_pages, request
-from extender.cluster.backoff import Backoff
-from extender.cluster.health import SourceStats
-from extender.cluster.objects import ObjectError
-from extender.cluster.state import Named, Store
+from extender.kube.api import ApiError, ListOptions, error_of, list_pages, request
+from extender.kube.backoff import Backoff
+from extender.kube.health import SourceStats
+from extender.kube.store import Named, ObjectError, Store
 
 log = logging.getLogger("extender.watch")
 

@@ -1,25 +1,25 @@
-"""Who leads, as this replica sees it: the light half of leader election.
+"""The leader gate: who leads, as this replica sees it, and the gate leader work passes.
 
-The acting parts (the requeuer's patch loop, the audit's warnings and gauges) run
-through ``Leadership.while_leading``; ``extender.cluster.leader`` campaigns for the Lease
-and flips ``Leadership.leading``. Kept apart because the campaign needs
-kubernetes-asyncio's election, which imports the whole generated API client (about
-35 MB of resident memory): a ``serve`` without ``--leader-elect`` never loads it.
+``extender.leader.election`` campaigns for the Lease and opens or closes the gate
+(``set_leading``); the leader actors' ``lead`` runs through ``LeaderGate.while_leading``
+(``extender.leader.runner``), cancelled and awaited when the term ends. The election
+never opens the gate before it holds the Lease and always closes it, and waits for
+every acting job to end, before anything else happens at the end of a term.
+
+Kept apart from the election because the campaign needs kubernetes-asyncio's election,
+which imports the whole generated API client (about 35 MB of resident memory): a
+``serve`` without ``--leader-elect`` never loads it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 def identity(environ: Mapping[str, str] | None = None, hostname: str | None = None) -> str:
@@ -27,18 +27,6 @@ def identity(environ: Mapping[str, str] | None = None, hostname: str | None = No
     environ = os.environ if environ is None else environ
     base = environ.get("POD_NAME") or hostname or socket.gethostname()
     return f"{base}_{uuid.uuid4()}"
-
-
-def own_namespace(environ: Mapping[str, str] | None = None, sa_file: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
-    """The pod's namespace: ``POD_NAMESPACE``, else the service account's, else ``default``."""
-    environ = os.environ if environ is None else environ
-    if environ.get("POD_NAMESPACE"):
-        return environ["POD_NAMESPACE"]
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        text = Path(sa_file).read_text(encoding="utf-8").strip()
-        if text:
-            return text
-    return "default"
 
 
 @dataclass(frozen=True)
@@ -50,7 +38,7 @@ class ElectionOptions:
     retry_period: float
 
 
-class Leadership:
+class LeaderGate:
     """Who leads, as this replica sees it, and the gate the acting jobs pass through."""
 
     def __init__(self, identity: str, options: ElectionOptions) -> None:
@@ -60,6 +48,10 @@ class Leadership:
         self._leading = False
         self._changed = asyncio.Condition()
         self._acting = 0
+        # Before the campaign starts: what it waits for (caches not listed yet, each
+        # with its last error). Empty once campaigning.
+        self.waiting_for: list[str] = []
+        self.campaigning = False
 
     @property
     def leading(self) -> bool:
@@ -72,6 +64,8 @@ class Leadership:
             "leading": self._leading,
             "holder": self.holder,
             "lease": f"{self.options.namespace}/{self.options.lease_name}",
+            "campaigning": self.campaigning,
+            "waitingFor": list(self.waiting_for),
         }
 
     async def set_leading(self, leading: bool) -> None:

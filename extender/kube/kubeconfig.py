@@ -5,7 +5,7 @@ valid YAML (line 2)``) instead of a parser trace, and several ``KUBECONFIG`` fil
 as kubectl merges them (the first file to set a value wins, also ``current-context``),
 which kubernetes-asyncio does not do on its own. ``resolve_kubeconfig`` hands back the
 one chosen context as a kubeconfig dict with its file paths made absolute;
-``extender.cluster.kube`` gives that to kubernetes-asyncio.
+``extender.kube.connect`` gives that to kubernetes-asyncio.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ has seen no change of the record for the lease duration; the holder renews). Aro
 them this module adds what the library lacks against client-go's
 ``tools/leaderelection/leaderelection.go``, each thinly:
 
-- ``LeaseLock``, on ``extender.cluster.api`` (the one way this project talks to the API
+- ``LeaseLock``, on ``extender.kube.api`` (the one way this project talks to the API
   server), instead of the library's lock, which crashes on a fractional lease duration
   (``int("1.5")``), writes local time labelled as UTC, logs an expected 409 with a stack
   trace, does not keep ``leaseTransitions``, and sends its requests without a timeout.
@@ -37,9 +37,14 @@ them this module adds what the library lacks against client-go's
 Not adopted from client-go: the acquire loop's jitter (``wait.JitterUntil`` with 1.2):
 with two or three replicas nothing contends enough to need it.
 
-Campaigning starts only once ``ready()`` holds (the caches the acting parts read are
-listed), as kube-scheduler waits for its informers before it runs the election
-(cmd/kube-scheduler/app/server.go), so a new leader never acts on a cold cache.
+Campaigning starts only once ``waiting()`` is empty (the caches the acting parts read
+are listed), as kube-scheduler waits for its informers before it runs the election
+(cmd/kube-scheduler/app/server.go), so a new leader never acts on a cold cache. Until
+then the gate's ``waiting_for`` (``/readyz``) and a log line say what it waits for.
+
+A term that ends by anything else than a failed renewal or shutdown (an unexpected
+error in the election) still closes the gate and waits for the acting jobs before the
+error propagates: the election never fails open.
 
 The identity is the pod name (downward API ``POD_NAME``) or the hostname, plus ``_`` and
 a UUID per process, as kube-scheduler builds it (``id + "_" + string(uuid.NewUUID())``):
@@ -69,8 +74,8 @@ from kubernetes_asyncio.leaderelection.leaderelection import LeaderElection
 from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes_asyncio.leaderelection.resourcelock.baselock import BaseLock
 
-from extender.cluster.api import ApiError, request_json
-from extender.cluster.leadership import ElectionOptions, Leadership
+from extender.kube.api import ApiError, request_json
+from extender.leader.gate import ElectionOptions, LeaderGate
 
 log = logging.getLogger("extender.leader")
 
@@ -99,7 +104,7 @@ def _library_error(status: int, reason: str) -> ApiException:
 
 
 class LeaseLock(BaseLock):
-    """The library's lock interface on a Lease, through ``extender.cluster.api``."""
+    """The library's lock interface on a Lease, through ``extender.kube.api``."""
 
     def __init__(self, api: Any, name: str, namespace: str, identity: str, *, timeout: float) -> None:
         super().__init__(name, namespace, identity)
@@ -290,56 +295,69 @@ class LeaderElector:
     def __init__(
         self,
         api: Any,
-        leadership: Leadership,
+        gate: LeaderGate,
         *,
-        ready: Callable[[], bool] = lambda: True,
-        on_change: Callable[[bool], None] | None = None,
+        waiting: Callable[[], list[str]] = list,
     ) -> None:
-        options = leadership.options
-        self.leadership = leadership
-        self._ready = ready
-        self._on_change = on_change
+        options = gate.options
+        self.gate = gate
+        # What must be listed before the campaign starts (empty: campaign).
+        self._waiting = waiting
         # Requests time out at the renew deadline, as kube-scheduler's lock client does
         # (resourcelock.NewFromKubeconfig with RenewDeadline, cmd/kube-scheduler/app/options).
         self.lock = LeaseLock(
-            api, options.lease_name, options.namespace, leadership.identity, timeout=options.renew_deadline
+            api, options.lease_name, options.namespace, gate.identity, timeout=options.renew_deadline
         )
-        self.terms = 0
 
     def _observe(self, holder: str) -> None:
-        leadership = self.leadership
-        if holder != leadership.holder:
-            leadership.holder = holder
-            if holder and holder != leadership.identity:
+        gate = self.gate
+        if holder != gate.holder:
+            gate.holder = holder
+            if holder and holder != gate.identity:
                 log.info("leader elected", extra={"holder": holder, "lease": self._lease_name})
 
     @property
     def _lease_name(self) -> str:
-        options = self.leadership.options
+        options = self.gate.options
         return f"{options.namespace}/{options.lease_name}"
 
     async def run(self) -> None:
         """Campaign, lead, and campaign again after a lost term, until cancelled."""
-        options = self.leadership.options
-        while not self._ready():
-            await asyncio.sleep(min(options.retry_period, 0.05))
+        options = self.gate.options
+        await self._wait_for_caches()
         log.info(
-            "campaigning for leadership",
-            extra={"identity": self.leadership.identity, "lease": self._lease_name},
+            "campaigning for leadership", extra={"identity": self.gate.identity, "lease": self._lease_name}
         )
+        self.gate.campaigning = True
         while True:
             election = _Election(_UncheckedConfig(self.lock, options), observe=self._observe)
             await election.acquire()
             async with self._term():
                 await election.renew_loop()
 
+    async def _wait_for_caches(self) -> None:
+        """Until nothing is awaited; each change of what is awaited is logged, as a
+        warning when an informer reports an error (a 403 on a LIST would otherwise keep
+        every replica from campaigning without a word)."""
+        gate = self.gate
+        poll = min(gate.options.retry_period, 0.05)
+        while waiting := self._waiting():
+            if waiting != gate.waiting_for:
+                gate.waiting_for = waiting
+                failing = any(": not listed yet: " in reason for reason in waiting)
+                log.log(
+                    logging.WARNING if failing else logging.INFO,
+                    "not campaigning for leadership yet: waiting for caches",
+                    extra={"identity": gate.identity, "waitingFor": "; ".join(waiting)},
+                )
+            await asyncio.sleep(poll)
+        gate.waiting_for = []
+
     @contextlib.asynccontextmanager
     async def _term(self) -> AsyncIterator[None]:
-        leadership = self.leadership
-        self.terms += 1
-        log.info("started leading", extra={"identity": leadership.identity, "lease": self._lease_name})
+        gate = self.gate
+        log.info("started leading", extra={"identity": gate.identity, "lease": self._lease_name})
         await self._announce(True)
-        released = False
         try:
             yield
         except asyncio.CancelledError:
@@ -347,26 +365,31 @@ class LeaderElector:
             await self._announce(False)
             released = await self._release()
             log.info(
-                "stopped leading: shutting down",
-                extra={"identity": leadership.identity, "released": released},
+                "stopped leading: shutting down", extra={"identity": gate.identity, "released": released}
+            )
+            raise
+        except BaseException as exc:
+            # Never fail open: whatever ended the term, the acting jobs stop first.
+            await self._announce(False)
+            log.error(
+                "stopped leading: the election failed",
+                extra={"identity": gate.identity, "error": f"{type(exc).__name__}: {exc}"},
             )
             raise
         await self._announce(False)
         log.warning(
             "stopped leading: the Lease could not be renewed within the renew deadline",
-            extra={"identity": leadership.identity, "renewDeadline": leadership.options.renew_deadline},
+            extra={"identity": gate.identity, "renewDeadline": gate.options.renew_deadline},
         )
 
     async def _announce(self, leading: bool) -> None:
-        await self.leadership.set_leading(leading)
+        await self.gate.set_leading(leading)
         if not leading:
-            await self.leadership.quiet()  # the acting jobs have ended
-        if self._on_change is not None:
-            self._on_change(leading)
+            await self.gate.quiet()  # the acting jobs have ended
 
     async def _release(self) -> bool:
         try:
-            async with asyncio.timeout(self.leadership.options.retry_period):
+            async with asyncio.timeout(self.gate.options.retry_period):
                 return await self.lock.release()
         except TimeoutError:
             return False

@@ -48,3 +48,22 @@ def failure_report(stats: SourceStats, *, now: float, wall_now: float) -> dict[s
     seconds = now - stats.failing_since
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall_now - seconds))
     return {"kind": stats.kind, "since": since, "seconds": round(seconds, 1), "error": stats.last_error}
+
+
+def waiting_report(stats: SourceStats) -> str | None:
+    """None once the source's first LIST is in; else what is awaited, with the last
+    error if there is one (a 403 here is the usual reason nothing gets going)."""
+    if stats.synced:
+        return None
+    if stats.last_error:
+        return f"{stats.kind}: not listed yet: {stats.last_error}"
+    return f"{stats.kind}: not listed yet"
+
+
+def health_report(stats: SourceStats, *, now: float) -> dict[str, object]:
+    """One source's health for the /healthz body: listed, failing for how long, why."""
+    report: dict[str, object] = {"kind": stats.kind, "listed": stats.synced}
+    if stats.failing_since is not None:
+        report["failingSeconds"] = round(now - stats.failing_since, 1)
+        report["error"] = stats.last_error
+    return report

@@ -1,0 +1,114 @@
+"""Runs the leader actors of one process: what ``serve`` and the multi-replica tests loop over.
+
+For each actor (``extender.leader.actor``) one background job runs, for the life of the
+process, its informers and ``observe`` on every replica, and its ``lead`` through the
+leader gate (each term, cancelled and awaited when the term ends), or once for the
+whole run when there is no election. Stopping a job drains the actor first (bounded,
+and only while this replica leads: a follower owes nothing), then cancels it.
+
+The runner also answers the questions about all actors at once: what the election
+must wait for before it campaigns (``waiting``: every informer listed, plus whatever
+the caller adds, such as the cluster state), every informer's health (``sources``, for
+``/healthz`` and ``/metrics``), and the leader's own gauges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from extender import METRIC_PREFIX
+from extender.kube.health import SourceStats
+from extender.leader.actor import LeaderActor
+from extender.leader.gate import LeaderGate
+from extender.tasks import run_all
+
+# With --leader-elect: 1 on the replica that acts.
+LEADER_GAUGE = METRIC_PREFIX + "leader"
+# With --leader-elect: 1 once the replica campaigns (its caches are listed), 0 while
+# it waits; /readyz's leader.waitingFor says for what.
+CAMPAIGNING_GAUGE = METRIC_PREFIX + "leader_campaigning"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One actor's background job, as ``extender.tasks`` runs it."""
+
+    name: str
+    run: Callable[[], Awaitable[None]]
+    drain: Callable[[], Awaitable[None]]
+
+
+class LeaderRunner:
+    """The actors of one process, and the gate they lead through (None: no election)."""
+
+    def __init__(
+        self,
+        actors: Sequence[LeaderActor],
+        gate: LeaderGate | None,
+        *,
+        also_waiting: Callable[[], list[str]] = list,
+    ) -> None:
+        self.actors = tuple(actors)
+        self.gate = gate
+        self._also_waiting = also_waiting
+
+    def waiting(self) -> list[str]:
+        """What the campaign still waits for (empty: campaign). A new leader acts at
+        once, so it must never lead on a cold cache."""
+        return [*self._also_waiting(), *(reason for actor in self.actors for reason in actor.waiting())]
+
+    def sources(self) -> list[SourceStats]:
+        """Every actor informer's health."""
+        return [informer.stats for actor in self.actors for informer in actor.informers]
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        for actor in self.actors:
+            actor.register_metrics(registry)
+        gate = self.gate
+        if gate is None:
+            return
+        Gauge(
+            LEADER_GAUGE,
+            "1 while this replica holds the leader-election Lease (acts on the cluster), else 0.",
+            registry=registry,
+        ).set_function(lambda: 1.0 if gate.leading else 0.0)
+        Gauge(
+            CAMPAIGNING_GAUGE,
+            "1 once this replica campaigns for the Lease, 0 while it waits for its caches "
+            "(/readyz leader.waitingFor says which, with the last error).",
+            registry=registry,
+        ).set_function(lambda: 1.0 if gate.campaigning else 0.0)
+
+    def jobs(self) -> Iterator[Job]:
+        for actor in self.actors:
+            yield Job(actor.name, self._runner_of(actor), self._drainer_of(actor))
+
+    async def run(self) -> None:
+        """Every job as one task, undrained (tests; serve registers each job apart)."""
+        await run_all(*(job.run for job in self.jobs()))
+
+    def _runner_of(self, actor: LeaderActor) -> Callable[[], Awaitable[None]]:
+        gate = self.gate
+
+        async def lead() -> None:
+            if gate is None:
+                await actor.lead()
+            else:
+                await gate.while_leading(actor.lead)
+
+        async def run() -> None:
+            await run_all(*(informer.run for informer in actor.informers), actor.observe, lead)
+
+        return run
+
+    def _drainer_of(self, actor: LeaderActor) -> Callable[[], Awaitable[None]]:
+        gate = self.gate
+
+        async def drain() -> None:
+            if gate is None or gate.leading:
+                await actor.drain()
+
+        return drain

@@ -1,0 +1,177 @@
+"""Failures that show: a background task that dies, an election that errs, a replica that
+cannot start campaigning. Each must be visible at once (log, /healthz or /readyz, a
+metric), never only at shutdown or as a silent leader gauge of 0 on every replica."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.http.keys import TASKS
+from extender.http.serve import build_app
+from extender.kube import connect as kube
+from extender.leader import election
+from extender.leader.election import LeaderElector
+from extender.leader.gate import LeaderGate, identity
+from extender.settings import default_serve_settings
+from extender.tasks import stop as stop_task
+from tests.support.apiserver import NODES, PODS, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
+from tests.support.apps import AppFactory, ClientFactory
+from tests.support.replicas import FAST_ELECTION
+from tests.support.waiting import eventually
+
+
+async def test_a_background_task_that_dies_is_logged_at_once_and_turns_healthz_unhealthy(
+    aiohttp_client: ClientFactory, make_app: AppFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="extender.tasks")
+    app = make_app()
+    fail = asyncio.Event()
+
+    async def doomed() -> None:
+        await fail.wait()
+        raise RuntimeError("boom")
+
+    app.cleanup_ctx.append(app[TASKS].job("doomed", doomed))
+    client = await aiohttp_client(app)
+    healthy = await client.get("/healthz")
+    assert (healthy.status, await healthy.json()) == (200, {"status": "ok"})
+    fail.set()
+
+    async def unhealthy() -> bool:
+        return (await client.get("/healthz")).status == 503
+
+    await eventually(unhealthy, what="/healthz 503")
+    body = await (await client.get("/healthz")).json()
+    assert body == {"status": "unhealthy", "tasksEnded": [{"task": "doomed", "error": "RuntimeError: boom"}]}
+    # Logged when it died, while the app still runs: once, with its name and error.
+    (record,) = [r for r in caplog.records if r.getMessage() == "background task ended"]
+    assert (getattr(record, "task", ""), getattr(record, "error", "")) == ("doomed", "RuntimeError: boom")
+
+
+async def test_a_loop_that_returns_is_an_ended_task_too(
+    aiohttp_client: ClientFactory, make_app: AppFactory
+) -> None:
+    app = make_app()
+
+    async def returns() -> None:
+        return None
+
+    app.cleanup_ctx.append(app[TASKS].job("short-lived", returns))
+    client = await aiohttp_client(app)
+
+    async def unhealthy() -> bool:
+        return (await client.get("/healthz")).status == 503
+
+    await eventually(unhealthy, what="/healthz 503")
+    assert (await (await client.get("/healthz")).json())["tasksEnded"] == [
+        {"task": "short-lived", "error": "returned"}
+    ]
+
+
+async def test_the_election_never_fails_open(
+    fake_apiserver: FakeApiServer, fake_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error in the renewal ends the term like a lost Lease: the gate
+    closes and the acting job is stopped before the error propagates."""
+    conn = await kube.connect(kubeconfig=str(fake_kubeconfig))
+    gate = LeaderGate(identity({"POD_NAME": "a"}), FAST_ELECTION)
+    seen: list[tuple[str, bool]] = []
+
+    async def job() -> None:
+        seen.append(("start", gate.leading))
+        try:
+            await asyncio.Event().wait()
+        finally:
+            seen.append(("stop", gate.leading))
+
+    async def broken_renewal(self: Any) -> None:
+        await asyncio.sleep(0.05)
+        raise RuntimeError("unexpected")
+
+    monkeypatch.setattr(election._Election, "renew_loop", broken_renewal)
+    elector = LeaderElector(conn.api, gate)
+    acting = asyncio.create_task(gate.while_leading(job))
+    campaign = asyncio.create_task(elector.run())
+    try:
+        done, _ = await asyncio.wait({campaign}, timeout=10)
+        assert done, "the election should have ended with its error"
+        with pytest.raises(RuntimeError, match="unexpected"):
+            campaign.result()
+        assert not gate.leading
+        assert seen == [("start", True), ("stop", False)]
+    finally:
+        await stop_task(campaign, log_error=False)
+        await stop_task(acting)
+        await conn.api.close()
+
+
+async def test_a_replica_that_cannot_list_pods_says_why_it_does_not_campaign(
+    fake_apiserver: FakeApiServer,
+    fake_kubeconfig: Path,
+    aiohttp_client: ClientFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="extender.leader")
+    monkeypatch.setenv("POD_NAME", "extender-0")
+    fake_apiserver.add(NODES, make_node("n1"))
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor"))
+    forbidden = 'pods is forbidden: User "system:serviceaccount:x:y" cannot list resource "pods"'
+    fake_apiserver.fail_next(10_000, 403, verbs={"list"}, resource=PODS, message=forbidden)
+    settings = default_serve_settings(
+        kubeconfig=str(fake_kubeconfig),
+        requeue_pending_pods=True,
+        leader_elect=True,
+        leader_elect_lease_namespace="runtimeclass-extender",
+        leader_elect_lease_duration=1.0,
+        leader_elect_renew_deadline=0.6,
+        leader_elect_retry_period=0.1,
+    )
+    app, _ = await build_app(settings)
+    client = await aiohttp_client(app)
+
+    async def waiting_for_pods() -> bool:
+        body = await (await client.get("/readyz")).json()
+        return any(forbidden in reason for reason in body["leader"]["waitingFor"])
+
+    await eventually(waiting_for_pods, what="/readyz names the forbidden pod LIST")
+    readyz = await client.get("/readyz")
+    body = await readyz.json()
+    # Still ready (it answers /filter), not campaigning, and it says why.
+    assert readyz.status == 200
+    assert body["leader"]["campaigning"] is False and body["leader"]["leading"] is False
+    assert body["leader"]["waitingFor"] == [f"pods: not listed yet: HTTP 403: {forbidden}"]
+    metrics = await (await client.get("/metrics")).text()
+    assert "runtimeclass_extender_leader_campaigning 0.0" in metrics
+    assert 'runtimeclass_extender_watch_failing_seconds{kind="pods"}' in metrics
+    warned = [
+        r
+        for r in caplog.records
+        if r.getMessage() == "not campaigning for leadership yet: waiting for caches"
+    ]
+    assert any(r.levelno == logging.WARNING and forbidden in getattr(r, "waitingFor", "") for r in warned)
+    # Liveness reports the pod informer but is not judged by it: a restart would not
+    # grant the RBAC, and /filter must keep serving.
+    healthz = await client.get("/healthz")
+    health = await healthz.json()
+    assert healthz.status == 200
+    pods = next(entry for entry in health["informers"] if entry["kind"] == "pods")
+    assert pods["listed"] is False and forbidden in pods["error"]
+    assert not [r for r in fake_apiserver.requests if "/leases" in r.path]
+
+    # The RBAC is granted: the replica lists, campaigns and leads.
+    fake_apiserver.clear_failures()
+
+    async def leading() -> bool:
+        body = await (await client.get("/readyz")).json()
+        return bool(body["leader"]["leading"])
+
+    await eventually(leading, timeout=20, what="leading once pods can be listed")
+    body = await (await client.get("/readyz")).json()
+    assert body["leader"]["campaigning"] is True and body["leader"]["waitingFor"] == []
+    assert "runtimeclass_extender_leader_campaigning 1.0" in await (await client.get("/metrics")).text()

@@ -1,0 +1,257 @@
+"""The leader's write queue: rate limit, retries, one pending write per key, hand-back.
+
+The mechanics are driven with a substituted clock and sleep and a handler that records
+what the queue told it; the requeuer's tests (tests/requeue) run the same queue against
+the test API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+
+from extender.leader.writes import (
+    Outcome,
+    Sent,
+    TokenBucket,
+    WriteOptions,
+    WriteQueue,
+    retry_delay,
+    write_outcome,
+)
+
+
+def test_token_bucket_allows_a_burst_then_the_rate() -> None:
+    bucket = TokenBucket(rate=10.0, burst=2, now=0.0)
+    assert bucket.take(0.0) == 0.0
+    assert bucket.take(0.0) == 0.0
+    assert bucket.take(0.0) == pytest.approx(0.1)
+    assert bucket.take(0.05) == pytest.approx(0.05)  # half a token has accrued
+    assert bucket.take(0.1) == 0.0
+    # Idle time refills up to the burst, not beyond.
+    assert [bucket.take(100.0) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.1)]
+    with pytest.raises(ValueError):
+        TokenBucket(rate=0.0, burst=1, now=0.0)
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [
+        (200, Outcome.DONE),
+        (404, Outcome.GONE),
+        (409, Outcome.RETRY),
+        (429, Outcome.RETRY),
+        (500, Outcome.RETRY),
+        (503, Outcome.RETRY),
+        (400, Outcome.FAIL),
+        (403, Outcome.FAIL),
+        (415, Outcome.FAIL),
+        (422, Outcome.FAIL),
+        (0, Outcome.RETRY),  # no answer: a connection error or a timeout
+    ],
+)
+def test_write_outcome(status: int, outcome: Outcome) -> None:
+    assert write_outcome(status) is outcome
+
+
+def test_retry_delay_doubles_up_to_the_cap_and_honours_retry_after() -> None:
+    delays = [retry_delay(n, initial=0.5, maximum=4.0) for n in range(1, 7)]
+    assert delays == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert retry_delay(1, initial=0.5, maximum=30.0, retry_after=3.0) == 3.0
+    assert retry_delay(5, initial=0.5, maximum=30.0, retry_after=3.0) == 8.0
+    assert retry_delay(1, initial=0.5, maximum=30.0, retry_after=600.0) == 30.0
+
+
+# --- the queue ------------------------------------------------------------------------
+
+
+@dataclass
+class Recorder:
+    """A handler whose writes answer from a script, recording every call."""
+
+    answers: dict[str, list[Sent]] = field(default_factory=dict)
+    skip: dict[str, str] = field(default_factory=dict)
+    sent: list[str] = field(default_factory=list)
+    settled: list[tuple[str, str, str]] = field(default_factory=list)
+    retried: list[tuple[str, float]] = field(default_factory=list)
+    block: asyncio.Event | None = None
+
+    def key(self, item: str) -> str:
+        return item.split("@")[0]
+
+    def due(self, item: str) -> str | None:
+        return self.skip.get(item)
+
+    async def send(self, item: str) -> Sent:
+        self.sent.append(item)
+        if self.block is not None:
+            await self.block.wait()
+        script = self.answers.get(item)
+        return script.pop(0) if script else Sent(200)
+
+    def settle(self, item: str, outcome: str, *, reason: str = "", sent: Sent | None = None) -> None:
+        self.settled.append((item, outcome, reason))
+
+    def retrying(self, item: str, sent: Sent, delay: float) -> None:
+        self.retried.append((item, delay))
+
+
+class Clock:
+    """Time that moves only when the queue sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+FAST = WriteOptions(rate=1000.0, burst=100, max_attempts=3, retry_initial=0.001, retry_max=0.004)
+
+
+async def drained(queue: WriteQueue[str]) -> None:
+    for _ in range(2000):
+        if not queue.busy:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the queue never emptied")
+
+
+async def running(queue: WriteQueue[str]) -> asyncio.Task[None]:
+    task = asyncio.create_task(queue.run())
+    await asyncio.sleep(0)
+    return task
+
+
+async def stopped(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_newer_write_supersedes_the_waiting_one_and_keeps_its_place() -> None:
+    handler, clock = Recorder(), Clock()
+    queue: WriteQueue[str] = WriteQueue(handler, FAST, clock=clock, sleep=clock.sleep)
+    queue.put("a@1")
+    queue.put("b@1")
+    queue.put("a@2")
+    assert len(queue) == 2
+    task = await running(queue)
+    await drained(queue)
+    await stopped(task)
+    assert handler.sent == ["a@2", "b@1"]  # a's place in line, a's newest write
+    assert handler.settled == [("a@1", "superseded", ""), ("a@2", "sent", ""), ("b@1", "sent", "")]
+
+
+@pytest.mark.parametrize(
+    ("answers", "settled", "retries"),
+    [
+        ([Sent(409), Sent(200)], ("x", "sent", ""), 1),
+        ([Sent(0, "timeout"), Sent(503), Sent(200)], ("x", "sent", ""), 2),
+        ([Sent(404)], ("x", "deleted", ""), 0),
+        ([Sent(403, "forbidden")], ("x", "failed", "forbidden"), 0),
+        ([Sent(422, "invalid")], ("x", "failed", "rejected"), 0),
+        ([Sent(500), Sent(500), Sent(500)], ("x", "failed", "retries_exhausted"), 2),
+    ],
+)
+async def test_each_answer_ends_the_write_as_kubernetes_means_it(
+    answers: list[Sent], settled: tuple[str, str, str], retries: int
+) -> None:
+    handler, clock = Recorder(answers={"x": list(answers)}), Clock()
+    queue: WriteQueue[str] = WriteQueue(handler, FAST, clock=clock, sleep=clock.sleep)
+    task = await running(queue)
+    queue.put("x")
+    await drained(queue)
+    await stopped(task)
+    assert handler.settled == [settled]
+    assert len(handler.retried) == retries
+
+
+async def test_a_refused_write_whose_object_changed_is_a_skip_not_a_failure() -> None:
+    handler, clock = Recorder(answers={"x": [Sent(422, "uid mismatch")]}), Clock()
+    queue: WriteQueue[str] = WriteQueue(handler, FAST, clock=clock, sleep=clock.sleep)
+
+    async def send(item: str) -> Sent:
+        handler.skip[item] = "recreated"  # the refusal and the change arrive together
+        return Sent(422, "uid mismatch")
+
+    handler.send = send  # type: ignore[method-assign]
+    task = await running(queue)
+    queue.put("x")
+    await drained(queue)
+    await stopped(task)
+    assert handler.settled == [("x", "recreated", "")]
+
+
+async def test_a_write_no_longer_due_is_skipped_unsent() -> None:
+    handler, clock = Recorder(skip={"x": "not_pending"}), Clock()
+    queue: WriteQueue[str] = WriteQueue(handler, FAST, clock=clock, sleep=clock.sleep)
+    task = await running(queue)
+    queue.put("x")
+    await drained(queue)
+    await stopped(task)
+    assert (handler.sent, handler.settled) == ([], [("x", "not_pending", "")])
+
+
+async def test_retry_after_of_a_429_pauses_every_write() -> None:
+    clock = Clock()
+    handler = Recorder(answers={"x": [Sent(429, "slow down", retry_after=0.004)]})
+    sent_at: list[tuple[str, float]] = []
+    send = handler.send
+
+    async def timed_send(item: str) -> Sent:
+        sent_at.append((item, clock.now))
+        return await send(item)
+
+    handler.send = timed_send  # type: ignore[method-assign]
+    queue: WriteQueue[str] = WriteQueue(handler, FAST, clock=clock, sleep=clock.sleep)
+    queue.put("x")
+    queue.put("y")
+    task = await running(queue)
+    await drained(queue)
+    await stopped(task)
+    # y, next in line, waited out the pause the API server asked of x.
+    assert sent_at[0] == ("x", 0.0)
+    assert sent_at[1][0] == "y" and sent_at[1][1] >= 0.004 - 1e-9
+    assert sorted(handler.settled) == [("x", "sent", ""), ("y", "sent", "")]
+
+
+async def test_the_rate_limit_spaces_writes_after_the_burst() -> None:
+    handler, clock = Recorder(), Clock()
+    options = WriteOptions(rate=10.0, burst=2)
+    queue: WriteQueue[str] = WriteQueue(handler, options, clock=clock, sleep=clock.sleep)
+    for name in "abcd":
+        queue.put(name)
+    task = await running(queue)
+    await drained(queue)
+    await stopped(task)
+    assert handler.sent == ["a", "b", "c", "d"]
+    assert clock.now == pytest.approx(0.2)  # two at once, then one per 0.1 s
+
+
+async def test_a_write_cut_short_by_the_end_of_a_term_goes_back_to_the_front() -> None:
+    handler, clock = Recorder(block=asyncio.Event()), Clock()
+    queue: WriteQueue[str] = WriteQueue(handler, FAST, clock=clock, sleep=clock.sleep)
+    queue.put("a")
+    queue.put("b")
+    task = await running(queue)
+    for _ in range(100):
+        if handler.sent:
+            break
+        await asyncio.sleep(0)
+    await stopped(task)  # the term ends while "a" is in flight
+    assert (len(queue), queue.in_flight, handler.settled) == (2, 0, [])
+    assert handler.block is not None
+    handler.block.set()
+    task = await running(queue)  # the next term
+    await drained(queue)
+    await stopped(task)
+    assert handler.sent == ["a", "a", "b"]
+    assert handler.settled == [("a", "sent", ""), ("b", "sent", "")]
