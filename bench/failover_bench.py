@@ -74,9 +74,7 @@ async def trial(mode: str, election: ElectionOptions, number: int) -> tuple[floa
                 server, Path(directory), f"b{number}", requeue=options, election=election
             )
             started.append(second)
-            await _until(
-                lambda: second.synced() and second.leadership.holder == first.leadership.identity, wait, "b"
-            )
+            await _until(lambda: second.synced() and second.gate.holder == first.gate.identity, wait, "b")
             server.add(RUNTIME_CLASSES, make_runtime_class("gvisor", handler="runsc"))
             await _until(lambda: first.metric(SENT) >= 10, wait, "the first nudges")
             stopped_at = time.monotonic()

@@ -61,6 +61,21 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _label_prefix(text: str) -> str:
+    """A label key prefix: a DNS subdomain (validation.IsQualifiedName's prefix part)."""
+    # Imported here: the parsers are built for every command, --help included.
+    from policies.node_affinity import label_key_errors
+
+    prefix = text.strip()
+    errors = label_key_errors(prefix + "/x") if prefix and "/" not in prefix else ["must be a DNS subdomain"]
+    if errors:
+        raise ValueError(
+            "must be a DNS subdomain such as runtimeclass.node-restriction.kubernetes.io: "
+            + "; ".join(errors)
+        )
+    return prefix
+
+
 def _choice(*choices: str) -> Callable[[str], str]:
     """One of ``choices`` (lower case), in any case: ``DEBUG`` is ``debug``."""
 
@@ -154,6 +169,10 @@ DEFAULT_RETRY_PERIOD = 2.0
 # client-go's JitterFactor (tools/leaderelection/leaderelection.go): the renew deadline
 # must exceed the retry period by this factor.
 LEADER_JITTER_FACTOR = 1.2
+
+# label-nodes (extender.cluster.class_labels says why this prefix).
+DEFAULT_NODE_LABEL_PREFIX = "runtimeclass.node-restriction.kubernetes.io"
+DEFAULT_LABEL_NODES_RATE = 100.0
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -320,6 +339,29 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "RBAC to list/watch pods)",
     ),
     Setting(
+        "label-nodes",
+        _bool,
+        False,
+        "large-cluster mode: keep the label <node-label-prefix>/<class>=true on exactly the nodes that pass "
+        "each RuntimeClass's node rules (the Lease holder writes them), and have the pod webhook require it, "
+        "so kube-scheduler narrows to a class's nodes before it samples (live mode only; needs RBAC to patch "
+        "nodes)",
+    ),
+    Setting(
+        "node-label-prefix",
+        _label_prefix,
+        DEFAULT_NODE_LABEL_PREFIX,
+        "prefix of the label-nodes labels; under node-restriction.kubernetes.io kubelets cannot set them",
+        "PREFIX",
+    ),
+    Setting(
+        "label-nodes-rate",
+        _positive_float,
+        DEFAULT_LABEL_NODES_RATE,
+        "at most this many node label patches per second (label-nodes)",
+        "PER_SECOND",
+    ),
+    Setting(
         "leader-elect",
         _bool,
         False,
@@ -462,6 +504,9 @@ class ServeSettings:
     requeue_window: float
     requeue_rate: float
     audit_running_pods: bool
+    label_nodes: bool
+    node_label_prefix: str
+    label_nodes_rate: float
     leader_elect: bool
     leader_elect_lease_name: str
     leader_elect_lease_namespace: str | None
@@ -492,6 +537,11 @@ class ServeSettings:
                 "--audit-running-pods needs a live cluster: it watches running pods through the API "
                 "server, and --cluster-file has none to watch (for a file with pods, run "
                 "runtimeclass-extender audit --cluster-file). Drop one of the two."
+            )
+        if self.label_nodes and self.cluster_file:
+            raise SettingsError(
+                "--label-nodes needs a live cluster: it writes labels on the nodes through the API server, "
+                "and --cluster-file has none. Drop one of the two."
             )
         if self.requeue_pending_pods and self.cluster_file:
             raise SettingsError(

@@ -62,6 +62,7 @@ from extender.http.tls import (
 )
 from extender.kube.health import SourceStats, waiting_report
 from extender.kube.incluster import own_namespace
+from extender.labeller.labeller import LabelOptions, NodeLabeller
 from extender.leader.actor import LeaderActor
 from extender.leader.gate import ElectionOptions, LeaderGate, identity
 from extender.leader.runner import LeaderRunner
@@ -70,6 +71,7 @@ from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import ServeSettings, SettingsError
 from extender.startup_checks import configuration_warnings
 from extender.tasks import on_shutdown
+from policies.registry import Policy
 
 log = logging.getLogger("extender")
 
@@ -103,7 +105,9 @@ def leader_gate_for(settings: ServeSettings) -> LeaderGate:
     )
 
 
-def leader_runner(settings: ServeSettings, live: LiveCluster, state: ClusterState) -> LeaderRunner:
+def leader_runner(
+    settings: ServeSettings, live: LiveCluster, state: ClusterState, policy: Policy
+) -> LeaderRunner:
     """The leader actors the settings ask for, built before the watch starts (they hear
     the first LISTs), behind a gate with ``leader-elect``."""
     gate = leader_gate_for(settings) if settings.leader_elect else None
@@ -112,6 +116,9 @@ def leader_runner(settings: ServeSettings, live: LiveCluster, state: ClusterStat
         actors.append(Requeuer(live.api, state, options=requeue_options(settings), gate=gate))
     if settings.audit_running_pods:
         actors.append(Auditor(live.api, state, gate=gate))
+    if settings.label_nodes:
+        options = LabelOptions(prefix=settings.node_label_prefix, rate=settings.label_nodes_rate)
+        actors.append(NodeLabeller(live.api, state, policy, options=options, gate=gate))
 
     def cluster_state_waiting() -> list[str]:
         # Campaign on warm caches only: a new leader acts at once, never cold.
@@ -256,7 +263,7 @@ async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLCo
     warnings = configuration_warnings(cluster_file=settings.cluster_file, state=state, policy=policy)
     for warning in warnings:
         log.warning(warning)
-    runner = leader_runner(settings, live, state) if live is not None else None
+    runner = leader_runner(settings, live, state, policy) if live is not None else None
     informers = informer_stats(live, runner) if live is not None and runner is not None else None
     app = create_app(
         state=state,

@@ -28,6 +28,8 @@ from typing import Any, NamedTuple
 import aiohttp
 import orjson
 
+from extender.kube.answer import Sent
+
 # Items per LIST page (client-go's pager default is 500).
 DEFAULT_PAGE_SIZE = 500
 # Connect timeout, and the whole-request timeout of one non-streaming request.
@@ -156,6 +158,30 @@ async def error_of(response: aiohttp.ClientResponse) -> ApiError:
         http_reason=response.reason or "",
         retry_after=retry_after(response.headers),
     )
+
+
+async def send(
+    api: Any,
+    method: str,
+    path: str,
+    *,
+    path_params: dict[str, str] | None = None,
+    body: Any = None,
+    content_type: str | None = None,
+    timeout: aiohttp.ClientTimeout | None = None,
+) -> Sent:
+    """One write, its answer as the leader's write queue reads it: never raises for an
+    error answer, a connection error or a timeout (status 0)."""
+    try:
+        async with await request(
+            api, method, path, path_params=path_params, body=body, content_type=content_type, timeout=timeout
+        ) as response:
+            if response.status < 300:
+                return Sent(response.status)
+            error = await error_of(response)
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return Sent(0, f"{type(exc).__name__}: {exc}")
+    return Sent(error.status, error.message, error.retry_after)
 
 
 async def request_json(

@@ -5,7 +5,8 @@ Every leader actor writes the same way, so the mechanics live here once:
 - **One pending write per key** (a pod's uid, a node's name): a newer write replaces
   an older one still waiting, which keeps its place in line; the older one is settled
   as ``superseded``.
-- **A rate limit**: ``TokenBucket``, client-go's QPS/burst limiter.
+- **A rate limit**: ``TokenBucket``, client-go's QPS/burst limiter, and a bound on
+  the writes in flight at once.
 - **Retries** with capped exponential backoff (``retry_delay``) on 409, 429, 5xx,
   connection errors and timeouts (``write_outcome``); a 429's ``Retry-After`` pauses
   every write of the queue, not just the one that got it (the API server asks the
@@ -29,6 +30,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, Protocol, TypeVar
+
+from extender.kube.answer import Sent
+
+__all__ = [
+    "Outcome",
+    "Sent",
+    "TokenBucket",
+    "WriteHandler",
+    "WriteOptions",
+    "WriteQueue",
+    "retry_delay",
+    "write_outcome",
+]
 
 log = logging.getLogger("extender.leader.writes")
 
@@ -100,15 +114,6 @@ def retry_delay(attempt: int, *, initial: float, maximum: float, retry_after: fl
 
 
 @dataclass(frozen=True)
-class Sent:
-    """The API server's answer to one write: status 0 when there was none."""
-
-    status: int
-    message: str = ""
-    retry_after: float | None = None
-
-
-@dataclass(frozen=True)
 class WriteOptions:
     # Writes per second, with bursts of up to ``burst``.
     rate: float
@@ -117,6 +122,9 @@ class WriteOptions:
     max_attempts: int = 8
     retry_initial: float = 0.5
     retry_max: float = 30.0
+    # Writes in flight at once (node-feature-discovery bounds its node updates to 10):
+    # more than one when each waits on the API server's round trip.
+    concurrency: int = 1
 
 
 class WriteHandler(Protocol[T_contra]):
@@ -207,6 +215,14 @@ class WriteQueue(Generic[T]):
 
     async def run(self) -> None:
         """Send writes until cancelled; a write cut short goes back to the front."""
+        if self.options.concurrency <= 1:
+            await self._work()
+            return
+        async with asyncio.TaskGroup() as group:
+            for _ in range(self.options.concurrency):
+                group.create_task(self._work())
+
+    async def _work(self) -> None:
         while True:
             await self._ready.wait()
             if not self._waiting:

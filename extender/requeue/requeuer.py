@@ -76,7 +76,7 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from extender.cluster.state import ClusterState
-from extender.kube.api import error_of, request
+from extender.kube.api import send
 from extender.kube.informer import Informer
 from extender.kube.reflector import ReflectorOptions
 from extender.kube.store import Named
@@ -396,19 +396,12 @@ class Requeuer(LeaderActor):
             revision = revision_digest(item.nudge.revision)
             # The pod as the informer has it now: its resourceVersion is the precondition.
             pod = self.pending.get(pod.name) or pod
-        try:
-            async with await request(
-                self._api,
-                "PATCH",
-                "/api/v1/namespaces/{namespace}/pods/{name}",
-                path_params={"namespace": pod.namespace, "name": pod.pod_name},
-                body=merge_patch(pod, requeued_at(), revision),
-                content_type="application/merge-patch+json",
-                timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
-            ) as response:
-                if response.status < 300:
-                    return Sent(response.status)
-                error = await error_of(response)
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            return Sent(0, f"{type(exc).__name__}: {exc}")
-        return Sent(error.status, error.message, error.retry_after)
+        return await send(
+            self._api,
+            "PATCH",
+            "/api/v1/namespaces/{namespace}/pods/{name}",
+            path_params={"namespace": pod.namespace, "name": pod.pod_name},
+            body=merge_patch(pod, requeued_at(), revision),
+            content_type="application/merge-patch+json",
+            timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
+        )

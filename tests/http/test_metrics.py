@@ -27,6 +27,7 @@ from extender.http.keys import METRICS
 from extender.http.metrics import NODE_LOOKUP_COUNTERS
 from extender.http.serve import attach_capture
 from extender.kube.health import SourceStats
+from extender.labeller.labeller import LabelMetrics
 from extender.leader.runner import CAMPAIGNING_GAUGE, LEADER_GAUGE
 from extender.policy_file import load_policy
 from extender.requeue.metrics import RequeueMetrics
@@ -358,6 +359,9 @@ async def _exported_names(aiohttp_client: Any, tmp_path: Path) -> set[str]:
     requeue = CollectorRegistry()
     RequeueMetrics(requeue, pending=lambda: 0, queued=lambda: 0)
     families += list(requeue.collect())
+    labels = CollectorRegistry()
+    LabelMetrics(labels, pending=lambda: 0)
+    families += list(labels.collect())
     names = {family.name + "_total" if family.type == "counter" else family.name for family in families}
     # Exported only with --audit-running-pods and --leader-elect (serve wires them).
     return names | {MISPLACED_PODS, AUDITED_PODS, LEADER_GAUGE, CAMPAIGNING_GAUGE}

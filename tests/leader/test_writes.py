@@ -255,3 +255,32 @@ async def test_a_write_cut_short_by_the_end_of_a_term_goes_back_to_the_front() -
     await stopped(task)
     assert handler.sent == ["a", "a", "b"]
     assert handler.settled == [("a", "sent", ""), ("b", "sent", "")]
+
+
+async def test_writes_in_flight_are_bounded_by_the_concurrency() -> None:
+    clock = Clock()
+    release = asyncio.Event()
+    in_flight, most = 0, 0
+
+    class Slow(Recorder):
+        async def send(self, item: str) -> Sent:
+            nonlocal in_flight, most
+            in_flight += 1
+            most = max(most, in_flight)
+            await release.wait()
+            in_flight -= 1
+            return Sent(200)
+
+    handler = Slow()
+    options = WriteOptions(rate=1000.0, burst=100, concurrency=3)
+    queue: WriteQueue[str] = WriteQueue(handler, options, clock=clock, sleep=clock.sleep)
+    for i in range(10):
+        queue.put(f"n{i}")
+    task = await running(queue)
+    for _ in range(100):
+        await asyncio.sleep(0)
+    assert (most, queue.in_flight) == (3, 3)
+    release.set()
+    await drained(queue)
+    await stopped(task)
+    assert most == 3 and len(handler.settled) == 10

@@ -22,10 +22,12 @@ from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch, runtime_class_resource
 from extender.kube import connect as kube
 from extender.kube.health import waiting_report
+from extender.labeller.labeller import LabelOptions, NodeLabeller
 from extender.leader.actor import LeaderActor
 from extender.leader.election import LeaderElector
 from extender.leader.gate import ElectionOptions, LeaderGate, identity
 from extender.leader.runner import LeaderRunner
+from extender.policy_file import load_policy
 from extender.requeue.planner import REQUEUE_ANNOTATION, REVISION_ANNOTATION
 from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.tasks import stop as stop_task
@@ -65,6 +67,7 @@ class Replica:
     gate: LeaderGate
     requeuer: Requeuer | None
     auditor: Auditor | None
+    labeller: NodeLabeller | None
     runner: LeaderRunner
     registry: CollectorRegistry
     # With the drain each needs on stop (the actors' jobs drain while leading).
@@ -101,6 +104,7 @@ async def start_replica(
     *,
     requeue: RequeueOptions | None = FAST_REQUEUE,
     audit: bool = False,
+    label: LabelOptions | None = None,
     election: ElectionOptions = FAST_ELECTION,
 ) -> Replica:
     proxy = TcpProxy(server.host, server.port)
@@ -115,16 +119,20 @@ async def start_replica(
     auditor = (
         Auditor(conn.api, state, options=AuditOptions(reflector=FAST_REFLECTOR), gate=gate) if audit else None
     )
-    resources = None if audit else (runtime_class_resource(),)
+    labeller = (
+        NodeLabeller(conn.api, state, load_policy(), options=label, gate=gate) if label is not None else None
+    )
+    # Every kind with the audit or the labeller; the requeuer reads RuntimeClasses only.
+    resources = None if audit or labeller is not None else (runtime_class_resource(),)
     watch = ClusterWatch(
         conn.api, state, options=FAST_REFLECTOR, **({"resources": resources} if resources else {})
     )
-    actors: list[LeaderActor] = [actor for actor in (auditor, requeuer) if actor is not None]
+    actors: list[LeaderActor] = [actor for actor in (auditor, requeuer, labeller) if actor is not None]
     runner = LeaderRunner(
         actors, gate, also_waiting=lambda: [r for s in watch.stats if (r := waiting_report(s)) is not None]
     )
     runner.register_metrics(registry)
-    replica = Replica(name, proxy, conn.api, state, gate, requeuer, auditor, runner, registry)
+    replica = Replica(name, proxy, conn.api, state, gate, requeuer, auditor, labeller, runner, registry)
     elector = LeaderElector(conn.api, gate, waiting=runner.waiting)
     # Stop order (the list's order), as serve's cleanup unwinds: the actors, the
     # election, the watch.

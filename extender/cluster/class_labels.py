@@ -1,0 +1,124 @@
+"""Derived node labels (``serve --label-nodes``): which nodes carry each RuntimeClass's label.
+
+Why: kube-scheduler counts its node sample only among nodes that pass every in-tree
+filter, and extenders run after (``findNodesThatPassFilters``,
+pkg/scheduler/schedule_one.go). A label that exactly the nodes fitting a class carry,
+required by the class's pods (the pod webhook adds it to ``spec.nodeSelector``), makes
+the in-tree NodeAffinity filter narrow the candidates first, so a scarce class reaches
+the extender whole at the adaptive sampling percentage.
+
+The label: ``<prefix>/<class>: "true"``. The default prefix lies under
+``node-restriction.kubernetes.io/``, which kubelets cannot set or remove while the
+NodeRestriction admission plugin is on (``getForbiddenLabels``,
+plugin/pkg/admission/noderestriction/admission.go), so a node cannot claim a class.
+A label name is at most 63 characters (``[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?``,
+apimachinery/pkg/util/validation/validation.go ``IsQualifiedName``); a RuntimeClass name
+is a DNS subdomain of up to 253, so a longer one gets a hashed form with a ``_``, which
+no RuntimeClass name contains: it cannot collide with a real name.
+
+Which nodes: those that pass the class's **node rules**, the policy's predicates that
+read nothing of the pod but its class (``pod_inputs``, policies/verdict.py):
+``scheduling.nodeSelector``, the node-selector-term annotation, the runtime-handler
+check when the policy has it. Taints stay the extender's business (tolerations are
+the pod's). A class whose rules select every node (no selector, no annotation, no
+other node rule in the policy) gets no label: requiring it would narrow nothing. A
+class whose annotation is malformed fails closed: its label is on no node.
+
+Pure: views and a policy in, label keys and patches out. The leader writes them
+(``extender.labeller``); the pod webhook requires them (``extender.admission``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+
+from policies.objects import NodeView, PodView, RuntimeClassView
+from policies.predicates import RuntimeClassExists, RuntimeClassNodeSelector
+from policies.registry import Policy
+from policies.verdict import POD_INPUTS_ATTR, Predicate
+
+LABEL_VALUE = "true"
+# IsQualifiedName's name part.
+MAX_LABEL_NAME = 63
+# Of a hashed name: the class name's first characters, "_", 16 hex digits of SHA-256.
+_HASHED_HEAD = MAX_LABEL_NAME - 1 - 16
+
+_CLASS_ONLY = frozenset({"runtime_class_name"})
+# Predicates whose node rules come from the class itself (selector, annotation): a
+# class without those passes them on every node.
+_PER_CLASS_RULES = (RuntimeClassExists, RuntimeClassNodeSelector)
+
+
+def label_name(class_name: str) -> str:
+    """The label's name part for a class: the class name, or a hashed form past 63."""
+    if len(class_name) <= MAX_LABEL_NAME:
+        return class_name
+    digest = hashlib.sha256(class_name.encode()).hexdigest()[:16]
+    return f"{class_name[:_HASHED_HEAD]}_{digest}"
+
+
+def label_key(prefix: str, class_name: str) -> str:
+    return f"{prefix}/{label_name(class_name)}"
+
+
+def node_rules(policy: Policy) -> tuple[Predicate, ...]:
+    """The policy's predicates that judge a node for a class alone (a predicate that
+    does not declare what it reads of the pod is not one: it may read tolerations)."""
+    return tuple(p for p in policy.predicates if _reads_only_the_class(p))
+
+
+def _reads_only_the_class(predicate: Predicate) -> bool:
+    inputs = getattr(predicate, POD_INPUTS_ATTR, None)
+    return isinstance(inputs, frozenset) and inputs <= _CLASS_ONLY
+
+
+class ClassLabels:
+    """The label each class asks for, and the labels each node should carry."""
+
+    def __init__(self, prefix: str, policy: Policy) -> None:
+        self.prefix = prefix
+        self._owned = prefix + "/"
+        self._rules = node_rules(policy)
+        # A rule beyond the class's own selector (the runtime-handler check, a plugin)
+        # judges every class's nodes: then every class has node rules.
+        self._policy_has_node_rules = any(not isinstance(p, _PER_CLASS_RULES) for p in self._rules)
+
+    def has_node_rules(self, runtime_class: RuntimeClassView) -> bool:
+        return bool(
+            self._policy_has_node_rules
+            or runtime_class.node_selector
+            or runtime_class.match_expressions is not None
+            or runtime_class.match_fields
+            or runtime_class.selector_error is not None
+        )
+
+    def key(self, class_name: str) -> str:
+        return label_key(self.prefix, class_name)
+
+    def labelled(self, runtime_classes: Iterable[RuntimeClassView]) -> dict[str, RuntimeClassView]:
+        """The classes that get a label, by label key."""
+        return {self.key(rc.name): rc for rc in runtime_classes if self.has_node_rules(rc)}
+
+    def passes(self, runtime_class: RuntimeClassView, node: NodeView) -> bool:
+        pod = PodView(runtime_class_name=runtime_class.name)
+        return all(rule.check(pod, runtime_class, node).fits for rule in self._rules)
+
+    def owned(self, labels: Mapping[str, str]) -> dict[str, str]:
+        """The node's labels under the prefix."""
+        return {k: v for k, v in labels.items() if k.startswith(self._owned)}
+
+    def desired(self, node: NodeView, labelled: Mapping[str, RuntimeClassView]) -> frozenset[str]:
+        """The keys the node should carry."""
+        return frozenset(key for key, rc in labelled.items() if self.passes(rc, node))
+
+    def patch(self, node: NodeView, labelled: Mapping[str, RuntimeClassView]) -> dict[str, str | None]:
+        """The labels to set (``"true"``) and remove (``None``) under the prefix, as a
+        JSON merge patch of ``metadata.labels`` takes them; empty when in sync. A label
+        under the prefix that no class explains (a deleted or renamed class, a value
+        edited by hand) is removed or corrected; nothing outside the prefix is touched."""
+        want = self.desired(node, labelled)
+        have = self.owned(node.labels)
+        changes: dict[str, str | None] = {key: None for key in have if key not in want}
+        changes.update({key: LABEL_VALUE for key in want if have.get(key) != LABEL_VALUE})
+        return changes

@@ -1,0 +1,297 @@
+"""Keeping each RuntimeClass's label on exactly the nodes that fit it (``serve --label-nodes``).
+
+What the labels are and why is ``extender.cluster.class_labels`` (pure). This module
+writes them, as a leader actor (``extender.leader.actor``):
+
+- **Level-triggered.** It watches nothing of its own: the cluster state's Node and
+  RuntimeClass stores (the watch every replica runs) are both what should be (the
+  classes' rules) and what is (each node's labels). At the start of each term every
+  node is compared; from then on a node event compares that node, and a class event
+  every node. A node whose labels under the prefix differ from what its classes ask
+  for gets one write, computed when it is *sent* from the state at that moment, so a
+  burst of changes to one node is one patch, and a new leader finds nothing to do
+  where its predecessor finished: no churn on hand-over.
+- **Never removes before the state is listed.** node-feature-discovery stripped every
+  label of large clusters by acting on a cache that was not yet synced (its issues
+  #1802, #2408); here the election does not campaign before Nodes and RuntimeClasses
+  are listed, and ``lead`` waits for them again.
+- **Only its prefix.** A JSON merge patch of ``metadata.labels`` naming only keys under
+  the prefix: labels of anyone else are never in the request.
+- **Bounded.** Writes go through the leader's ``WriteQueue``: a rate limit, at most
+  ``max_in_flight`` at once, retries with backoff, one pending write per node (each
+  label write wakes every node watcher, kube-scheduler's included).
+
+One log line per class change says what it moves ("RuntimeClass gvisor: node labels:
+3 to add, 1 to remove"); counters say what was written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from extender import METRIC_PREFIX
+from extender.cluster.class_labels import ClassLabels
+from extender.cluster.state import ClusterState
+from extender.kube.api import send
+from extender.kube.store import Named
+from extender.leader.actor import LeaderActor
+from extender.leader.gate import LeaderGate
+from extender.leader.writes import Sent, Sleep, WriteOptions, WriteQueue
+from extender.settings import DEFAULT_LABEL_NODES_RATE, DEFAULT_NODE_LABEL_PREFIX
+from extender.tasks import run_all
+from policies.objects import NodeView, RuntimeClassView
+from policies.registry import Policy
+
+log = logging.getLogger("extender.labeller")
+
+NODE = "/api/v1/nodes/{name}"
+# Why a label write failed for good (a fixed set, pre-created).
+WRITE_FAIL_REASONS = ("forbidden", "rejected", "retries_exhausted")
+
+
+@dataclass(frozen=True)
+class LabelOptions:
+    prefix: str = DEFAULT_NODE_LABEL_PREFIX
+    # Node patches per second, bursts, and patches in flight at once.
+    rate: float = DEFAULT_LABEL_NODES_RATE
+    burst: int = 20
+    max_in_flight: int = 10
+    request_timeout: float = 10.0
+    # Longest wait on shutdown for planned writes to go out.
+    drain_timeout: float = 5.0
+
+
+class LabelMetrics:
+    def __init__(self, registry: CollectorRegistry, *, pending: Callable[[], int]) -> None:
+        self.added = Counter(
+            METRIC_PREFIX + "node_labels_added",
+            "RuntimeClass labels set on nodes (label-nodes).",
+            registry=registry,
+        )
+        self.removed = Counter(
+            METRIC_PREFIX + "node_labels_removed",
+            "RuntimeClass labels removed from nodes (label-nodes).",
+            registry=registry,
+        )
+        self.errors = Counter(
+            METRIC_PREFIX + "node_label_write_errors",
+            "Node label writes given up, by reason: forbidden (403: RBAC or the admission "
+            "policy), rejected (another 4xx), retries_exhausted.",
+            ["reason"],
+            registry=registry,
+        )
+        Gauge(
+            METRIC_PREFIX + "node_label_writes_pending",
+            "Node label writes waiting for their turn, for a retry, or in flight.",
+            registry=registry,
+        ).set_function(lambda: float(pending()))
+        for reason in WRITE_FAIL_REASONS:
+            self.errors.labels(reason)
+
+
+class NodeLabeller(LeaderActor):
+    """Keeps the derived RuntimeClass labels on the nodes; see the module doc."""
+
+    name = "node-labeller"
+
+    def __init__(
+        self,
+        api: Any,
+        state: ClusterState,
+        policy: Policy,
+        *,
+        options: LabelOptions | None = None,
+        gate: LeaderGate | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._api = api
+        self.state = state
+        self.gate = gate
+        self.options = options = options or LabelOptions()
+        self.labels = ClassLabels(options.prefix, policy)
+        self.metrics: LabelMetrics | None = None
+        self.writes: WriteQueue[str] = WriteQueue(
+            self,
+            WriteOptions(rate=options.rate, burst=options.burst, concurrency=options.max_in_flight),
+            clock=clock,
+            sleep=sleep,
+        )
+        # What to compare at the next pass (only while leading: a term starts with all).
+        self._dirty_nodes: set[str] = set()
+        self._changed_classes: set[str] = set()
+        self._all = True
+        self._wake = asyncio.Event()
+        # The labelled classes, recomputed when the RuntimeClass store changes.
+        self._labelled: dict[str, RuntimeClassView] = {}
+        self._labelled_generation = -1
+        # The patch each node's write carried, for the counters.
+        self._sending: dict[str, dict[str, str | None]] = {}
+        state.nodes.add_listener(self._node_changed)
+        state.runtime_classes.add_listener(self._class_changed)
+
+    # ----- the actor ----------------------------------------------------------------
+
+    def waiting(self) -> list[str]:
+        return [f"{kind}: not listed yet" for kind in self.state.unsynced_kinds()]
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        self.metrics = LabelMetrics(registry, pending=lambda: len(self.writes) + self.writes.in_flight)
+
+    async def lead(self) -> None:
+        """Compare every node, then each node or class that changes; write the differences."""
+        await self.state.nodes.wait_synced()
+        await self.state.runtime_classes.wait_synced()
+        self._all = True
+        self._wake.set()
+        log.info("labelling nodes for RuntimeClasses", extra={"prefix": self.options.prefix})
+        await run_all(self.writes.run, self._compare_loop)
+
+    async def drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.drain_timeout
+        while self.writes.busy and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+
+    @property
+    def _leading(self) -> bool:
+        return self.gate is None or self.gate.leading
+
+    def _node_changed(self, _kind: str, _old: Named | None, new: Named | None) -> None:
+        if self._leading and new is not None:
+            self._dirty_nodes.add(new.name)
+            self._wake.set()
+
+    def _class_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:
+        current = new if new is not None else old
+        if self._leading and current is not None:
+            self._changed_classes.add(current.name)
+            self._all = True
+            self._wake.set()
+
+    # ----- comparing ----------------------------------------------------------------
+
+    def labelled(self) -> dict[str, RuntimeClassView]:
+        """The classes that get a label, by key (cached per RuntimeClass generation)."""
+        classes = self.state.runtime_classes
+        if classes.generation != self._labelled_generation:
+            self._labelled = self.labels.labelled(classes.values())
+            self._labelled_generation = classes.generation
+        return self._labelled
+
+    async def _compare_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            nodes = self.state.nodes
+            if self._all:
+                names = list(nodes.keys())
+                self._all = False
+                self._dirty_nodes.clear()
+            else:
+                names = [name for name in self._dirty_nodes if name in nodes]
+                self._dirty_nodes.clear()
+            changed, self._changed_classes = self._changed_classes, set()
+            labelled = self.labelled()
+            moves = {name: [0, 0] for name in changed}
+            for name in names:
+                node = nodes.get(name)
+                if node is None:
+                    continue
+                patch = self.labels.patch(node, labelled)
+                if patch:
+                    self.writes.put(name)
+                    self._count_moves(patch, changed, moves)
+            for class_name, (adding, removing) in sorted(moves.items()):
+                log.info(
+                    "RuntimeClass %s: node labels: %d to add, %d to remove",
+                    class_name,
+                    adding,
+                    removing,
+                    extra={
+                        "runtimeClass": class_name,
+                        "label": self.labels.key(class_name),
+                        "adding": adding,
+                        "removing": removing,
+                    },
+                )
+            # Yield between passes: a flood of node events is taken in batches.
+            await asyncio.sleep(0)
+
+    def _count_moves(
+        self, patch: dict[str, str | None], changed: set[str], moves: dict[str, list[int]]
+    ) -> None:
+        for class_name in changed:
+            value = patch.get(self.labels.key(class_name), ...)
+            if value is ...:
+                continue
+            moves[class_name][0 if value is not None else 1] += 1
+
+    # ----- the writes (extender.leader.writes.WriteHandler) -------------------------
+
+    def key(self, item: str) -> str:
+        return item
+
+    def _patch_now(self, name: str) -> dict[str, str | None] | None:
+        node: NodeView | None = self.state.nodes.get(name)
+        if node is None:
+            return None
+        return self.labels.patch(node, self.labelled())
+
+    def due(self, item: str) -> str | None:
+        patch = self._patch_now(item)
+        if patch is None:
+            return "node_gone"
+        return None if patch else "in_sync"
+
+    async def send(self, item: str) -> Sent:
+        patch = self._patch_now(item) or {}
+        self._sending[item] = patch
+        return await send(
+            self._api,
+            "PATCH",
+            NODE,
+            path_params={"name": item},
+            body={"metadata": {"labels": patch}},
+            content_type="application/merge-patch+json",
+            timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
+        )
+
+    def settle(self, item: str, outcome: str, *, reason: str = "", sent: Sent | None = None) -> None:
+        patch = self._sending.pop(item, {})
+        metrics = self.metrics
+        if outcome == "sent":
+            log.debug(
+                "labelled node",
+                extra={"node": item, "labels": ",".join(f"{k}={v}" for k, v in patch.items())},
+            )
+            if metrics is not None:
+                metrics.added.inc(sum(1 for v in patch.values() if v is not None))
+                metrics.removed.inc(sum(1 for v in patch.values() if v is None))
+        elif outcome == "failed":
+            status, message = (sent.status, sent.message) if sent is not None else (0, "")
+            log.warning(
+                "cannot label node"
+                + (
+                    ": grant the node-labels ClusterRole (patch nodes) and check the admission policy"
+                    if status == 403
+                    else ""
+                ),
+                extra={"node": item, "status": status, "error": message, "reason": reason},
+            )
+            if metrics is not None:
+                metrics.errors.labels(reason).inc()
+
+    def retrying(self, item: str, sent: Sent, delay: float) -> None:
+        log.info(
+            "node label write will be retried",
+            extra={"node": item, "status": sent.status, "error": sent.message, "retryIn": round(delay, 3)},
+        )

@@ -1,0 +1,213 @@
+"""The node labeller (serve --label-nodes) against the test API server.
+
+The production code runs unmodified over an ordinary kubeconfig: the cluster watch
+feeds the state, the labeller's writes are real merge PATCHes the server applies, and
+what the nodes end up carrying is read back from the server. The expected labels come
+from ``expected_labels`` below, a reference written from the raw API objects
+(independent of extender/cluster/class_labels.py). Waits are bounded polls.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.labeller.labeller import LabelOptions
+from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
+from tests.support.replicas import Replica, start_replica
+from tests.support.waiting import eventually
+
+PREFIX = "runtimeclass.node-restriction.kubernetes.io"
+FAST = LabelOptions(rate=2000.0, burst=200, max_in_flight=10, request_timeout=2.0, drain_timeout=1.0)
+ADDED = "runtimeclass_extender_node_labels_added_total"
+REMOVED = "runtimeclass_extender_node_labels_removed_total"
+
+
+def expected_labels(server: FakeApiServer) -> dict[str, dict[str, str]]:
+    """Per node, the prefix labels it should carry: every class with a non-empty
+    scheduling.nodeSelector whose every entry the node's labels match (taints aside)."""
+    classes = {}
+    for obj in server.objects(RUNTIME_CLASSES):
+        selector = (obj.get("scheduling") or {}).get("nodeSelector") or {}
+        if selector:
+            classes[obj["metadata"]["name"]] = selector
+    expected = {}
+    for obj in server.objects(NODES):
+        labels = obj["metadata"].get("labels") or {}
+        expected[obj["metadata"]["name"]] = {
+            f"{PREFIX}/{name}": "true"
+            for name, selector in classes.items()
+            if all(labels.get(k) == v for k, v in selector.items())
+        }
+    return expected
+
+
+def actual_labels(server: FakeApiServer) -> dict[str, dict[str, str]]:
+    return {
+        obj["metadata"]["name"]: {
+            k: v for k, v in (obj["metadata"].get("labels") or {}).items() if k.startswith(PREFIX + "/")
+        }
+        for obj in server.objects(NODES)
+    }
+
+
+def node_patches(server: FakeApiServer) -> int:
+    return sum(1 for r in server.requests if r.verb == "patch" and r.path.startswith("/api/v1/nodes/"))
+
+
+def in_line(server: FakeApiServer) -> Callable[[], bool]:
+    return lambda: actual_labels(server) == expected_labels(server)
+
+
+Start = Callable[..., Awaitable[Replica]]
+
+
+@pytest.fixture
+async def replicas(fake_apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Start]:
+    started: list[Replica] = []
+
+    async def start(name: str, **kwargs: Any) -> Replica:
+        kwargs.setdefault("label", FAST)
+        replica = await start_replica(fake_apiserver, tmp_path, name, requeue=None, **kwargs)
+        started.append(replica)
+        return replica
+
+    yield start
+    for replica in reversed(started):
+        await replica.stop()
+
+
+def pool(server: FakeApiServer, count: int, **labels: str) -> None:
+    for i in range(count):
+        server.add(NODES, make_node(f"{labels.get('sandbox', 'plain')}-{i}", labels=labels))
+
+
+async def test_labels_land_on_exactly_the_fitting_nodes_and_nothing_else_changes(
+    fake_apiserver: FakeApiServer, replicas: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="extender.labeller")
+    pool(fake_apiserver, 3, sandbox="gvisor")
+    pool(fake_apiserver, 2)
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "gvisor"}))
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("runc"))  # no rules: no label
+    before = {o["metadata"]["name"]: dict(o["metadata"]["labels"]) for o in fake_apiserver.objects(NODES)}
+    a = await replicas("a")
+    await eventually(lambda: a.leading, what="a leads")
+    await eventually(in_line(fake_apiserver), what="labels in line")
+    assert actual_labels(fake_apiserver)["gvisor-0"] == {f"{PREFIX}/gvisor": "true"}
+    assert actual_labels(fake_apiserver)["plain-0"] == {}
+    for obj in fake_apiserver.objects(NODES):
+        others = {k: v for k, v in obj["metadata"]["labels"].items() if not k.startswith(PREFIX)}
+        assert others == before[obj["metadata"]["name"]]  # nobody else's label touched
+    assert node_patches(fake_apiserver) == 3  # one per node that differed
+    await eventually(lambda: a.metric(ADDED) == 3, what="counted")
+
+    # The class moves to another pool: one log line says what moves, the labels follow.
+    pool(fake_apiserver, 2, sandbox="gvisor2")
+    await eventually(lambda: "gvisor2-1" in a.state.nodes, what="the new pool seen")
+    fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", {"scheduling": {"nodeSelector": {"sandbox": "gvisor2"}}})
+    await eventually(in_line(fake_apiserver), what="labels moved")
+    assert actual_labels(fake_apiserver)["gvisor-0"] == {}
+    assert actual_labels(fake_apiserver)["gvisor2-1"] == {f"{PREFIX}/gvisor": "true"}
+    await eventually(lambda: a.metric(REMOVED) == 3 and a.metric(ADDED) == 5, what="counted")
+    assert any(
+        r.getMessage() == "RuntimeClass gvisor: node labels: 2 to add, 3 to remove" for r in caplog.records
+    )
+
+    # A deleted class leaves no label behind.
+    fake_apiserver.delete(RUNTIME_CLASSES, "gvisor")
+    await eventually(in_line(fake_apiserver), what="labels removed")
+    assert all(labels == {} for labels in actual_labels(fake_apiserver).values())
+
+
+async def test_labels_follow_random_changes_exactly(fake_apiserver: FakeApiServer, replicas: Start) -> None:
+    rng = random.Random(7)
+    values = ["a", "b", "c"]
+    names = [f"n{i}" for i in range(12)]
+    for name in names[:8]:
+        fake_apiserver.add(
+            NODES, make_node(name, labels={"pool": rng.choice(values), "zone": rng.choice(values)})
+        )
+    a = await replicas("a")
+    await eventually(lambda: a.leading, what="a leads")
+    classes: set[str] = set()
+    for step in range(40):
+        op = rng.random()
+        if op < 0.35:
+            name = rng.choice(names)
+            labels = {"pool": rng.choice(values), "zone": rng.choice(values)}
+            if fake_apiserver.get(NODES, name) is None:
+                fake_apiserver.add(NODES, make_node(name, labels=labels))
+            elif rng.random() < 0.2:
+                fake_apiserver.delete(NODES, name)
+            else:
+                fake_apiserver.modify(NODES, name, {"metadata": {"labels": labels}})
+        elif op < 0.5 and classes:
+            name = rng.choice(sorted(classes))
+            fake_apiserver.delete(RUNTIME_CLASSES, name)
+            classes.discard(name)
+        else:
+            name = f"rc-{rng.randrange(4)}"
+            selector = {"pool": rng.choice(values)}
+            if rng.random() < 0.5:
+                selector["zone"] = rng.choice(values)
+            if name in classes:
+                fake_apiserver.modify(RUNTIME_CLASSES, name, {"scheduling": {"nodeSelector": selector}})
+            else:
+                fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class(name, node_selector=selector))
+                classes.add(name)
+        if step % 5 == 4:
+            await eventually(in_line(fake_apiserver), what=f"labels in line after step {step}")
+    await eventually(in_line(fake_apiserver), what="labels in line at the end")
+
+
+async def test_nothing_is_removed_before_nodes_and_classes_are_listed(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    # Labels left by an earlier leader for a class that still exists, and one stale.
+    fake_apiserver.add(
+        NODES,
+        make_node(
+            "gvisor-0", labels={"sandbox": "gvisor", f"{PREFIX}/gvisor": "true", f"{PREFIX}/old": "true"}
+        ),
+    )
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "gvisor"}))
+    # The RuntimeClass LIST is refused for a while: with no classes known, every label
+    # would look unexplained.
+    fake_apiserver.fail_next(10_000, 403, verbs={"list"}, resource=RUNTIME_CLASSES, message="forbidden")
+    a = await replicas("a")
+    await eventually(lambda: a.state.nodes.synced, what="nodes listed")
+    await eventually(lambda: bool(a.gate.waiting_for), what="waiting for the classes")
+    assert not a.leading and node_patches(fake_apiserver) == 0
+    fake_apiserver.clear_failures()
+    await eventually(lambda: a.leading, what="a leads")
+    await eventually(in_line(fake_apiserver), what="labels in line")
+    # Only the unexplained label went; the class's own stayed untouched in between.
+    assert actual_labels(fake_apiserver)["gvisor-0"] == {f"{PREFIX}/gvisor": "true"}
+    assert node_patches(fake_apiserver) == 1
+
+
+async def test_a_new_leader_resumes_without_churn(fake_apiserver: FakeApiServer, replicas: Start) -> None:
+    pool(fake_apiserver, 20, sandbox="gvisor")
+    pool(fake_apiserver, 5)
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "gvisor"}))
+    a = await replicas("a")
+    await eventually(lambda: a.leading, what="a leads")
+    b = await replicas("b")
+    await eventually(in_line(fake_apiserver), what="labels in line")
+    await eventually(lambda: b.synced(), what="b synced")
+    patched = node_patches(fake_apiserver)
+    assert patched == 20
+    await a.stop()
+    await eventually(lambda: b.leading, what="b takes over")
+    await eventually(lambda: b.labeller is not None and not b.labeller.writes.busy, what="b idle")
+    assert node_patches(fake_apiserver) == patched  # nothing rewritten
+    # And b keeps them in line from then on.
+    fake_apiserver.modify(NODES, "plain-0", {"metadata": {"labels": {"sandbox": "gvisor"}}})
+    await eventually(in_line(fake_apiserver), what="b labels the new member")
+    assert node_patches(fake_apiserver) == patched + 1
