@@ -6,8 +6,11 @@ node lookup), the app (``extender.http.app.create_app``, which makes the decisio
 cache), and the optional parts: the leader election (``extender.cluster.leader``)
 that gates the two acting parts, the pending-pod requeuer, the running-pod audit
 (``extender.audit.auditor``), the capture writer, the
-certificate reloader, and with ``admission-port`` the webhook's own HTTPS listener
-(``extender.http.admission_listener``). Each background job is registered with
+certificate reloader, with ``admission-port`` the webhook's own HTTPS listener
+(``extender.http.admission_listener``) and with ``webhook-certificate-secret`` its
+self-managed certificates (``extender.certificates.keeper``: the observing side on
+every replica, the leading side gated like the requeuer), and with ``probe-port`` the
+probes' own listener (``extender.http.probe_listener``). Each background job is registered with
 ``extender.tasks.background``, so it starts after the app is set up and is stopped in
 reverse order on shutdown (the API client closes last). The components themselves know
 nothing of aiohttp; the ``attach_*`` functions are the only place they meet the app.
@@ -23,9 +26,10 @@ import os
 import signal
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import Gauge
@@ -33,6 +37,7 @@ from prometheus_client import Gauge
 from extender.admission import RoutingConfig
 from extender.audit.auditor import Auditor
 from extender.capture.writer import CaptureWriter
+from extender.certificates.serving import SwitchingContext
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.leadership import ElectionOptions, Leadership, identity, own_namespace
@@ -42,9 +47,19 @@ from extender.cluster.state import ClusterState
 from extender.http.admission import PATHS as ADMISSION_PATHS
 from extender.http.admission_listener import AdmissionListener, admission_listener, create_admission_app
 from extender.http.app import create_app
-from extender.http.keys import CAPTURE, LEADERSHIP, METRICS, NODE_LOOKUP, POLICY, SOURCES, UNHEALTHY_AFTER
+from extender.http.keys import (
+    CAPTURE,
+    LEADERSHIP,
+    METRICS,
+    NODE_LOOKUP,
+    POLICY,
+    SOURCES,
+    UNHEALTHY_AFTER,
+    WEBHOOK_CERTIFICATES,
+)
 from extender.http.listen import bind_listener
 from extender.http.metrics import CAPTURE_COUNTERS, NODE_LOOKUP_COUNTERS
+from extender.http.probe_listener import create_probe_app, probe_socket
 from extender.http.tls import (
     RELOAD_INTERVAL_SECONDS,
     CertificateReloader,
@@ -57,6 +72,9 @@ from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import ServeSettings, SettingsError
 from extender.startup_checks import configuration_warnings
 from extender.tasks import background, on_shutdown
+
+if TYPE_CHECKING:
+    from extender.certificates.keeper import CertificateOptions
 
 log = logging.getLogger("extender")
 
@@ -145,6 +163,58 @@ def attach_certificate_reloader(
     app.cleanup_ctx.append(background(name, lambda: reloader.run(interval)))
 
 
+def webhook_certificate_options(settings: ServeSettings) -> CertificateOptions:
+    from extender.certificates.keeper import CertificateOptions
+
+    assert settings.webhook_certificate_secret is not None
+    return CertificateOptions(
+        secret=settings.webhook_certificate_secret,
+        # The pod webhook's namespace setting when given, else the pod's own.
+        namespace=settings.namespace or own_namespace(),
+        service=settings.webhook_service,
+        validating_configuration=settings.webhook_validating_configuration,
+        mutating_configuration=settings.webhook_mutating_configuration,
+    )
+
+
+def attach_webhook_certificates(
+    app: web.Application,
+    api: Any,
+    switching: SwitchingContext,
+    options: CertificateOptions,
+    leadership: Leadership | None,
+) -> None:
+    """After ``attach_live`` (and the election, if any): every replica observes (follows
+    the Secret, switches the listener's pair, reports trust); the leader, or the only
+    replica without ``--leader-elect``, also writes (``lead``)."""
+    # Here, not at the top: cryptography is loaded only when certificates are self-managed.
+    from extender.certificates.keeper import WebhookCertificates
+
+    keeper = WebhookCertificates(api, options, switching)
+    app[WEBHOOK_CERTIFICATES] = keeper
+    keeper.register_metrics(app[METRICS].registry)
+    app.cleanup_ctx.append(background("webhook-certificates", keeper.observe))
+    lead: Callable[[], Awaitable[None]] = (
+        keeper.lead if leadership is None else partial(leadership.while_leading, keeper.lead)
+    )
+    app.cleanup_ctx.append(background("webhook-certificates-leader", lead))
+
+
+async def start_probe_listener(app: web.Application, sock: socket.socket) -> web.AppRunner:
+    """The probes' plain-HTTP listener over ``app``'s state, on the socket bound at start."""
+    runner = web.AppRunner(create_probe_app(app), handle_signals=False, access_log=None)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    log.info(
+        "serving probes",
+        extra={
+            "listen": ",".join(f"{addr[0]}:{addr[1]}" for addr in runner.addresses),
+            "path": "/healthz,/readyz,/metrics",
+        },
+    )
+    return runner
+
+
 async def start_admission_listener(app: web.Application, listener: AdmissionListener) -> web.AppRunner:
     """The webhook's HTTPS listener over ``app``'s state, on the socket
     ``admission_listener`` bound."""
@@ -157,7 +227,7 @@ async def start_admission_listener(app: web.Application, listener: AdmissionList
             "listen": ",".join(f"{addr[0]}:{addr[1]}" for addr in runner.addresses),
             "scheme": "https",
             "path": ",".join(ADMISSION_PATHS),
-            "certFile": listener.files.cert_file,
+            "certFile": listener.files.cert_file if listener.files else "self-managed",
         },
     )
     return runner
@@ -210,8 +280,11 @@ async def connect_live(
     )
 
 
-async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLContext | None]:
-    """The app ``serve`` runs, with every part the settings ask for attached."""
+async def build_app(
+    settings: ServeSettings, *, webhook_serving: SwitchingContext | None = None
+) -> tuple[web.Application, ssl.SSLContext | None]:
+    """The app ``serve`` runs, with every part the settings ask for attached.
+    ``webhook_serving``: the admission listener's context, with self-managed certificates."""
     tls = tls_files(settings)
     ssl_context = server_context(tls) if tls is not None else None  # fail fast on bad TLS files
     policy = load_policy(settings.policy_file)
@@ -272,6 +345,10 @@ async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLCo
             attach_requeuer(app, requeuer)
         if auditor is not None:
             attach_audit(app, auditor)
+        if webhook_serving is not None and settings.webhook_certificate_secret:
+            attach_webhook_certificates(
+                app, live.api, webhook_serving, webhook_certificate_options(settings), leadership
+            )
     if capture is not None:
         attach_capture(app, capture)
     if tls is not None and ssl_context is not None:
@@ -284,17 +361,26 @@ async def serve(settings: ServeSettings) -> None:
     # First, before anything is loaded or logged: an unusable port, host, webhook
     # certificate or webhook port stops the start with one line.
     sock = bind_listener(settings.host, settings.port)
-    with contextlib.closing(sock):
+    with contextlib.closing(sock), contextlib.ExitStack() as stack:
         admission = admission_listener(settings)
-        with contextlib.closing(admission.sock) if admission else contextlib.nullcontext():
-            await _serve_until_stopped(settings, sock, admission)
+        if admission is not None:
+            stack.enter_context(contextlib.closing(admission.sock))
+        probes = probe_socket(settings)
+        if probes is not None:
+            stack.enter_context(contextlib.closing(probes))
+        await _serve_until_stopped(settings, sock, admission, probes)
 
 
 async def _serve_until_stopped(
-    settings: ServeSettings, sock: socket.socket, admission: AdmissionListener | None
+    settings: ServeSettings,
+    sock: socket.socket,
+    admission: AdmissionListener | None,
+    probes: socket.socket | None = None,
 ) -> None:
-    app, ssl_context = await build_app(settings)
-    if admission is not None:
+    app, ssl_context = await build_app(
+        settings, webhook_serving=admission.switching if admission is not None else None
+    )
+    if admission is not None and admission.files is not None:
         attach_certificate_reloader(app, admission.context, admission.files, name="admission-tls-reloader")
     # What is loaded by now lives as long as the process: keep the cyclic collector
     # from re-scanning it on every full collection (a pause some filter call waits out).
@@ -305,6 +391,7 @@ async def _serve_until_stopped(
     site = web.SockSite(runner, sock, ssl_context=ssl_context)
     await site.start()
     admission_runner = await start_admission_listener(app, admission) if admission is not None else None
+    probe_runner = await start_probe_listener(app, probes) if probes is not None else None
     addresses = [f"{addr[0]}:{addr[1]}" for addr in runner.addresses]
     log.info(
         "serving",
@@ -324,6 +411,8 @@ async def _serve_until_stopped(
         await stop.wait()
     finally:
         log.info("shutting down")
+        if probe_runner is not None:
+            await probe_runner.cleanup()
         if admission_runner is not None:
             await admission_runner.cleanup()
         await runner.cleanup()
