@@ -58,6 +58,7 @@ from extender.certificates.plan import (
 )
 from extender.certificates.secret import (
     Served,
+    is_ours,
     next_data,
     read_secret,
     secret_body,
@@ -290,6 +291,13 @@ class WebhookCertificates:
                     "the webhook certificate Secret is gone; serving the certificate loaded before",
                     extra={"secret": self.secret_name},
                 )
+            return
+        if not is_ours(watched.obj):
+            # Someone else's Secret of that name: never served (nor written).
+            self._once(
+                watched.resource_version,
+                "the webhook certificate Secret is not labelled as the extender's; not serving it",
+            )
             return
         served = served_of(watched.obj)
         if served is None:
