@@ -82,6 +82,7 @@ ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 VALIDATING = "validatingwebhookconfigurations"
 MUTATING = "mutatingwebhookconfigurations"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+FIELD_MANAGER = "runtimeclass-extender"
 # How often the leader checks, even when nothing changed (renewals are months ahead).
 DEFAULT_CHECK_INTERVAL = 3600.0
 # Plans carried out in one reconcile before the keeper waits (a rotation takes three).
@@ -502,10 +503,14 @@ class WebhookCertificates:
         params = {"namespace": self.options.namespace}
         if name:
             params["name"] = name
+        # Writes name their field manager, so managedFields (and GitOps tools reading
+        # them) say who set caBundle.
+        query = [("fieldManager", FIELD_MANAGER)] if method != "GET" else []
         return await request_json(
             self._api,
             method,
             path,
+            query=query,
             path_params=params,
             body=body,
             content_type=content_type or ("application/json" if body is not None else None),
