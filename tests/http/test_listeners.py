@@ -256,9 +256,10 @@ async def test_self_managed_webhook_certificates_end_to_end(
         await eventually(trusted, what="both caBundles trusting the served certificate")
         for bundle in ca_bundles(fake_apiserver).values():
             context = ssl.create_default_context(cadata=bundle.decode())
-            async with aiohttp.ClientSession() as session, session.get(
-                admission + "/healthz", ssl=context, server_hostname=DNS_NAME
-            ) as response:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(admission + "/healthz", ssl=context, server_hostname=DNS_NAME) as response,
+            ):
                 assert response.status == 200
         status, metrics = await _call("GET", probes + "/metrics")
         assert "runtimeclass_extender_webhook_certificate_expiry_timestamp_seconds" in metrics

@@ -350,7 +350,9 @@ def _webhook_certificate_registry() -> CollectorRegistry:
     from extender.certificates.serving import SwitchingContext
 
     now = datetime.now(UTC)
-    pair = new_serving(new_ca(now, timedelta(days=2), common_name="ca"), ["svc.ns.svc"], now, timedelta(days=1))
+    pair = new_serving(
+        new_ca(now, timedelta(days=2), common_name="ca"), ["svc.ns.svc"], now, timedelta(days=1)
+    )
     keeper = WebhookCertificates(None, CertificateOptions("s", "ns", "svc", "v", "m"), SwitchingContext())
     keeper.served = read_served({TLS_CERT: pair.cert_pem, TLS_KEY: pair.key_pem}, ca=None, previous=None)
     registry = CollectorRegistry()
