@@ -376,6 +376,11 @@ class WebhookCertificates:
     def register_metrics(self, registry: CollectorRegistry) -> None:
         registry.register(_Metrics(self))
 
+    def wake(self) -> None:
+        """Have the leading side check now (as on a change of the Secret or a webhook
+        configuration) instead of at the next periodic check."""
+        self._changed.set()
+
     # ----- the leader -----------------------------------------------------------------
 
     async def lead(self) -> None:

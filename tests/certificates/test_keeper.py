@@ -156,7 +156,7 @@ async def test_two_replicas_race_to_create_then_only_the_leader_writes(
             await _settled(replica, fake_apiserver)
         # A renewal: again only the leader writes, and the follower switches too.
         clock.advance(300 * DAY)
-        replicas[0].keeper._changed.set()
+        replicas[0].keeper.wake()
         old = replicas[1].switching.pair
         await eventually(lambda: replicas[1].switching.pair != old, what="the follower switching")
         for replica in replicas:
@@ -183,7 +183,7 @@ async def test_the_leaf_is_renewed_ahead_and_served_without_a_restart(
         clock.advance(270 * DAY)  # not yet within 90 days of the end
         assert (await replica.keeper.reconcile()).idle
         clock.advance(10 * DAY)
-        replica.keeper._changed.set()
+        replica.keeper.wake()
         await eventually(lambda: secret_data(fake_apiserver)[TLS_CERT] != first[TLS_CERT], what="a new leaf")
         renewed = secret_data(fake_apiserver)
         assert renewed[CA_CERT] == first[CA_CERT]  # same CA: the bundles stay
