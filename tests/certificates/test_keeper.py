@@ -139,8 +139,11 @@ async def test_two_replicas_race_to_create_then_only_the_leader_writes(
     replicas = [await start_keeper(fake_apiserver, tmp_path, name, clock=clock) for name in ("a", "b")]
     leaderships = [Leadership(r.name, election) for r in replicas]
     try:
+        # Both start at once and both read "no Secret" before either writes (the GETs are
+        # answered 404 whatever the order the two requests arrive in): both POST.
+        fake_apiserver.fail_next(2, status=404, verbs={"get"}, resource=SECRETS)
         for replica in replicas:
-            replica.observe()  # both start at once: both find no Secret and POST
+            replica.observe()
         for replica in replicas:
             await eventually(lambda r=replica: r.switching.pair is not None, what=f"{replica.name} serving")  # type: ignore[misc]
         posts = [r for r in fake_apiserver.requests if r.verb == "post" and r.path.endswith("/secrets")]
