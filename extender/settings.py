@@ -163,6 +163,10 @@ DEFAULT_REQUEUE_RATE = 20.0
 # Leader election of the acting parts: kube-scheduler's defaults (15 s / 10 s / 2 s;
 # staging/src/k8s.io/component-base/config/v1alpha1/defaults.go).
 DEFAULT_LEASE_NAME = "runtimeclass-extender"
+# The names deploy/components/admission-webhook gives the webhook's Service and both
+# webhook configurations (self-managed certificates name and patch them).
+DEFAULT_WEBHOOK_SERVICE = "runtimeclass-extender-webhook"
+DEFAULT_WEBHOOK_CONFIGURATION = "runtimeclass-extender"
 DEFAULT_LEASE_DURATION = 15.0
 DEFAULT_RENEW_DEADLINE = 10.0
 DEFAULT_RETRY_PERIOD = 2.0
@@ -180,6 +184,15 @@ LOG_FORMATS = ("text", "json")
 SERVE_SETTINGS: tuple[Setting, ...] = (
     Setting("host", str, "0.0.0.0", "address to listen on"),
     Setting("port", _port, 8888, "port to listen on (0 picks a free one)"),
+    Setting(
+        "probe-port",
+        _port,
+        None,
+        "also serve /healthz, /readyz and /metrics (nothing else) over HTTP on this port, for the "
+        "kubelet's probes and metric scrapes when host is loopback; off by default",
+        "PORT",
+    ),
+    Setting("probe-host", _path, None, "address of the probe-port listener; default: host", "HOST"),
     Setting(
         "cluster-file",
         _path,
@@ -248,6 +261,7 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "over HTTPS on this port, without client certificates; off by default",
         "PORT",
     ),
+    Setting("admission-host", _path, None, "address of the admission-port listener; default: host", "HOST"),
     Setting(
         "admission-tls-cert-file",
         _path,
@@ -261,6 +275,38 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         None,
         "private key (PEM) of admission-tls-cert-file; default: tls-key-file",
         "PATH",
+    ),
+    Setting(
+        "webhook-certificate-secret",
+        _name,
+        None,
+        "self-managed certificates for the admission-port listener, kept in this Secret of the "
+        "extender's namespace: a CA and a serving certificate for webhook-service, created by the first "
+        "replica, renewed by the leader, whose CA goes into both webhook configurations' caBundle; used "
+        "when admission-tls-cert-file is not set (live mode only; off by default)",
+        "NAME",
+    ),
+    Setting(
+        "webhook-service",
+        _name,
+        DEFAULT_WEBHOOK_SERVICE,
+        "the Service the API server calls the webhooks through: the serving certificate names "
+        "<service>, <service>.<namespace> and <service>.<namespace>.svc",
+        "NAME",
+    ),
+    Setting(
+        "webhook-validating-configuration",
+        _name,
+        DEFAULT_WEBHOOK_CONFIGURATION,
+        "the ValidatingWebhookConfiguration (RuntimeClasses) whose caBundle webhook-certificate-secret keeps",
+        "NAME",
+    ),
+    Setting(
+        "webhook-mutating-configuration",
+        _name,
+        DEFAULT_WEBHOOK_CONFIGURATION,
+        "the MutatingWebhookConfiguration (pods) whose caBundle webhook-certificate-secret keeps",
+        "NAME",
     ),
     Setting(
         "route-pods-to-scheduler",
@@ -478,6 +524,8 @@ class ServeSettings:
 
     host: str
     port: int
+    probe_port: int | None
+    probe_host: str | None
     cluster_file: str | None
     policy_file: str | None
     kubeconfig: str | None
@@ -492,8 +540,13 @@ class ServeSettings:
     tls_key_file: str | None
     client_ca_file: str | None
     admission_port: int | None
+    admission_host: str | None
     admission_tls_cert_file: str | None
     admission_tls_key_file: str | None
+    webhook_certificate_secret: str | None
+    webhook_service: str
+    webhook_validating_configuration: str
+    webhook_mutating_configuration: str
     route_pods_to_scheduler: str | None
     namespace: str | None
     capture_dir: str | None
@@ -543,6 +596,26 @@ class ServeSettings:
                 "--label-nodes needs a live cluster: it writes labels on the nodes through the API server, "
                 "and --cluster-file has none. Drop one of the two."
             )
+        if self.probe_port is not None and self.probe_port != 0:
+            if self.probe_port == self.port:
+                raise SettingsError(
+                    f"probe-port {self.probe_port} is also port: the probes need a port of their own"
+                )
+            if self.probe_port == self.admission_port:
+                raise SettingsError(
+                    f"probe-port {self.probe_port} is also admission-port: the probes need a port of their own"
+                )
+        if self.webhook_certificate_secret and not self.admission_tls_cert_file:
+            if self.admission_port is None:
+                raise SettingsError(
+                    "webhook-certificate-secret is set but admission-port is not: set the port to serve the webhooks"
+                )
+            if self.cluster_file:
+                raise SettingsError(
+                    "webhook-certificate-secret needs a live cluster: the certificates are kept in a Secret "
+                    "and the webhook configurations on the API server, and --cluster-file has none. Set "
+                    "admission-tls-cert-file and admission-tls-key-file instead."
+                )
         if self.requeue_pending_pods and self.cluster_file:
             raise SettingsError(
                 "--requeue-pending-pods needs a live cluster: it watches unscheduled pods and patches "

@@ -5,8 +5,10 @@ would, then checked for the invariants a reader cannot see at a glance: the
 scheduler's extender URL reaches the sidecar's flags and probes, the extender's RBAC
 is read-only on Nodes and RuntimeClasses (plus, where --requeue-pending-pods is on,
 a separate role to list/watch/patch pods; with the audit component, one to list/watch
-them), the profile name matches the sample workload, each mode's plugin set, and the
-TLS files are mounted where the configuration says.
+them; with the webhooks' self-managed certificates, one Secret and the two webhook
+configurations by name), the profile name matches the sample workload, each mode's
+plugin set, the TLS files are mounted where the configuration says, and every overlay
+is a complete install: both webhooks, with no CRD (cert-manager stays an opt-in).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from extender.http.admission import PATH as ADMISSION_PATH
 from extender.http.admission import POD_PATH
 from extender.http.admission_listener import create_admission_app
 from extender.http.app import create_app
+from extender.http.probe_listener import create_probe_app
 from extender.http.tls import admission_tls_files
 from extender.policy_file import load_policy
 from extender.settings import ServeSettings, resolve_serve
@@ -61,6 +64,11 @@ EXPECTED_KINDS = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("apps/v1", "Deployment"),
     ("policy/v1", "PodDisruptionBudget"),
+    # Every overlay carries both webhooks and their Service (components/admission-webhook,
+    # components/pod-webhook); all built-in kinds: a bare API server accepts them.
+    ("v1", "Service"),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
 }
 
 # JSON field names of KubeSchedulerConfiguration v1 (staging/src/k8s.io/kube-scheduler/
@@ -129,6 +137,11 @@ REQUEUE_GRANTS = {("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "pat
 # test_leader_election_wherever_an_acting_part_is_on).
 LEASE_ROLE = "runtimeclass-extender-leader-election"
 LEADER_COMPONENT = DEPLOY / "components" / "leader-election"
+# --webhook-certificate-secret: a Role on the one Secret (and create in the namespace), a
+# ClusterRole on the two webhook configurations by name (test_webhook_certificate_rbac_*).
+CERT_ROLE = "runtimeclass-extender-webhook-certificate"
+CA_BUNDLE_ROLE = "runtimeclass-extender-webhook-ca-bundle"
+WEBHOOK_CERT_ROLES = frozenset({CERT_ROLE, CA_BUNDLE_ROLE})
 
 Manifest = dict[str, Any]
 
@@ -326,25 +339,34 @@ def test_extender_url_matches_sidecar_flags_and_probes(kustomization: str) -> No
     assert ("POST", filter_path) in routes
     for path in ("/healthz", "/readyz", "/metrics"):
         assert ("GET", path) in routes
-    # Loopback must reach the listener; probes come to the pod IP, so all addresses.
-    assert flags["host"] == "0.0.0.0"
+    # /filter on the pod's loopback only: the scheduler beside it is its one caller.
+    assert flags["host"] == "127.0.0.1" == url.hostname
     assert ("tls-cert-file" in flags) == https
     assert ("client-ca-file" in flags) == https
 
-    ports = [p["containerPort"] for p in extender.get("ports", [])]
-    assert ports == [port]
+    # Probes and scrapes come to the pod IP: a port of their own on every address,
+    # plain HTTP (the kubelet presents no client certificate), serving no /filter.
+    settings = _serve_settings(extender)
+    probe_port = settings.probe_port
+    assert probe_port is not None and probe_port != port
+    assert settings.probe_host == "0.0.0.0"
+    probe_routes = {
+        (route.method, route.resource.canonical)
+        for route in create_probe_app(create_app(state=ClusterState(), policy=load_policy())).router.routes()
+        if route.resource is not None
+    }
+    assert {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")} <= probe_routes
+    assert ("POST", filter_path) not in probe_routes
+    ports = {p["name"]: p["containerPort"] for p in extender.get("ports", [])}
+    assert ports["http"] == probe_port  # the port a PodMonitor scrapes (docs/metrics.md)
+    assert port not in ports.values()  # loopback: not reachable on the pod IP anyway
     liveness, readiness = extender["livenessProbe"], extender["readinessProbe"]
-    if not https:
-        assert liveness["httpGet"] == {"path": "/healthz", "port": port}
-        assert readiness["httpGet"] == {"path": "/readyz", "port": port}
-    else:
-        # Client certificates are required, and the kubelet presents none.
-        assert liveness["tcpSocket"] == {"port": port}
-        script = " ".join(readiness["exec"]["command"])
-        assert f"https://127.0.0.1:{port}/readyz" in script
+    assert liveness["httpGet"] == {"path": "/healthz", "port": probe_port}
+    assert readiness["httpGet"] == {"path": "/readyz", "port": probe_port}
+    if https:
+        # The scheduler's client certificate and the CA are mounted in the extender too.
         tls = stanza["tlsConfig"]
         for path in (tls["certFile"], tls["keyFile"], tls["caFile"]):
-            assert path in script
             _mounted_path(docs, extender, path)
 
 
@@ -353,7 +375,9 @@ def test_extender_rbac_is_read_only_nodes_and_runtimeclasses(kustomization: str)
     docs = _render(kustomization)
     namespace = _deployment(docs)["metadata"]["namespace"]
     # The requeue role is checked on its own (test_requeue_rbac_only_where_the_flag_is_on).
-    rules = _rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, LEASE_ROLE}))
+    rules = _rules_for(
+        docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, LEASE_ROLE}) | WEBHOOK_CERT_ROLES
+    )
     _assert_read_only_nodes_and_runtimeclasses(list(rules))
     # The sidecar runs as that ServiceAccount: its token is mounted at the in-cluster
     # path, which keeps the ServiceAccount admission plugin from mounting the pod's
@@ -394,7 +418,9 @@ def test_requeue_rbac_only_where_the_flag_is_on(kustomization: str, requeue: boo
         return
     # The pods it nudges are those of the profile this deployment's scheduler runs.
     assert _flags(extender)["requeue-scheduler-names"] == _profile(docs)["schedulerName"]
-    everything = list(_rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({LEASE_ROLE})))
+    everything = list(
+        _rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({LEASE_ROLE}) | WEBHOOK_CERT_ROLES)
+    )
     requeue_rules = [r for r in everything if r not in _one(docs, "ClusterRole", EXTENDER_SA)["rules"]]
     assert requeue_rules == _one(docs, "ClusterRole", REQUEUE_ROLE)["rules"]
     granted = {
@@ -689,8 +715,9 @@ def test_dockerfile_entrypoint_runs() -> None:
 
 WEBHOOK_COMPONENT = "components/admission-webhook"
 WEBHOOK_CERT_MANAGER = "components/admission-webhook/cert-manager"
-# The overlays the component is meant to be added to (docs/admission-webhook.md).
+# Every overlay includes the component (and the pod webhook's): one `kubectl apply -k`.
 WEBHOOK_OVERLAYS = ["overlays/predicate-mode", "overlays/alongside-admission", "overlays/tls"]
+CERT_SECRET = "runtimeclass-extender-webhook-certificate"
 WEBHOOK_KINDS = {
     ("v1", "Service"),
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
@@ -752,9 +779,9 @@ def _container_port(container: Manifest, target: int | str) -> int:
 
 @pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
 def test_webhook_reaches_the_listener_the_extender_opens(overlay: str) -> None:
-    docs = _render_with(overlay, WEBHOOK_COMPONENT)
+    docs = _render(overlay)
     kinds = {(d["apiVersion"], d["kind"]) for d in docs}
-    assert kinds <= EXPECTED_KINDS | WEBHOOK_KINDS, kinds - EXPECTED_KINDS - WEBHOOK_KINDS
+    assert WEBHOOK_KINDS <= kinds <= EXPECTED_KINDS, kinds - EXPECTED_KINDS
     reference = _webhook(docs)["clientConfig"]["service"]
     service = _one(docs, "Service", reference["name"])
     assert service["metadata"]["namespace"] == reference["namespace"]
@@ -771,6 +798,8 @@ def test_webhook_reaches_the_listener_the_extender_opens(overlay: str) -> None:
     target = _container_port(extender, matching[0].get("targetPort", matching[0]["port"]))
     settings = _serve_settings(extender)
     assert settings.admission_port == target
+    # The API server comes to the pod IP, not to the loopback /filter listens on.
+    assert settings.admission_host == "0.0.0.0"
     # The path is the one the admission listener serves.
     assert reference["path"] == ADMISSION_PATH
     admission_routes = {
@@ -784,7 +813,7 @@ def test_webhook_reaches_the_listener_the_extender_opens(overlay: str) -> None:
 
 
 def test_webhook_policy_and_rules() -> None:
-    hook = _webhook(_render_with("overlays/predicate-mode", WEBHOOK_COMPONENT))
+    hook = _webhook(_render("overlays/predicate-mode"))
     # The API server requires a fully qualified name (at least three segments).
     assert len(hook["name"].split(".")) >= 3
     assert hook["failurePolicy"] == "Ignore"
@@ -801,34 +830,131 @@ def test_webhook_policy_and_rules() -> None:
             "scope": "Cluster",
         }
     ]
-    # The manual path sets caBundle itself; the component leaves it out.
+    # The extender's leader (or cert-manager) patches caBundle in; the manifest leaves
+    # it out, so a later `kubectl apply` does not take it back.
     assert "caBundle" not in hook["clientConfig"]
     assert "url" not in hook["clientConfig"]
 
 
 @pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
-def test_webhook_flags_are_serve_settings_with_a_mounted_certificate(overlay: str) -> None:
-    docs = _render_with(overlay, WEBHOOK_COMPONENT)
+def test_webhook_certificates_are_self_managed_in_every_overlay(overlay: str) -> None:
+    docs = _render(overlay)
     extender = _container(docs, "extender")
     settings = _serve_settings(extender)
-    files = admission_tls_files(settings)
-    assert files is not None
-    # Its own pair, from the Secret docs/admission-webhook.md has you create (or cert-manager write).
-    assert (files.cert_setting, files.key_setting) == ("admission-tls-cert-file", "admission-tls-key-file")
-    secrets = {
-        _mounted_path(docs, extender, path)["secret"]["secretName"]
-        for path in (files.cert_file, files.key_file)
-    }
-    assert secrets == {"runtimeclass-extender-webhook-tls"}
+    # No files: the extender keeps its own CA and pair in one Secret (no cert-manager,
+    # nothing to create by hand), preferred to the main pair even where there is one.
+    assert admission_tls_files(settings) is None
+    assert settings.webhook_certificate_secret == CERT_SECRET
+    assert all(
+        "webhook-tls" not in json.dumps(v) for v in _deployment(docs)["spec"]["template"]["spec"]["volumes"]
+    )
+    # The names it certifies and patches are those the render defines.
+    service = _one(docs, "Service")
+    namespace = _deployment(docs)["metadata"]["namespace"]
+    assert settings.webhook_service == service["metadata"]["name"]
+    assert service["metadata"]["namespace"] == namespace
+    env = _extender_env(extender, docs)
+    assert env["POD_NAMESPACE"] == namespace  # the Secret's namespace (own_namespace)
+    assert (
+        settings.webhook_validating_configuration
+        == _one(docs, "ValidatingWebhookConfiguration")["metadata"]["name"]
+    )
+    assert (
+        settings.webhook_mutating_configuration
+        == _one(docs, "MutatingWebhookConfiguration")["metadata"]["name"]
+    )
+    for hook in (_webhook(docs), _pod_webhook(docs)):
+        reference = hook["clientConfig"]["service"]
+        assert (reference["name"], reference["namespace"]) == (settings.webhook_service, namespace)
+        assert "caBundle" not in hook["clientConfig"]
     # No client certificates on the webhook's listener, even where the main one wants them.
-    assert files.client_ca_file is None
     assert (settings.client_ca_file is not None) == (overlay == "overlays/tls")
 
 
 @pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
+def test_webhook_certificate_rbac_is_least_privilege(overlay: str) -> None:
+    """The Secret and the two configurations by name; create on Secrets only in the
+    extender's namespace (a Role: RBAC cannot limit create by name)."""
+    docs = _render(overlay)
+    namespace = _deployment(docs)["metadata"]["namespace"]
+    settings = _serve_settings(_container(docs, "extender"))
+    role = _one(docs, "Role", CERT_ROLE)
+    assert role["metadata"]["namespace"] == namespace
+    granted = {
+        (g, r, v, tuple(rule.get("resourceNames", ())))
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    secret = (settings.webhook_certificate_secret,)
+    assert granted == {
+        ("", "secrets", "create", ()),
+        *{("", "secrets", verb, secret) for verb in ("get", "list", "watch", "update")},
+    }
+    cluster_role = _one(docs, "ClusterRole", CA_BUNDLE_ROLE)
+    configurations = {settings.webhook_validating_configuration, settings.webhook_mutating_configuration}
+    granted = {
+        (g, r, v, name)
+        for rule in cluster_role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+        for name in rule["resourceNames"]
+    }
+    assert all(rule.get("resourceNames") for rule in cluster_role["rules"])
+    assert granted == {
+        ("admissionregistration.k8s.io", resource, verb, name)
+        for resource, name in (
+            ("validatingwebhookconfigurations", settings.webhook_validating_configuration),
+            ("mutatingwebhookconfigurations", settings.webhook_mutating_configuration),
+        )
+        for verb in ("get", "list", "watch", "patch")
+    }
+    assert len(configurations) == 1  # one name in resourceNames covers both kinds
+    for kind, name in (("RoleBinding", CERT_ROLE), ("ClusterRoleBinding", CA_BUNDLE_ROLE)):
+        binding = _one(docs, kind, name)
+        assert binding["roleRef"]["name"] == name
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}
+        ]
+    assert "create cannot be restricted by name" in (DEPLOY / WEBHOOK_COMPONENT / "rbac.yaml").read_text()
+
+
+def test_cert_manager_sub_components_mount_their_certificate_instead() -> None:
+    """The opt-in alternative: the files from cert-manager's Secret win, and the RBAC
+    of self-managed certificates is gone (the extender writes nothing then)."""
+    for overlay in WEBHOOK_OVERLAYS:
+        docs = _render_with(overlay, WEBHOOK_CERT_MANAGER, POD_WEBHOOK_CERT_MANAGER)
+        extender = _container(docs, "extender")
+        settings = _serve_settings(extender)
+        files = admission_tls_files(settings)
+        assert files is not None
+        # Its own pair, from the Secret cert-manager writes.
+        assert (files.cert_setting, files.key_setting) == (
+            "admission-tls-cert-file",
+            "admission-tls-key-file",
+        )
+        secrets = {
+            _mounted_path(docs, extender, path)["secret"]["secretName"]
+            for path in (files.cert_file, files.key_file)
+        }
+        assert secrets == {"runtimeclass-extender-webhook-tls"}
+        assert files.client_ca_file is None
+        names = {
+            d["metadata"]["name"]
+            for d in docs
+            if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+        }
+        assert not names & WEBHOOK_CERT_ROLES
+        # The base install is unchanged by it otherwise.
+        assert _scheduler_config(docs) == _scheduler_config(_render(overlay))
+
+
+@pytest.mark.parametrize("overlay", ["base"])
 def test_webhook_component_leaves_the_scheduler_path_alone(overlay: str) -> None:
     plain = _render(overlay)
-    docs = _render_with(overlay, WEBHOOK_COMPONENT)
+    docs = _render_with(overlay, WEBHOOK_COMPONENT, POD_WEBHOOK_COMPONENT)
     assert _scheduler_config(docs) == _scheduler_config(plain)
     before, after = _container(plain, "extender"), _container(docs, "extender")
     # Appended, not replaced: the main listener's flags and probes are as they were.
@@ -838,10 +964,17 @@ def test_webhook_component_leaves_the_scheduler_path_alone(overlay: str) -> None
     assert after["readinessProbe"] == before["readinessProbe"]
     assert _container(docs, "kube-scheduler") == _container(plain, "kube-scheduler")
     assert not {(d["apiVersion"], d["kind"]) for d in docs} & CERT_MANAGER_KINDS
+    # ... and every overlay carries exactly what the components add to the base.
+    for shipped in WEBHOOK_OVERLAYS:
+        rendered = _render(shipped)
+        assert not {(d["apiVersion"], d["kind"]) for d in rendered} & CERT_MANAGER_KINDS
+        assert _container(rendered, "kube-scheduler")["image"] == _container(plain, "kube-scheduler")["image"]
+        for kind in ("Service", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            assert _one(rendered, kind) == _one(docs, kind)
 
 
 def test_webhook_with_cert_manager_injects_the_ca_of_the_mounted_certificate() -> None:
-    docs = _render_with("overlays/predicate-mode", WEBHOOK_COMPONENT, WEBHOOK_CERT_MANAGER)
+    docs = _render_with("overlays/predicate-mode", WEBHOOK_CERT_MANAGER)
     webhook_config = _one(docs, "ValidatingWebhookConfiguration")
     certificate = _one(docs, "Certificate")
     namespace, name = certificate["metadata"]["namespace"], certificate["metadata"]["name"]
@@ -908,7 +1041,10 @@ def test_audit_component_adds_the_flag_and_only_list_watch_pods(overlay: str) ->
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
     # Everything else the extender may do is unchanged.
     others = _rules_for(
-        docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, AUDIT_ROLE, LEASE_ROLE})
+        docs,
+        namespace,
+        EXTENDER_SA,
+        skip_roles=frozenset({REQUEUE_ROLE, AUDIT_ROLE, LEASE_ROLE}) | WEBHOOK_CERT_ROLES,
     )
     _assert_read_only_nodes_and_runtimeclasses(list(others))
     # The plain manifest (kubectl apply -f) is what the component installs.
@@ -991,9 +1127,9 @@ def _extender_env(container: Manifest, docs: tuple[Manifest, ...]) -> dict[str, 
 
 @pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
 def test_pod_webhook_reaches_the_pod_path_on_the_shared_listener(overlay: str) -> None:
-    docs = _render_with(overlay, WEBHOOK_COMPONENT, POD_WEBHOOK_COMPONENT)
+    docs = _render(overlay)
     kinds = {(d["apiVersion"], d["kind"]) for d in docs}
-    assert kinds <= EXPECTED_KINDS | POD_WEBHOOK_KINDS, kinds - EXPECTED_KINDS - POD_WEBHOOK_KINDS
+    assert POD_WEBHOOK_KINDS <= kinds <= EXPECTED_KINDS, kinds - EXPECTED_KINDS
     pods, runtimeclasses = _pod_webhook(docs), _webhook(docs)
     # The same Service, port and (by cert-manager or by hand) CA as the RuntimeClass webhook.
     reference = pods["clientConfig"]["service"]
@@ -1014,7 +1150,7 @@ def test_pod_webhook_reaches_the_pod_path_on_the_shared_listener(overlay: str) -
 
 
 def test_pod_webhook_policy_rules_and_selectors() -> None:
-    docs = _render_with("overlays/predicate-mode", WEBHOOK_COMPONENT, POD_WEBHOOK_COMPONENT)
+    docs = _render("overlays/predicate-mode")
     hook = _pod_webhook(docs)
     assert len(hook["name"].split(".")) >= 3
     assert hook["rules"] == [
@@ -1048,27 +1184,29 @@ def test_pod_webhook_policy_rules_and_selectors() -> None:
 
 @pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
 def test_pod_webhook_routes_to_the_profile_and_knows_its_namespace(overlay: str) -> None:
-    docs = _render_with(overlay, WEBHOOK_COMPONENT, POD_WEBHOOK_COMPONENT)
+    docs = _render(overlay)
     extender = _container(docs, "extender")
     namespace = build_parser().parse_args(extender["args"])
     settings = resolve_serve(namespace, environ=_extender_env(extender, docs))
     # Routed to the profile that uses the extender, never to a name no scheduler answers.
     assert settings.route_pods_to_scheduler == _profile(docs)["schedulerName"] == PROFILE
     assert settings.namespace == _deployment(docs)["metadata"]["namespace"]
-    # Appended to what the overlay and the RuntimeClass webhook set; scheduler untouched.
-    before = _container(_render_with(overlay, WEBHOOK_COMPONENT), "extender")
+    # Appended to what the base and the RuntimeClass webhook set; scheduler untouched.
+    before = _container(_render_with("base", WEBHOOK_COMPONENT), "extender")
+    after = _container(_render_with("base", WEBHOOK_COMPONENT, POD_WEBHOOK_COMPONENT), "extender")
+    assert after["args"][: len(before["args"])] == before["args"]
+    assert after["env"][: len(before["env"])] == before["env"]
     assert extender["args"][: len(before["args"])] == before["args"]
     assert _scheduler_config(docs) == _scheduler_config(_render(overlay))
+    # Container order survives (the other components patch the extender as container 1).
+    assert [c["name"] for c in _deployment(docs)["spec"]["template"]["spec"]["containers"]] == [
+        "kube-scheduler",
+        "extender",
+    ]
 
 
 def test_pod_webhook_with_cert_manager_gets_the_shared_certificates_ca() -> None:
-    docs = _render_with(
-        "overlays/predicate-mode",
-        WEBHOOK_COMPONENT,
-        POD_WEBHOOK_COMPONENT,
-        WEBHOOK_CERT_MANAGER,
-        POD_WEBHOOK_CERT_MANAGER,
-    )
+    docs = _render_with("overlays/predicate-mode", WEBHOOK_CERT_MANAGER, POD_WEBHOOK_CERT_MANAGER)
     certificate = _one(docs, "Certificate")
     expected = f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
@@ -1104,6 +1242,10 @@ def test_two_replicas_spread_with_a_disruption_budget(kustomization: str) -> Non
         e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
         for e in _container(docs, "extender")["env"]
     }
+    # The pod webhook's own namespace setting (components/pod-webhook), where it is on.
+    pod_webhook = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    if pod_webhook:
+        assert env.pop("RUNTIMECLASS_EXTENDER_NAMESPACE") == "metadata.namespace"
     assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
 
 
@@ -1125,7 +1267,12 @@ def test_leader_election_wherever_an_acting_part_is_on(
     namespace = _deployment(docs)["metadata"]["namespace"]
     args = _container(docs, "extender")["args"]
     settings = resolve_serve(build_parser().parse_args(args), environ={})
-    acting = settings.requeue_pending_pods or settings.audit_running_pods
+    # The webhooks' self-managed certificates act too: the leader renews and patches.
+    acting = (
+        settings.requeue_pending_pods
+        or settings.audit_running_pods
+        or (settings.webhook_certificate_secret is not None and admission_tls_files(settings) is None)
+    )
     assert settings.leader_elect == acting
     roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == LEASE_ROLE]
     assert bool(roles) == acting

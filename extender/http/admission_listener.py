@@ -15,6 +15,12 @@ through a Service from the whole cluster, and the scheduler's verbs stay on the 
 It never asks for a client certificate, even when the main listener does
 (``client-ca-file``): the API server presents none to webhooks by default.
 
+Its certificate comes from files (``admission-tls-cert-file``, or the main pair), or
+with ``webhook-certificate-secret`` from the self-managed Secret: then the listener's
+context is a ``SwitchingContext`` (extender.certificates.serving) that the keeper
+switches to each new pair, and its ``/readyz`` answers 503 until the caBundles of both
+webhook configurations trust the certificate it serves.
+
 Its socket is bound when the settings are checked, before anything is loaded or
 logged: a busy port is then one line at start, like any other unusable setting,
 rather than a failure after the cluster state was loaded and the watch started.
@@ -27,16 +33,18 @@ certificate reloaders); this app only answers requests.
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
 from dataclasses import dataclass
 
 from aiohttp import web
 
+from extender.certificates.serving import SwitchingContext
 from extender.http.admission import PATH, POD_PATH, admission_handler, pod_admission_handler
 from extender.http.app import errors_as_json, healthz, readyz
 from extender.http.bodies import refuse_declared_oversize
-from extender.http.keys import MAX_BODY_BYTES
+from extender.http.keys import MAX_BODY_BYTES, WEBHOOK_CERTIFICATES
 from extender.http.listen import bind_listener
 from extender.http.tls import TLSFiles, admission_tls_files, server_context
 from extender.settings import ServeSettings
@@ -49,10 +57,12 @@ ADMISSION_MAX_BODY_BYTES = 4 * 1024 * 1024
 @dataclass(frozen=True)
 class AdmissionListener:
     port: int
-    files: TLSFiles
+    # None with self-managed certificates (``switching`` then serves them).
+    files: TLSFiles | None
     context: ssl.SSLContext
     # Bound and listening; the server that serves it closes it.
     sock: socket.socket
+    switching: SwitchingContext | None = None
 
 
 def admission_listener(settings: ServeSettings) -> AdmissionListener | None:
@@ -63,14 +73,21 @@ def admission_listener(settings: ServeSettings) -> AdmissionListener | None:
     port when it cannot be listened on.
     """
     files = admission_tls_files(settings)
-    if files is None or settings.admission_port is None:
+    if settings.admission_port is None:
         return None
-    context = server_context(files)
+    switching: SwitchingContext | None = None
+    if files is None:
+        switching = SwitchingContext()  # no pair until the keeper loads one
+        context = switching.front
+    else:
+        context = server_context(files)
+    host = settings.admission_host if settings.admission_host is not None else settings.host
     return AdmissionListener(
         settings.admission_port,
         files,
         context,
-        bind_listener(settings.host, settings.admission_port, port_flag="--admission-port"),
+        bind_listener(host, settings.admission_port, port_flag="--admission-port"),
+        switching,
     )
 
 
@@ -89,5 +106,16 @@ def create_admission_app(main: web.Application) -> web.Application:
     app.router.add_post(PATH, admission_handler)
     app.router.add_post(POD_PATH, pod_admission_handler)
     app.router.add_get("/healthz", healthz, allow_head=True)
-    app.router.add_get("/readyz", readyz, allow_head=True)
+    app.router.add_get("/readyz", admission_readyz, allow_head=True)
     return app
+
+
+async def admission_readyz(request: web.Request) -> web.Response:
+    """``/readyz``, and with self-managed certificates not ready (503) until both
+    caBundles trust the certificate this listener serves."""
+    response = await readyz(request)
+    certificates = request.app.get(WEBHOOK_CERTIFICATES)
+    if certificates is None or response.status != 200 or certificates.trust().trusted:
+        return response
+    body = json.loads(response.text or "{}")
+    return web.json_response({**body, "status": "not ready"}, status=503)

@@ -54,6 +54,7 @@ from extender.http.keys import (
     TASKS,
     UNHEALTHY_AFTER,
     WARNINGS,
+    WEBHOOK_CERTIFICATES,
 )
 from extender.http.metrics import CLIENT_CLOSED_REQUEST, Handler, Metrics, is_replay
 from extender.http.sampling import HiddenNodeReports
@@ -253,6 +254,12 @@ async def readyz(request: web.Request) -> web.Response:
     leadership = request.app.get(LEADER_GATE)
     if leadership is not None:
         body["leader"] = leadership.details()
+    # With self-managed webhook certificates: whether the caBundles trust the served
+    # one. A detail here (the scheduler's /filter does not depend on it); the admission
+    # listener's own /readyz turns 503 on it (extender.http.admission_listener).
+    certificates = request.app.get(WEBHOOK_CERTIFICATES)
+    if certificates is not None:
+        body["webhookCertificate"] = certificates.details()
     if unsynced:
         return web.json_response({"status": "not ready", "unsynced": unsynced, **body}, status=503)
     return web.json_response({"status": "ready", **body})

@@ -24,6 +24,7 @@ from extender.tasks import BackgroundTasks
 from policies.registry import Policy
 
 if TYPE_CHECKING:
+    from extender.certificates.keeper import WebhookCertificates
     from extender.http.admission import AdmissionMetrics
     from extender.http.sampling import HiddenNodeReports
 
@@ -60,3 +61,6 @@ HIDDEN_NODES: web.AppKey[HiddenNodeReports] = web.AppKey("hidden_nodes")
 ROUTING = web.AppKey("routing", RoutingConfig)
 # Set with --leader-elect: who leads, for /readyz and the leader gauge.
 LEADER_GATE = web.AppKey("leader_gate", LeaderGate)
+# Set with webhook-certificate-secret: the self-managed webhook certificates, for
+# /readyz (a detail on the main listener, the status on the admission listener).
+WEBHOOK_CERTIFICATES: web.AppKey[WebhookCertificates] = web.AppKey("webhook_certificates")

@@ -2,16 +2,19 @@
 
 From a ``ServeSettings`` this builds, in order: the policy, the cluster state with its
 selector-error log, the source (a cluster file, or a live cluster: connection, watch,
-node lookup), the leader actors (the pending-pod requeuer, the running-pod audit) and
-their runner (``extender.leader.runner``), the app (``extender.http.app.create_app``,
-which makes the decision cache), and the optional parts: the leader election
+node lookup), the leader actors (the pending-pod requeuer, the running-pod audit, the
+node labeller, the self-managed webhook certificates) and their runner
+(``extender.leader.runner``), the app (``extender.http.app.create_app``, which makes the
+decision cache), and the optional parts: the leader election
 (``extender.leader.election``) that gates the actors, the capture writer, the
-certificate reloader, and with ``admission-port`` the webhook's own HTTPS listener
-(``extender.http.admission_listener``). Each background job is registered with the
-app's ``extender.tasks.BackgroundTasks``, so it starts after the app is set up, is
-stopped in reverse order on shutdown (the API client closes last), and turns
-``/healthz`` unhealthy if it ends early. The components themselves know nothing of
-aiohttp; the ``attach_*`` functions are the only place they meet the app.
+certificate reloader, with ``admission-port`` the webhook's own HTTPS listener
+(``extender.http.admission_listener``, whose pair the certificate keeper switches when
+it is self-managed), and with ``probe-port`` the probes' own listener
+(``extender.http.probe_listener``). Each background job is registered with the app's
+``extender.tasks.BackgroundTasks``, so it starts after the app is set up, is stopped in
+reverse order on shutdown (the API client closes last), and turns ``/healthz``
+unhealthy if it ends early. The components themselves know nothing of aiohttp; the
+``attach_*`` functions are the only place they meet the app.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ import socket
 import ssl
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from extender.admission import RoutingConfig
 from extender.audit.auditor import Auditor
 from extender.capture.writer import CaptureWriter
+from extender.certificates.serving import SwitchingContext
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.live import LiveCluster, LiveOptions
@@ -50,9 +54,11 @@ from extender.http.keys import (
     SOURCES,
     TASKS,
     UNHEALTHY_AFTER,
+    WEBHOOK_CERTIFICATES,
 )
 from extender.http.listen import bind_listener
 from extender.http.metrics import CAPTURE_COUNTERS, NODE_LOOKUP_COUNTERS
+from extender.http.probe_listener import create_probe_app, probe_socket
 from extender.http.tls import (
     RELOAD_INTERVAL_SECONDS,
     CertificateReloader,
@@ -72,6 +78,9 @@ from extender.settings import ServeSettings, SettingsError
 from extender.startup_checks import configuration_warnings
 from extender.tasks import on_shutdown
 from policies.registry import Policy
+
+if TYPE_CHECKING:
+    from extender.certificates.keeper import CertificateOptions, WebhookCertificates
 
 log = logging.getLogger("extender")
 
@@ -106,7 +115,12 @@ def leader_gate_for(settings: ServeSettings) -> LeaderGate:
 
 
 def leader_runner(
-    settings: ServeSettings, live: LiveCluster, state: ClusterState, policy: Policy
+    settings: ServeSettings,
+    live: LiveCluster,
+    state: ClusterState,
+    policy: Policy,
+    *,
+    keeper: WebhookCertificates | None = None,
 ) -> LeaderRunner:
     """The leader actors the settings ask for, built before the watch starts (they hear
     the first LISTs), behind a gate with ``leader-elect``."""
@@ -119,6 +133,8 @@ def leader_runner(
     if settings.label_nodes:
         options = LabelOptions(prefix=settings.node_label_prefix, rate=settings.label_nodes_rate)
         actors.append(NodeLabeller(live.api, state, policy, options=options, gate=gate))
+    if keeper is not None:
+        actors.append(keeper)
 
     def cluster_state_waiting() -> list[str]:
         # Campaign on warm caches only: a new leader acts at once, never cold.
@@ -164,6 +180,46 @@ def attach_certificate_reloader(
     app.cleanup_ctx.append(app[TASKS].job(name, lambda: reloader.run(interval)))
 
 
+def webhook_certificates(
+    settings: ServeSettings, live: LiveCluster, serving: SwitchingContext
+) -> WebhookCertificates:
+    """The certificate keeper (a leader actor): it switches ``serving``, the admission
+    listener's context, to each pair it follows."""
+    # Here, not at the top: cryptography is loaded only when certificates are self-managed.
+    from extender.certificates.keeper import WebhookCertificates
+
+    return WebhookCertificates(live.api, webhook_certificate_options(settings), serving)
+
+
+def webhook_certificate_options(settings: ServeSettings) -> CertificateOptions:
+    from extender.certificates.keeper import CertificateOptions
+
+    assert settings.webhook_certificate_secret is not None
+    return CertificateOptions(
+        secret=settings.webhook_certificate_secret,
+        # The pod webhook's namespace setting when given, else the pod's own.
+        namespace=settings.namespace or own_namespace(),
+        service=settings.webhook_service,
+        validating_configuration=settings.webhook_validating_configuration,
+        mutating_configuration=settings.webhook_mutating_configuration,
+    )
+
+
+async def start_probe_listener(app: web.Application, sock: socket.socket) -> web.AppRunner:
+    """The probes' plain-HTTP listener over ``app``'s state, on the socket bound at start."""
+    runner = web.AppRunner(create_probe_app(app), handle_signals=False, access_log=None)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    log.info(
+        "serving probes",
+        extra={
+            "listen": ",".join(f"{addr[0]}:{addr[1]}" for addr in runner.addresses),
+            "path": "/healthz,/readyz,/metrics",
+        },
+    )
+    return runner
+
+
 async def start_admission_listener(app: web.Application, listener: AdmissionListener) -> web.AppRunner:
     """The webhook's HTTPS listener over ``app``'s state, on the socket
     ``admission_listener`` bound."""
@@ -176,7 +232,7 @@ async def start_admission_listener(app: web.Application, listener: AdmissionList
             "listen": ",".join(f"{addr[0]}:{addr[1]}" for addr in runner.addresses),
             "scheme": "https",
             "path": ",".join(ADMISSION_PATHS),
-            "certFile": listener.files.cert_file,
+            "certFile": listener.files.cert_file if listener.files else "self-managed",
         },
     )
     return runner
@@ -235,8 +291,11 @@ async def connect_live(
     )
 
 
-async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLContext | None]:
-    """The app ``serve`` runs, with every part the settings ask for attached."""
+async def build_app(
+    settings: ServeSettings, *, webhook_serving: SwitchingContext | None = None
+) -> tuple[web.Application, ssl.SSLContext | None]:
+    """The app ``serve`` runs, with every part the settings ask for attached.
+    ``webhook_serving``: the admission listener's context, with self-managed certificates."""
     tls = tls_files(settings)
     ssl_context = server_context(tls) if tls is not None else None  # fail fast on bad TLS files
     policy = load_policy(settings.policy_file)
@@ -263,7 +322,12 @@ async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLCo
     warnings = configuration_warnings(cluster_file=settings.cluster_file, state=state, policy=policy)
     for warning in warnings:
         log.warning(warning)
-    runner = leader_runner(settings, live, state, policy) if live is not None else None
+    keeper = (
+        webhook_certificates(settings, live, webhook_serving)
+        if live is not None and webhook_serving is not None and settings.webhook_certificate_secret
+        else None
+    )
+    runner = leader_runner(settings, live, state, policy, keeper=keeper) if live is not None else None
     informers = informer_stats(live, runner) if live is not None and runner is not None else None
     app = create_app(
         state=state,
@@ -279,6 +343,8 @@ async def build_app(settings: ServeSettings) -> tuple[web.Application, ssl.SSLCo
         attach_live(app, live)
         app[INFORMERS] = informers
         attach_leader_work(app, live.api, runner)
+        if keeper is not None:
+            app[WEBHOOK_CERTIFICATES] = keeper
     if capture is not None:
         attach_capture(app, capture)
     if tls is not None and ssl_context is not None:
@@ -291,17 +357,26 @@ async def serve(settings: ServeSettings) -> None:
     # First, before anything is loaded or logged: an unusable port, host, webhook
     # certificate or webhook port stops the start with one line.
     sock = bind_listener(settings.host, settings.port)
-    with contextlib.closing(sock):
+    with contextlib.closing(sock), contextlib.ExitStack() as stack:
         admission = admission_listener(settings)
-        with contextlib.closing(admission.sock) if admission else contextlib.nullcontext():
-            await _serve_until_stopped(settings, sock, admission)
+        if admission is not None:
+            stack.enter_context(contextlib.closing(admission.sock))
+        probes = probe_socket(settings)
+        if probes is not None:
+            stack.enter_context(contextlib.closing(probes))
+        await _serve_until_stopped(settings, sock, admission, probes)
 
 
 async def _serve_until_stopped(
-    settings: ServeSettings, sock: socket.socket, admission: AdmissionListener | None
+    settings: ServeSettings,
+    sock: socket.socket,
+    admission: AdmissionListener | None,
+    probes: socket.socket | None = None,
 ) -> None:
-    app, ssl_context = await build_app(settings)
-    if admission is not None:
+    app, ssl_context = await build_app(
+        settings, webhook_serving=admission.switching if admission is not None else None
+    )
+    if admission is not None and admission.files is not None:
         attach_certificate_reloader(app, admission.context, admission.files, name="admission-tls-reloader")
     # What is loaded by now lives as long as the process: keep the cyclic collector
     # from re-scanning it on every full collection (a pause some filter call waits out).
@@ -312,6 +387,7 @@ async def _serve_until_stopped(
     site = web.SockSite(runner, sock, ssl_context=ssl_context)
     await site.start()
     admission_runner = await start_admission_listener(app, admission) if admission is not None else None
+    probe_runner = await start_probe_listener(app, probes) if probes is not None else None
     addresses = [f"{addr[0]}:{addr[1]}" for addr in runner.addresses]
     log.info(
         "serving",
@@ -331,6 +407,8 @@ async def _serve_until_stopped(
         await stop.wait()
     finally:
         log.info("shutting down")
+        if probe_runner is not None:
+            await probe_runner.cleanup()
         if admission_runner is not None:
             await admission_runner.cleanup()
         await runner.cleanup()

@@ -69,10 +69,12 @@ def tls_files(settings: ServeSettings) -> TLSFiles | None:
 
 
 def admission_tls_files(settings: ServeSettings) -> TLSFiles | None:
-    """The admission listener's certificate, or None when ``admission-port`` is not set.
+    """The admission listener's certificate files, or None when ``admission-port`` is not
+    set or its certificates are self-managed (``webhook-certificate-secret``).
 
-    Its own ``admission-tls-cert-file``/``admission-tls-key-file`` when given, else the
-    main listener's pair. Never a client CA: the API server presents no client
+    Its own ``admission-tls-cert-file``/``admission-tls-key-file`` when given, else
+    self-managed certificates when ``webhook-certificate-secret`` is set, else the main
+    listener's pair. Never a client CA: the API server presents no client
     certificate to a webhook unless its admission configuration names one, so requiring
     one (as ``client-ca-file`` does on the main listener) would refuse every review.
     Raises SettingsError for a half-given pair, a pair without the port, no certificate
@@ -101,6 +103,10 @@ def admission_tls_files(settings: ServeSettings) -> TLSFiles | None:
         return TLSFiles(
             cert, key, cert_setting="admission-tls-cert-file", key_setting="admission-tls-key-file"
         )
+    if settings.webhook_certificate_secret:
+        # Self-managed (extender.certificates): no files; preferred to the main pair,
+        # which names the scheduler's loopback address, not the webhook's Service.
+        return None
     if settings.tls_cert_file and settings.tls_key_file:
         return TLSFiles(settings.tls_cert_file, settings.tls_key_file)
     raise SettingsError(

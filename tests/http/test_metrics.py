@@ -341,6 +341,27 @@ def test_reason_labels_are_a_fixed_set(reason: str, label: str) -> None:
     assert label in REASON_LABELS
 
 
+def _webhook_certificate_registry() -> CollectorRegistry:
+    """The self-managed webhook certificates' gauges (--webhook-certificate-secret), with
+    a pair served (the expiry gauge exists only then)."""
+    from datetime import UTC, datetime, timedelta
+
+    from extender.certificates.authority import new_ca, new_serving
+    from extender.certificates.keeper import CertificateOptions, WebhookCertificates
+    from extender.certificates.secret import TLS_CERT, TLS_KEY, read_served
+    from extender.certificates.serving import SwitchingContext
+
+    now = datetime.now(UTC)
+    pair = new_serving(
+        new_ca(now, timedelta(days=2), common_name="ca"), ["svc.ns.svc"], now, timedelta(days=1)
+    )
+    keeper = WebhookCertificates(None, CertificateOptions("s", "ns", "svc", "v", "m"), SwitchingContext())
+    keeper.served = read_served({TLS_CERT: pair.cert_pem, TLS_KEY: pair.key_pem}, ca=None, previous=None)
+    registry = CollectorRegistry()
+    keeper.register_metrics(registry)
+    return registry
+
+
 async def _exported_names(aiohttp_client: Any, tmp_path: Path) -> set[str]:
     """Every metric name the extender can export, as Prometheus shows it (counters with
     their _total suffix): the app with its optional components, the requeuer's registry
@@ -362,6 +383,7 @@ async def _exported_names(aiohttp_client: Any, tmp_path: Path) -> set[str]:
     labels = CollectorRegistry()
     LabelMetrics(labels, pending=lambda: 0)
     families += list(labels.collect())
+    families += list(_webhook_certificate_registry().collect())
     names = {family.name + "_total" if family.type == "counter" else family.name for family in families}
     # Exported only with --audit-running-pods and --leader-elect (serve wires them).
     return names | {MISPLACED_PODS, AUDITED_PODS, LEADER_GAUGE, CAMPAIGNING_GAUGE}

@@ -22,6 +22,7 @@ from tests.support.apiserver import (
     NODES,
     PODS,
     RUNTIME_CLASSES,
+    VALIDATING_WEBHOOKS,
     FakeApiServer,
     ResourceType,
     make_node,
@@ -482,3 +483,57 @@ async def test_leases_are_created_once_and_updated_with_a_resource_version_preco
         assert resp.status == 400
     # Watchers see the writes like any other change.
     assert [t for t, _, _ in fake_apiserver.changes(LEASES)] == ["ADDED", "MODIFIED"]
+
+
+async def test_strategic_merge_patch_changes_one_webhook_by_name(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    """The webhooks list merges by name (admissionregistration/v1 types.go patchMergeKey):
+    a patch naming one webhook's caBundle leaves its other fields and the other webhooks
+    as they are; a JSON merge patch of the same body would replace the list."""
+    hooks = [
+        {"name": "a.example.dev", "sideEffects": "None", "clientConfig": {"service": {"name": "s"}}},
+        {"name": "b.example.dev", "sideEffects": "None", "clientConfig": {"service": {"name": "s"}}},
+    ]
+    fake_apiserver.add(VALIDATING_WEBHOOKS, {"metadata": {"name": "hooks"}, "webhooks": hooks})
+    url = fake_apiserver.url + VALIDATING_WEBHOOKS.collection_path() + "/hooks"
+    patch = {"webhooks": [{"name": "b.example.dev", "clientConfig": {"caBundle": "Q0E="}}]}
+    async with http.patch(
+        url, data=orjson.dumps(patch), headers={"Content-Type": "application/strategic-merge-patch+json"}
+    ) as resp:
+        assert resp.status == 200
+        patched = orjson.loads(await resp.read())
+    assert patched["webhooks"] == [
+        hooks[0],
+        {
+            "name": "b.example.dev",
+            "sideEffects": "None",
+            "clientConfig": {"service": {"name": "s"}, "caBundle": "Q0E="},
+        },
+    ]
+    async with http.patch(
+        url, data=orjson.dumps(patch), headers={"Content-Type": "application/merge-patch+json"}
+    ) as resp:
+        assert resp.status == 200
+        assert orjson.loads(await resp.read())["webhooks"] == patch["webhooks"]
+    bad = {"webhooks": [{"clientConfig": {"caBundle": "Q0E="}}]}
+    async with http.patch(
+        url, data=orjson.dumps(bad), headers={"Content-Type": "application/strategic-merge-patch+json"}
+    ) as resp:
+        assert resp.status == 400
+
+
+async def test_a_token_of_its_own_names_the_user_of_each_request(
+    fake_apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    config = yaml.safe_load(
+        fake_apiserver.write_kubeconfig(tmp_path / "a", user_name="replica-a").read_text()
+    )
+    token = config["users"][0]["user"]["token"]
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session:
+        status, _ = await get_json(session, nodes_url(fake_apiserver))
+    assert status == 200
+    assert fake_apiserver.requests[-1].user == "replica-a"
+    async with aiohttp.ClientSession(headers=AUTH) as session:
+        await get_json(session, nodes_url(fake_apiserver))
+    assert fake_apiserver.requests[-1].user == ""

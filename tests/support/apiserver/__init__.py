@@ -4,7 +4,8 @@ No Kubernetes API server can be installed where these tests run, so this package
 the parts of the API the extender (and its tests) speak, faithfully enough that the
 production client code runs unmodified against it through an ordinary kubeconfig file.
 
-What it serves (any registered resource, cluster-scoped or namespaced):
+What it serves (any registered resource, cluster-scoped or namespaced; by default Nodes,
+RuntimeClasses, Pods, Leases, Secrets and both webhook configuration kinds):
 
 - ``GET <collection>``: LIST, ordered by namespace/name, with ``limit``/``continue``
   pagination served from a snapshot taken at the first page (like an etcd read at the
@@ -21,8 +22,11 @@ What it serves (any registered resource, cluster-scoped or namespaced):
   adds ``BOOKMARK`` events (periodic, and one just before ``timeoutSeconds`` ends the
   stream cleanly).
 - ``GET <collection>/<name>``: one object, or a 404 ``Status``.
-- ``PATCH <collection>/<name>`` with ``application/merge-patch+json`` (RFC 7386):
-  bumps the resourceVersion and emits ``MODIFIED``. A ``metadata.resourceVersion`` or
+- ``PATCH <collection>/<name>`` with ``application/merge-patch+json`` (RFC 7386) or
+  ``application/strategic-merge-patch+json`` (lists named in a ``ResourceType``'s
+  ``merge_keys`` merge item by item on that key, as the webhooks of both webhook
+  configuration kinds do by ``name``; other lists are replaced): bumps the
+  resourceVersion and emits ``MODIFIED``. A ``metadata.resourceVersion`` or
   ``metadata.uid`` in the patch is a precondition (409 on mismatch), as on a real server.
 - ``POST <collection>`` creates (201; 409 ``AlreadyExists`` for a taken name) and
   ``PUT <collection>/<name>`` replaces, with a ``metadata.resourceVersion`` in the body
@@ -57,6 +61,8 @@ Test controls (plain methods; the data survives ``stop``/``start``)::
     server.fail_next(1, status=429, retry_after=1, verbs={"list"})
     server.fail_next(1, status=410, only_if=lambda r: "continue" in r.query)
     server.token = "rotated"                    # requests must now carry this bearer token
+    server.write_kubeconfig(path, user_name="replica-a")  # a token of its own: requests
+                                                #   it sends are recorded with user "replica-a"
     await server.stop(); await server.start()   # same port
     await server.restart(fresh_history=True)    # same objects, lower resourceVersions
     server.requests                             # (verb, path, query) of every request
@@ -70,9 +76,12 @@ tests/conftest.py registers them for every test.
 from tests.support.apiserver.objects import make_node, make_pod, make_runtime_class
 from tests.support.apiserver.server import (
     LEASES,
+    MUTATING_WEBHOOKS,
     NODES,
     PODS,
     RUNTIME_CLASSES,
+    SECRETS,
+    VALIDATING_WEBHOOKS,
     FakeApiServer,
     ResourceType,
     status_object,
@@ -80,9 +89,12 @@ from tests.support.apiserver.server import (
 
 __all__ = [
     "LEASES",
+    "MUTATING_WEBHOOKS",
     "NODES",
     "PODS",
     "RUNTIME_CLASSES",
+    "SECRETS",
+    "VALIDATING_WEBHOOKS",
     "FakeApiServer",
     "ResourceType",
     "make_node",

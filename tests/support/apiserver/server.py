@@ -45,6 +45,9 @@ class ResourceType:
     plural: str
     kind: str
     namespaced: bool = False
+    # Top-level lists a strategic merge patch merges item by item, by this key (the
+    # Go type's ``patchMergeKey``); every other list is replaced whole.
+    merge_keys: tuple[tuple[str, str], ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -65,6 +68,24 @@ NODES = ResourceType("", "v1", "nodes", "Node")
 RUNTIME_CLASSES = ResourceType("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass")
 PODS = ResourceType("", "v1", "pods", "Pod", namespaced=True)
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+SECRETS = ResourceType("", "v1", "secrets", "Secret", namespaced=True)
+# staging/src/k8s.io/api/admissionregistration/v1/types.go: ``Webhooks`` of both kinds
+# carries ``+patchMergeKey=name``, ``+patchStrategy=merge``, ``+listType=map`` and
+# ``+listMapKey=name``: a strategic merge patch changes the named webhook only.
+VALIDATING_WEBHOOKS = ResourceType(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    merge_keys=(("webhooks", "name"),),
+)
+MUTATING_WEBHOOKS = ResourceType(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    merge_keys=(("webhooks", "name"),),
+)
 
 _REASONS = {
     400: "BadRequest",
@@ -104,6 +125,9 @@ class RecordedRequest(NamedTuple):
     verb: str  # list, watch, get, patch (or the HTTP method for anything else)
     path: str
     query: dict[str, str]
+    # Who sent it: the user of its bearer token (``FakeApiServer.users``), "" for the
+    # default token.
+    user: str = ""
 
 
 @dataclass
@@ -226,6 +250,43 @@ def _event_line(event_type: str, obj: JsonObj) -> bytes:
     return orjson.dumps({"type": event_type, "object": obj}) + b"\n"
 
 
+def _strategic_merge_patch(target: Any, patch: Any, merge_keys: Mapping[str, str]) -> Any:
+    """A strategic merge patch (apimachinery/pkg/util/strategicpatch/patch.go), as far as
+    the tests need it: maps merge as in a JSON merge patch; a top-level list named in
+    ``merge_keys`` merges item by item on that key (an item whose key is not present is
+    appended, each matched item is merged recursively); every other list is replaced.
+    Directives (``$patch``, ``$retainKeys``...) are not supported."""
+    if not isinstance(patch, dict) or not isinstance(target, dict):
+        return _merge_patch(target, patch)
+    result = dict(target)
+    for key, value in patch.items():
+        merge_key = merge_keys.get(key)
+        if merge_key is None or not isinstance(value, list) or not isinstance(result.get(key), list):
+            if value is None:
+                result.pop(key, None)
+            else:
+                result[key] = _merge_patch(result.get(key), value)
+            continue
+        items = [copy.deepcopy(item) for item in result[key]]
+        for item in value:
+            if not isinstance(item, dict) or merge_key not in item:
+                raise _BadRequest(f"map: {item!r} does not contain declared merge key: {merge_key}")
+            index = next(
+                (
+                    i
+                    for i, old in enumerate(items)
+                    if isinstance(old, dict) and old.get(merge_key) == item[merge_key]
+                ),
+                None,
+            )
+            if index is None:
+                items.append(copy.deepcopy(item))
+            else:
+                items[index] = _merge_patch(items[index], item)
+        result[key] = items
+    return result
+
+
 def _merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
@@ -245,7 +306,15 @@ class FakeApiServer:
     def __init__(
         self,
         *,
-        resources: Iterable[ResourceType] = (NODES, RUNTIME_CLASSES, PODS, LEASES),
+        resources: Iterable[ResourceType] = (
+            NODES,
+            RUNTIME_CLASSES,
+            PODS,
+            LEASES,
+            SECRETS,
+            VALIDATING_WEBHOOKS,
+            MUTATING_WEBHOOKS,
+        ),
         host: str = "127.0.0.1",
         port: int = 0,
         token: str | None = "fake-token",
@@ -275,6 +344,8 @@ class FakeApiServer:
         self._stalled_resources: set[str] = set()
         self._runner: web.AppRunner | None = None
         self.requests: list[RecordedRequest] = []
+        # More bearer tokens, each authenticating a user of its own (``RecordedRequest.user``).
+        self.users: dict[str, str] = {}
 
     # ----- setup -------------------------------------------------------------------
 
@@ -346,10 +417,15 @@ class FakeApiServer:
                 self._stamp(obj)
                 objects[key] = obj
 
-    def write_kubeconfig(self, path: str | Path, *, context: str = "fake") -> Path:
-        """An ordinary kubeconfig file pointing at this server (with its token)."""
+    def write_kubeconfig(self, path: str | Path, *, context: str = "fake", user_name: str = "") -> Path:
+        """An ordinary kubeconfig file pointing at this server (with its token; with
+        ``user_name``, a token of that user's own, so its requests can be told apart)."""
         path = Path(path)
-        user: JsonObj = {"token": self.token} if self.token else {}
+        token = self.token
+        if user_name:
+            token = f"token-of-{user_name}"
+            self.users[token] = user_name
+        user: JsonObj = {"token": token} if token else {}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -638,8 +714,14 @@ class FakeApiServer:
             verb = "patch"
         else:
             verb = request.method.lower()
-        self.requests.append(RecordedRequest(verb, request.path, query))
-        if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
+        authorization = request.headers.get("Authorization", "")
+        bearer = authorization.removeprefix("Bearer ")
+        self.requests.append(RecordedRequest(verb, request.path, query, self.users.get(bearer, "")))
+        if (
+            self.token is not None
+            and authorization != f"Bearer {self.token}"
+            and not (authorization.startswith("Bearer ") and bearer in self.users)
+        ):
             return _status_response(status_object(401, "Unauthorized"))
         failure = self._injected_failure(self.requests[-1], rtype)
         if failure is not None:
@@ -851,11 +933,17 @@ class FakeApiServer:
     async def _patch(
         self, request: web.Request, rtype: ResourceType, namespace: str | None, name: str
     ) -> web.Response:
-        if request.content_type != "application/merge-patch+json":
+        # Built-in kinds take both (the API server's patch handler, staging/src/k8s.io/
+        # apiserver/pkg/endpoints/handlers/patch.go, also JSON patch and apply).
+        if request.content_type not in (
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+        ):
             return _status_response(
                 status_object(
                     415,
-                    f"the body of the request was in an unknown format - accepted media types include: application/merge-patch+json (got {request.content_type})",
+                    "the body of the request was in an unknown format - accepted media types include: "
+                    f"application/merge-patch+json, application/strategic-merge-patch+json (got {request.content_type})",
                 )
             )
         try:
@@ -890,7 +978,10 @@ class FakeApiServer:
                     details={"name": name, "kind": rtype.plural},
                 )
             )
-        new = _merge_patch(old, patch)
+        if request.content_type == "application/strategic-merge-patch+json":
+            new = _strategic_merge_patch(old, patch, dict(rtype.merge_keys))
+        else:
+            new = _merge_patch(old, patch)
         stored = self._replace(rtype, key, old, new)
         return web.Response(body=orjson.dumps(stored), content_type="application/json")
 

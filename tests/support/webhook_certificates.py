@@ -1,0 +1,202 @@
+"""Self-managed webhook certificates against the test API server: the two webhook
+configurations as deploy/ ships them, keepers with a clock of the test's own, and a
+real TLS listener on each keeper's switching context.
+
+Shared by tests/certificates/ and tests/http/test_webhook_certificates_wiring.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from extender.certificates.keeper import CertificateOptions, WebhookCertificates
+from extender.certificates.serving import SwitchingContext
+from extender.kube import connect as kube
+from extender.leader.gate import LeaderGate
+from extender.tasks import run_all
+from extender.tasks import stop as stop_task
+from tests.support.apiserver import MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS, FakeApiServer
+from tests.support.reflectors import fast_reflector
+
+NAMESPACE = "runtimeclass-extender"
+SERVICE = "runtimeclass-extender-webhook"
+SECRET = "runtimeclass-extender-webhook-certificate"
+CONFIGURATION = "runtimeclass-extender"
+VALIDATING_HOOK = "runtimeclasses.runtimeclass-extender.dev"
+MUTATING_HOOK = "pods.runtimeclass-extender.dev"
+DNS_NAME = f"{SERVICE}.{NAMESPACE}.svc"
+
+OPTIONS = CertificateOptions(
+    secret=SECRET,
+    namespace=NAMESPACE,
+    service=SERVICE,
+    validating_configuration=CONFIGURATION,
+    mutating_configuration=CONFIGURATION,
+    check_interval=3600.0,
+    # Generous: a timed-out read under a loaded machine would look like a lost race.
+    request_timeout=10.0,
+    retry_initial=0.02,
+    retry_max=0.2,
+    reflector=fast_reflector(),
+)
+
+
+def _hook(name: str, path: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "clientConfig": {"service": {"name": SERVICE, "namespace": NAMESPACE, "path": path, "port": 443}},
+        **extra,
+    }
+
+
+def add_webhook_configurations(server: FakeApiServer) -> None:
+    """Both configurations as deploy/components applies them: no caBundle."""
+    server.add(
+        VALIDATING_WEBHOOKS,
+        {
+            "metadata": {"name": CONFIGURATION},
+            "webhooks": [_hook(VALIDATING_HOOK, "/admission/runtimeclasses", failurePolicy="Ignore")],
+        },
+    )
+    server.add(
+        MUTATING_WEBHOOKS,
+        {
+            "metadata": {"name": CONFIGURATION},
+            "webhooks": [_hook(MUTATING_HOOK, "/admission/pods", failurePolicy="Fail")],
+        },
+    )
+
+
+def ca_bundles(server: FakeApiServer) -> dict[str, bytes]:
+    """The caBundle (PEM) of each webhook, by webhook name ("" where there is none)."""
+    bundles = {}
+    for kind in (VALIDATING_WEBHOOKS, MUTATING_WEBHOOKS):
+        configuration = server.get(kind, CONFIGURATION)
+        assert configuration is not None
+        for hook in configuration["webhooks"]:
+            bundles[hook["name"]] = base64.b64decode(hook["clientConfig"].get("caBundle", ""))
+    return bundles
+
+
+def secret_data(server: FakeApiServer) -> dict[str, bytes]:
+    secret = server.get(SECRETS, SECRET, namespace=NAMESPACE)
+    assert secret is not None
+    return {key: base64.b64decode(value) for key, value in secret["data"].items()}
+
+
+class Clock:
+    """A wall clock the test moves by hand."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+@dataclass
+class Keeper:
+    """One replica's keeper, its API connection and a TLS listener on its context."""
+
+    name: str
+    api: Any
+    keeper: WebhookCertificates
+    runner: web.AppRunner
+    port: int
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def switching(self) -> SwitchingContext:
+        return self.keeper.serving
+
+    def observe(self) -> None:
+        """What every replica runs: the keeper's informers and its observe."""
+        jobs = (*(informer.run for informer in self.keeper.informers), self.keeper.observe)
+        self.tasks.append(asyncio.create_task(run_all(*jobs), name=f"{self.name}-observe"))
+
+    def lead(self, gate: LeaderGate | None = None) -> None:
+        """The leader's side, through ``gate`` if given (as the runner runs it)."""
+        job = self.keeper.lead if gate is None else (lambda: gate.while_leading(self.keeper.lead))
+        self.tasks.append(asyncio.create_task(job(), name=f"{self.name}-lead"))
+
+    async def peer_certificate(self) -> bytes:
+        """The DER certificate a client is served now (not verified: the test's clock
+        may be years ahead of the real one)."""
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1", self.port, ssl=context, server_hostname=DNS_NAME
+        )
+        try:
+            der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        finally:
+            writer.close()
+        assert der is not None
+        return bytes(der)
+
+    async def verified_handshake(self, ca_bundle: bytes, server_name: str = DNS_NAME) -> None:
+        """A handshake as the API server makes it: verify against the caBundle, for the
+        Service's name. Raises ssl.SSLError (or ConnectionError) when refused."""
+        context = ssl.create_default_context(cadata=ca_bundle.decode())
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1", self.port, ssl=context, server_hostname=server_name
+        )
+        writer.close()
+
+    async def stop(self) -> None:
+        for task in reversed(self.tasks):
+            await stop_task(task)
+        self.tasks.clear()
+        await self.runner.cleanup()
+        await self.api.close()
+
+
+async def start_keeper(
+    server: FakeApiServer,
+    directory: Path,
+    name: str,
+    *,
+    clock: Callable[[], datetime],
+    options: CertificateOptions = OPTIONS,
+) -> Keeper:
+    """A keeper (not yet running) with its own token, and a listener serving its context."""
+    conn = await kube.connect(
+        kubeconfig=str(server.write_kubeconfig(directory / f"{name}.kubeconfig", user_name=name))
+    )
+    keeper = WebhookCertificates(conn.api, options, SwitchingContext(), clock=clock)
+    app = web.Application()
+    app.router.add_get("/", _ok)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=keeper.serving.front)
+    await site.start()
+    return Keeper(name, conn.api, keeper, runner, int(runner.addresses[0][1]))
+
+
+async def _ok(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def writes_by(server: FakeApiServer) -> dict[str, list[str]]:
+    """Who wrote what: user -> ["POST secrets", "PUT secrets", "PATCH ...", ...]."""
+    result: dict[str, list[str]] = {}
+    for request in server.requests:
+        if request.verb in ("post", "put", "patch"):
+            resource = request.path.rstrip("/").split("/")[-2 if request.verb != "post" else -1]
+            result.setdefault(request.user, []).append(f"{request.verb.upper()} {resource}")
+    return result
