@@ -7,53 +7,63 @@ annotation, guarded by the pod's uid.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Required
 
-from extender.cluster.objects import ObjectError
-from extender.cluster.pods import pod_key
+from pydantic import TypeAdapter, with_config
+from typing_extensions import TypedDict
+
+from extender.cluster.pod_fields import (
+    STRICT_FIELDS,
+    PodMetadataFields,
+    PodSpecFields,
+    decode_pod,
+    pod_identity,
+    pod_key,
+)
 from extender.kube.reflector import WatchedResource
 from extender.requeue.planner import REQUEUE_ANNOTATION, REVISION_ANNOTATION, PendingPod
 
 PODS = "pods"
-DEFAULT_SCHEDULER = "default-scheduler"
 
 
-def _text(mapping: Mapping[str, Any], key: str, what: str) -> str:
-    value = mapping.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ObjectError(f"Pod {what} is not a string")
-    return value
+@with_config(STRICT_FIELDS)
+class _PendingPodMetadata(PodMetadataFields, total=False):
+    annotations: dict[str, str] | None
+    # Presence is what counts (kube-scheduler skips a pod being deleted); any value.
+    deletionTimestamp: Any
+
+
+@with_config(STRICT_FIELDS)
+class _PendingPodSpec(PodSpecFields, total=False):
+    # Non-empty holds the pod back from scheduling; the entries are not read.
+    schedulingGates: Any
+
+
+@with_config(STRICT_FIELDS)
+class _PendingPodFields(TypedDict, total=False):
+    metadata: Required[_PendingPodMetadata]
+    spec: _PendingPodSpec | None
+
+
+_PENDING_POD = TypeAdapter(_PendingPodFields)
 
 
 def pending_pod_from_api(obj: Any) -> PendingPod:
     """A Pod (API JSON) -> the few fields the requeuer keeps. Raises ObjectError."""
-    if not isinstance(obj, dict):
-        raise ObjectError("Pod is not an object")
-    metadata, spec = obj.get("metadata"), obj.get("spec") or {}
-    if not isinstance(metadata, dict) or not isinstance(spec, dict):
-        raise ObjectError("Pod has no metadata or a malformed spec")
-    annotations = metadata.get("annotations") or {}
-    if not isinstance(annotations, dict):
-        raise ObjectError("Pod metadata.annotations is not an object")
-    name = _text(metadata, "name", "metadata.name")
-    namespace = _text(metadata, "namespace", "metadata.namespace")
-    if not name or not namespace:
-        raise ObjectError("Pod has no metadata.name or metadata.namespace")
+    pod = decode_pod(_PENDING_POD, obj)
+    metadata, spec = pod["metadata"], pod.get("spec") or {}
+    identity = pod_identity(metadata, spec)
     return PendingPod(
-        namespace=namespace,
-        pod_name=name,
-        uid=_text(metadata, "uid", "metadata.uid"),
-        runtime_class_name=_text(spec, "runtimeClassName", "spec.runtimeClassName"),
-        # The API server defaults it; the fallback only matters for odd test objects.
-        scheduler_name=_text(spec, "schedulerName", "spec.schedulerName") or DEFAULT_SCHEDULER,
-        resource_version=_text(metadata, "resourceVersion", "metadata.resourceVersion"),
+        namespace=identity.namespace,
+        pod_name=identity.pod_name,
+        uid=identity.uid,
+        runtime_class_name=identity.runtime_class_name,
+        scheduler_name=identity.scheduler_name,
+        resource_version=identity.resource_version,
         # kube-scheduler skips pods being deleted and pods with scheduling gates.
         schedulable=metadata.get("deletionTimestamp") is None and not spec.get("schedulingGates"),
-        requeued_for=_text(annotations, REVISION_ANNOTATION, "annotation " + REVISION_ANNOTATION),
+        requeued_for=(metadata.get("annotations") or {}).get(REVISION_ANNOTATION, ""),
     )
 
 

@@ -485,9 +485,7 @@ def test_scope(obj: dict[str, Any], audited: bool, terminal: bool) -> None:
 @pytest.mark.parametrize(
     ("obj", "message"),
     [
-        pytest.param(
-            [], "Pod: Input should be a valid dictionary or instance of _PodModel", id="not-an-object"
-        ),
+        pytest.param([], "Pod: Input should be a valid dictionary", id="not-an-object"),
         pytest.param({"spec": {}}, "Pod.metadata: Field required", id="no-metadata"),
         pytest.param(
             with_changes(API_POD, metadata={"namespace": ""}),
