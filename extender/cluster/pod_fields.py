@@ -27,9 +27,9 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
 
 from extender.cluster.objects import ObjectError, describe_validation_error
+from extender.kube.defaults import DEFAULT_SCHEDULER
 
 __all__ = [
-    "DEFAULT_SCHEDULER",
     "STRICT_FIELDS",
     "PodIdentity",
     "PodMetadataFields",
@@ -39,9 +39,6 @@ __all__ = [
     "pod_key",
 ]
 
-# What the API server writes into spec.schedulerName when a pod names none
-# (SetDefaults_PodSpec, kubernetes/kubernetes pkg/apis/core/v1/defaults.go).
-DEFAULT_SCHEDULER = "default-scheduler"
 
 # The config of every pod TypedDict (each needs it: TypedDicts do not inherit it).
 # As ``objects.STRICT``: a name that is not a string is an error, not a coercion.

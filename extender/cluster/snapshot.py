@@ -23,7 +23,8 @@ from extender.cluster.pods import (
     scheduled_pod_from_api,
 )
 from extender.cluster.state import ClusterState
-from extender.kube.api import DEFAULT_REQUEST_TIMEOUT, ApiError, ListOptions, list_pages
+from extender.kube.api import ApiError, ListOptions, list_pages
+from extender.kube.defaults import DEFAULT_REQUEST_TIMEOUT
 
 
 class ClusterUnavailable(Exception):

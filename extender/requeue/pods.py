@@ -7,7 +7,7 @@ annotation, guarded by the pod's uid.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Required
 
 from pydantic import TypeAdapter, with_config
@@ -22,6 +22,7 @@ from extender.cluster.pod_fields import (
     pod_key,
 )
 from extender.kube.reflector import WatchedResource
+from extender.kube.times import format_micro_time
 from extender.requeue.planner import REQUEUE_ANNOTATION, REVISION_ANNOTATION, PendingPod
 
 PODS = "pods"
@@ -74,9 +75,8 @@ POD_RESOURCE = WatchedResource(
 
 
 def requeued_at(now: datetime | None = None) -> str:
-    """RFC 3339 UTC with microseconds, so two nudges never write the same value."""
-    moment = now or datetime.now(UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """MicroTime text (RFC 3339 UTC with microseconds), so two nudges never write the same value."""
+    return format_micro_time(now)
 
 
 def merge_patch(pod: PendingPod, stamp: str, revision: str | None = None) -> dict[str, Any]:

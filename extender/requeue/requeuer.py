@@ -110,10 +110,11 @@ class RequeueOptions:
     # Patches per second, with bursts of up to ``burst``.
     rate: float = DEFAULT_REQUEUE_RATE
     burst: int = 5
-    # Attempts per nudge before it counts as failed; backoff between them.
-    max_attempts: int = 8
-    retry_initial: float = 0.5
-    retry_max: float = 30.0
+    # Attempts per nudge before it counts as failed; backoff between them (the write
+    # queue's defaults).
+    max_attempts: int = WriteOptions.max_attempts
+    retry_initial: float = WriteOptions.retry_initial
+    retry_max: float = WriteOptions.retry_max
     # Whole-request timeout of one PATCH.
     request_timeout: float = 10.0
     # Longest wait on shutdown for planned nudges to go out (the kubelet's default

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from extender.cluster.objects import ObjectError
-from extender.cluster.pod_fields import DEFAULT_SCHEDULER, pod_key
+from extender.cluster.pod_fields import pod_key
 from extender.cluster.pods import scheduled_pod_from_api
+from extender.kube.defaults import DEFAULT_SCHEDULER
 from extender.requeue.pods import pending_pod_from_api
 
 POD: dict[str, Any] = {
