@@ -91,7 +91,7 @@ class RuntimeClassView:
     resource_version: str = ""
     # overhead.podFixed (resource name -> quantity, as written): None when the class has
     # no ``overhead``, empty when it has one without podFixed. Pod Overhead admission
-    # (extender/admission/pods.py) copies it into pods; compare with
+    # (extender/admission/pod_review.py) copies it into pods; compare with
     # policies.quantity.resource_lists_equal, never as strings.
     overhead: Mapping[str, str] | None = None
 

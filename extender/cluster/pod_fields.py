@@ -1,8 +1,8 @@
 """A Pod's fields that every pod view decodes: identity, RuntimeClass and scheduler.
 
 Two informers keep pods, each as a slim view of its own: the running-pod audit
-(``ScheduledPod``, ``extender.cluster.pods``) and the requeuer (``PendingPod``, built
-in ``extender.requeue.pods``). Both decode the fields they share here, one way:
+(``ScheduledPod``, ``extender.cluster.pod_views``) and the requeuer (``PendingPod``, built
+in ``extender.requeue.nudge``). Both decode the fields they share here, one way:
 
 - ``PodMetadataFields`` and ``PodSpecFields`` declare them; a view's own fields extend
   these TypedDicts, and a ``TypeAdapter`` of the view's pod validates the whole object

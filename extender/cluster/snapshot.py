@@ -16,7 +16,7 @@ import aiohttp
 
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
-from extender.cluster.pods import (
+from extender.cluster.pod_views import (
     RUNNING_POD_SELECTOR,
     ScheduledPod,
     TolerationInterner,

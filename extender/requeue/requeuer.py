@@ -84,6 +84,7 @@ from extender.leader.actor import LeaderActor
 from extender.leader.gate import LeaderGate
 from extender.leader.writes import Sent, Sleep, WriteOptions, WriteQueue
 from extender.requeue.metrics import RequeueMetrics
+from extender.requeue.nudge import POD_RESOURCE, merge_patch, requeued_at
 from extender.requeue.planner import (
     ClassChange,
     Nudge,
@@ -95,7 +96,6 @@ from extender.requeue.planner import (
     nudged_for,
     revision_digest,
 )
-from extender.requeue.pods import POD_RESOURCE, merge_patch, requeued_at
 from extender.settings import DEFAULT_REQUEUE_RATE, DEFAULT_REQUEUE_WINDOW, DEFAULT_SCHEDULER_NAMES
 from policies.objects import RuntimeClassView
 

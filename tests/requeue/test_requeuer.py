@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from extender.cli import main
 from extender.cluster.objects import ObjectError
-from extender.cluster.pods import pod_key
+from extender.cluster.pod_views import pod_key
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch, runtime_class_resource
 from extender.kube import connect as kube
@@ -32,8 +32,8 @@ from extender.kube.times import MICRO_TIME_FORMAT
 from extender.leader.runner import LeaderRunner
 from extender.logs import TextFormatter
 from extender.requeue.metrics import RequeueMetrics
+from extender.requeue.nudge import pending_pod_from_api
 from extender.requeue.planner import REQUEUE_ANNOTATION
-from extender.requeue.pods import pending_pod_from_api
 from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import SERVE_SETTINGS
 from extender.tasks import stop as stop_task

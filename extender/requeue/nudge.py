@@ -1,4 +1,4 @@
-"""Pods as the requeuer sees them: the API JSON converter, the informer's resource, the patch.
+"""The requeuer's nudge: pending pods as the informer keeps them (the converter and the resource), and the patch.
 
 The requeuer keeps a few fields of each unscheduled pod (``PendingPod``, in
 ``extender.requeue.planner``) and nudges a pod with one JSON merge patch of an

@@ -67,7 +67,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from extender.cluster.pods import ScheduledPod, is_audited
+from extender.cluster.pod_views import ScheduledPod, is_audited
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.predicates import RuntimeClassNodeSelector
 from policies.quantity import QuantityError, resource_lists_equal
