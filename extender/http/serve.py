@@ -1,17 +1,20 @@
 """``serve``: everything the running extender is made of, wired in one place.
 
-From a ``ServeSettings`` this builds, in order: the policy, the cluster state with its
-selector-error log, the source (a cluster file, or a live cluster: connection, watch,
-node lookup), the leader actors (the pending-pod requeuer, the running-pod audit) and
-their runner (``extender.leader.runner``), the app (``extender.http.app.create_app``,
-which makes the decision cache), and the optional parts: the leader election
-(``extender.leader.election``) that gates the actors, the capture writer, the
-certificate reloader, and with ``admission-port`` the webhook's own HTTPS listener
-(``extender.http.admission_listener``). Each background job is registered with the
-app's ``extender.tasks.BackgroundTasks``, so it starts after the app is set up, is
-stopped in reverse order on shutdown (the API client closes last), and turns
-``/healthz`` unhealthy if it ends early. The components themselves know nothing of
-aiohttp; the ``attach_*`` functions are the only place they meet the app.
+From a ``ServeSettings`` this binds the listeners first (a bad port stops the start
+at once), then builds, in order: the TLS context, the policy, the capture writer, the
+cluster state with its selector-error log, the source (a cluster file, or a live
+cluster: connection, watch, node lookup), the configuration warnings
+(``extender.startup_checks``), the leader actors (the pending-pod requeuer, the
+running-pod audit) and their runner (``extender.leader.runner``), the app
+(``extender.http.app.create_app``, which makes the decision cache), and attaches the
+optional parts: the leader election (``extender.leader.election``) that gates the
+actors, the capture writer, the certificate reloaders, and with ``admission-port`` the
+webhook's own HTTPS listener (``extender.http.admission_listener``). Each background
+job is registered with the app's ``extender.tasks.BackgroundTasks``, so it starts after
+the app is set up, is stopped in reverse order on shutdown (the API client closes
+last), and turns ``/healthz`` unhealthy if it ends early. The components themselves
+know nothing of aiohttp; the ``attach_*`` functions are the only place they meet the
+app.
 """
 
 from __future__ import annotations
