@@ -95,15 +95,6 @@ class RuntimeClassView:
     # policies.quantity.resource_lists_equal, never as strings.
     overhead: Mapping[str, str] | None = None
 
-    @property
-    def has_scheduling(self) -> bool:
-        return bool(
-            self.node_selector
-            or self.tolerations
-            or self.match_expressions is not None
-            or self.selector_error is not None
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class PodView:
