@@ -28,7 +28,7 @@ from cluster_gen import DEFAULT_TOLERATIONS  # bench/, beside this script
 
 from extender.audit.auditor import AuditedPods
 from extender.audit.index import MisplacedIndex
-from extender.cluster.pods import TolerationInterner, scheduled_pod_from_api
+from extender.cluster.pod_views import TolerationInterner, scheduled_pod_from_api
 from extender.cluster.state import ClusterState
 from policies.objects import NodeView, RuntimeClassView
 

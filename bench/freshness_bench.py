@@ -17,7 +17,7 @@ reports, over all changes:
   HTTP (what kube-scheduler would observe; includes the polling client's own calls,
   which share the one event loop, so it is an upper bound).
 
-Target (DESIGN.md §6): decision p99 <= 100 ms. Timings on a shared machine: read them
+Target (docs/performance.md): decision p99 <= 100 ms. Timings on a shared machine: read them
 as orders of magnitude, repeat runs, never turn them into pass/fail checks.
 """
 

@@ -1,4 +1,4 @@
-"""Console entry point: ``runtimeclass-extender serve | filter | explain | classes | replay | audit``.
+"""Console entry point: ``runtimeclass-extender serve | filter | explain | classes | replay | audit | check``.
 
 Parsing only: ``serve`` resolves its settings and runs ``extender.http.serve``; the
 other commands are ``extender.tools.commands``.
@@ -30,10 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser = commands.add_parser(
         "serve",
         help="serve the extender over HTTP (POST /filter, POST /explain, GET /explain/runtimeclasses/NAME, "
-        "POST /admission/runtimeclasses, GET /metrics, GET /healthz, GET /readyz)",
+        "POST /admission/runtimeclasses, POST /admission/pods, GET /metrics, GET /healthz, GET /readyz)",
         description="Serve the extender over HTTP: POST /filter (kube-scheduler's extender verb), "
         "POST /explain and GET /explain/runtimeclasses/NAME, POST /admission/runtimeclasses (the "
-        "validating webhook), GET /metrics (Prometheus), GET /healthz and GET /readyz (probes). "
+        "validating webhook) and POST /admission/pods (the pod webhook), GET /metrics (Prometheus), "
+        "GET /healthz and GET /readyz (probes). "
         "Settings can also come from the environment "
         "or a --config file; each setting has the same name in all three.",
     )

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from extender.kube.defaults import DEFAULT_SCHEDULER, LEADER_JITTER_FACTOR
+
 ENV_PREFIX = "RUNTIMECLASS_EXTENDER_"
 
 
@@ -157,7 +159,7 @@ DEFAULT_BODY_READ_TIMEOUT = 30.0
 DEFAULT_UNHEALTHY_AFTER = 180.0
 DEFAULT_CAPTURE_MAX_FILES = 1000
 DEFAULT_CAPTURE_MAX_BYTES = 256 * 1024 * 1024
-DEFAULT_SCHEDULER_NAMES = ("default-scheduler",)
+DEFAULT_SCHEDULER_NAMES = (DEFAULT_SCHEDULER,)
 DEFAULT_REQUEUE_WINDOW = 1.0
 DEFAULT_REQUEUE_RATE = 20.0
 # Leader election of the acting parts: kube-scheduler's defaults (15 s / 10 s / 2 s;
@@ -170,9 +172,6 @@ DEFAULT_WEBHOOK_CONFIGURATION = "runtimeclass-extender"
 DEFAULT_LEASE_DURATION = 15.0
 DEFAULT_RENEW_DEADLINE = 10.0
 DEFAULT_RETRY_PERIOD = 2.0
-# client-go's JitterFactor (tools/leaderelection/leaderelection.go): the renew deadline
-# must exceed the retry period by this factor.
-LEADER_JITTER_FACTOR = 1.2
 
 # label-nodes (extender.cluster.class_labels says why this prefix).
 DEFAULT_NODE_LABEL_PREFIX = "runtimeclass.node-restriction.kubernetes.io"

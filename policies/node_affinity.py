@@ -45,14 +45,24 @@ FIELD_OPERATORS = ("In", "NotIn")
 # metav1.ObjectNameField: the only field node affinity selects on.
 NODE_NAME_FIELD = "metadata.name"
 
-# k8s.io/apimachinery/pkg/util/validation: IsQualifiedName / IsValidLabelValue /
-# IsDNS1123Subdomain.
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_NAME_MAX = 63
-_LABEL_VALUE_MAX = 63
-_DNS1123_SUBDOMAIN_MAX = 253
+# The syntax of label keys and values and of DNS names, as
+# k8s.io/apimachinery/pkg/util/validation (content/kube.go, content/dns.go) spells it:
+# IsQualifiedName, IsValidLabelValue, IsDNS1123Label, IsDNS1123Subdomain. The one copy:
+# extender.cluster.validation checks cluster files with these too. Groups are
+# non-capturing so that the fragments compose (QUALIFIED_NAME's two groups).
+_QUALIFIED_NAME_FMT = "(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+_DNS1123_LABEL_FMT = "[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN_FMT = rf"{_DNS1123_LABEL_FMT}(?:\.{_DNS1123_LABEL_FMT})*"
+LABEL_NAME = re.compile(_QUALIFIED_NAME_FMT)
+LABEL_VALUE = re.compile(f"(?:{_QUALIFIED_NAME_FMT})?")
+DNS1123_LABEL = re.compile(_DNS1123_LABEL_FMT)
+DNS1123_SUBDOMAIN = re.compile(_DNS1123_SUBDOMAIN_FMT)
+# A whole label key in one match: the optional DNS subdomain prefix in group 1, the name
+# in group 2 (the lengths are the caller's to check). ASCII only, so len() counts bytes,
+# as Go's does.
+QUALIFIED_NAME = re.compile(f"(?:({_DNS1123_SUBDOMAIN_FMT})/)?({_QUALIFIED_NAME_FMT})")
+LABEL_NAME_MAX = 63  # also the most a label value and a DNS-1123 label may hold
+DNS1123_SUBDOMAIN_MAX = 253
 
 _LABEL_NAME_MSG = (
     "must consist of alphanumeric characters, '-', '_' or '.', "
@@ -102,15 +112,15 @@ def label_key_errors(key: str) -> list[str]:
         if not prefix:
             errors.append("prefix part must be non-empty")
         else:
-            if len(prefix) > _DNS1123_SUBDOMAIN_MAX:
-                errors.append(f"prefix part must be no more than {_DNS1123_SUBDOMAIN_MAX} characters")
-            if not _DNS1123_SUBDOMAIN.fullmatch(prefix):
+            if len(prefix) > DNS1123_SUBDOMAIN_MAX:
+                errors.append(f"prefix part must be no more than {DNS1123_SUBDOMAIN_MAX} characters")
+            if not DNS1123_SUBDOMAIN.fullmatch(prefix):
                 errors.append(f"prefix part {_DNS1123_MSG}")
     if not name:
         errors.append("name part must be non-empty")
-    elif len(name) > _LABEL_NAME_MAX:
-        errors.append(f"name part must be no more than {_LABEL_NAME_MAX} characters")
-    elif not _LABEL_NAME.fullmatch(name):
+    elif len(name) > LABEL_NAME_MAX:
+        errors.append(f"name part must be no more than {LABEL_NAME_MAX} characters")
+    elif not LABEL_NAME.fullmatch(name):
         errors.append(f"name part {_LABEL_NAME_MSG}")
     return errors
 
@@ -118,9 +128,9 @@ def label_key_errors(key: str) -> list[str]:
 def label_value_errors(value: str) -> list[str]:
     """Why ``value`` is not a label value (validation.IsValidLabelValue); empty when it is."""
     errors: list[str] = []
-    if len(value) > _LABEL_VALUE_MAX:
-        errors.append(f"must be no more than {_LABEL_VALUE_MAX} characters")
-    if not _LABEL_VALUE.fullmatch(value):
+    if len(value) > LABEL_NAME_MAX:
+        errors.append(f"must be no more than {LABEL_NAME_MAX} characters")
+    if not LABEL_VALUE.fullmatch(value):
         # Kubernetes' wording (content/kube.go, labelValueErrMsg).
         errors.append(f"a valid label must be an empty string or {_LABEL_NAME_MSG.removeprefix('must ')}")
     return errors
@@ -129,9 +139,9 @@ def label_value_errors(value: str) -> list[str]:
 def node_name_errors(value: str) -> list[str]:
     """Why ``value`` cannot be a node name (ValidateNodeName: a DNS-1123 subdomain)."""
     errors: list[str] = []
-    if len(value) > _DNS1123_SUBDOMAIN_MAX:
-        errors.append(f"must be no more than {_DNS1123_SUBDOMAIN_MAX} characters")
-    if not _DNS1123_SUBDOMAIN.fullmatch(value):
+    if len(value) > DNS1123_SUBDOMAIN_MAX:
+        errors.append(f"must be no more than {DNS1123_SUBDOMAIN_MAX} characters")
+    if not DNS1123_SUBDOMAIN.fullmatch(value):
         errors.append(_DNS1123_MSG)
     return errors
 

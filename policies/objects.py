@@ -91,18 +91,9 @@ class RuntimeClassView:
     resource_version: str = ""
     # overhead.podFixed (resource name -> quantity, as written): None when the class has
     # no ``overhead``, empty when it has one without podFixed. Pod Overhead admission
-    # (extender/admission/pods.py) copies it into pods; compare with
+    # (extender/admission/pod_review.py) copies it into pods; compare with
     # policies.quantity.resource_lists_equal, never as strings.
     overhead: Mapping[str, str] | None = None
-
-    @property
-    def has_scheduling(self) -> bool:
-        return bool(
-            self.node_selector
-            or self.tolerations
-            or self.match_expressions is not None
-            or self.selector_error is not None
-        )
 
 
 @dataclass(frozen=True, slots=True)

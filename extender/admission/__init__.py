@@ -3,7 +3,7 @@
 - ``runtimeclasses``: the validating webhook for RuntimeClasses
   (``POST /admission/runtimeclasses``): deny a node-selector-term annotation the filter
   cannot read, warn about a class no node can run.
-- ``pods``: the mutating webhook for pods (``POST /admission/pods``): the in-tree
+- ``pod_review``: the mutating webhook for pods (``POST /admission/pods``): the in-tree
   RuntimeClass plugin's Pod Overhead, and routing to the RuntimeClass scheduler.
 - ``reviews``: what both share, the AdmissionReview wire format and message limits.
 
@@ -14,7 +14,7 @@ The names below are the package's interface (``from extender.admission import re
 keeps working from when this was one module).
 """
 
-from extender.admission.pods import (
+from extender.admission.pod_review import (
     PATCHED_FIELDS,
     POD_RESULTS,
     WEBHOOK_LABEL,

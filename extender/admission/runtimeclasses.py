@@ -240,7 +240,8 @@ def _blocking_taints(view: RuntimeClassView, node: NodeView) -> set[Taint]:
         if taint.effect not in FILTERED_EFFECTS:
             continue
         # NoExecute counts even when the class tolerates it: the kubelet and the taint
-        # manager evict on the pod's own tolerations only (DESIGN §4, TaintToleration).
+        # manager evict on the pod's own tolerations only (kubernetes/kubernetes
+        # pkg/controller/tainteviction/taint_eviction.go; docs/concepts.md).
         if taint.effect == "NoExecute" or not tolerated_by_any(taint, view.tolerations):
             blocking.add(taint)
     return blocking

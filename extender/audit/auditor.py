@@ -1,6 +1,6 @@
 """Auditing running pods in ``serve --audit-running-pods``: the I/O half.
 
-The check itself is pure (``extender.audit.check``). This module feeds it:
+The check itself is pure (``extender.audit.misplaced``). This module feeds it:
 
 - a pod informer: a ``Reflector`` on ``/api/v1/pods`` with the field selector
   ``RUNNING_POD_SELECTOR`` (``spec.nodeName!=``, phase neither ``Succeeded`` nor
@@ -52,10 +52,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from extender.audit.check import Misplaced
 from extender.audit.index import MisplacedIndex, Transition
 from extender.audit.metrics import AuditCollector
-from extender.cluster.pods import (
+from extender.audit.misplaced import Misplaced
+from extender.cluster.pod_views import (
     RUNNING_POD_SELECTOR,
     ScheduledPod,
     TolerationInterner,

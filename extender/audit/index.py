@@ -1,6 +1,6 @@
 """The audit kept current: which running pods are misplaced, under a stream of changes.
 
-``extender.audit.check`` answers once for a set of pods; ``MisplacedIndex`` keeps that
+``extender.audit.misplaced`` answers once for a set of pods; ``MisplacedIndex`` keeps that
 answer exact as pods, nodes and RuntimeClasses change, re-checking only the pods a
 change can affect, and reports each pod's transitions into and out of being misplaced
 (``Transition``). Pure: the informer in ``extender.audit.auditor`` feeds it.
@@ -12,8 +12,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from extender.audit.check import Misplaced, by_namespace_and_name, misplaced_of
-from extender.cluster.pods import ScheduledPod, is_audited
+from extender.audit.misplaced import Misplaced, by_namespace_and_name, misplaced_of
+from extender.cluster.pod_views import ScheduledPod, is_audited
 from extender.cluster.state import NODES, RUNTIME_CLASSES, ClusterState
 from extender.kube.store import Named, Store
 from policies.objects import NodeView, RuntimeClassView

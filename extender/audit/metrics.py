@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender import METRIC_PREFIX
-from extender.audit.check import PROBLEMS
+from extender.audit.misplaced import PROBLEMS
 
 MISPLACED_PODS = METRIC_PREFIX + "misplaced_pods"
 AUDITED_PODS = METRIC_PREFIX + "audited_pods"

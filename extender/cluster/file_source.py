@@ -26,7 +26,7 @@ from typing import Any
 
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
-from extender.cluster.pods import ScheduledPod, TolerationInterner, scheduled_pod_from_api
+from extender.cluster.pod_views import ScheduledPod, TolerationInterner, scheduled_pod_from_api
 from extender.cluster.state import ClusterState
 from extender.cluster.validation import LabelMemo, describe_problems, object_problems, object_reference
 from extender.documents import DocumentError, load_documents
@@ -122,7 +122,7 @@ def parse_cluster(
 
 def parse_cluster_with_pods(text: str, *, selector_errors: SelectorErrorLog | None = None) -> ClusterContents:
     """Nodes, RuntimeClasses and Pods from a cluster file's text. Every Pod is returned,
-    bound or not (``extender.cluster.pods.is_audited`` picks the ones the audit judges).
+    bound or not (``extender.cluster.pod_views.is_audited`` picks the ones the audit judges).
     Raises ClusterFileError."""
     return _parse(text, with_pods=True, selector_errors=selector_errors)
 

@@ -16,14 +16,15 @@ import aiohttp
 
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
-from extender.cluster.pods import (
+from extender.cluster.pod_views import (
     RUNNING_POD_SELECTOR,
     ScheduledPod,
     TolerationInterner,
     scheduled_pod_from_api,
 )
 from extender.cluster.state import ClusterState
-from extender.kube.api import DEFAULT_REQUEST_TIMEOUT, ApiError, ListOptions, list_pages
+from extender.kube.api import ApiError, ListOptions, list_pages
+from extender.kube.defaults import DEFAULT_REQUEST_TIMEOUT
 
 
 class ClusterUnavailable(Exception):

@@ -50,7 +50,6 @@ regular expressions it appends.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -58,7 +57,16 @@ from typing import Any, Final
 
 import orjson
 
-from policies.node_affinity import label_key_errors, label_value_errors, node_name_errors
+from policies.node_affinity import (
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN_MAX,
+    LABEL_NAME,
+    LABEL_NAME_MAX,
+    QUALIFIED_NAME,
+    label_key_errors,
+    label_value_errors,
+    node_name_errors,
+)
 from policies.quantity import QuantityError, parse_quantity
 from policies.tolerations import parse_go_int64
 
@@ -129,21 +137,10 @@ _EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _OPERATORS: Final = ("Equal", "Exists", "Lt", "Gt")
 
 # --- syntax ----------------------------------------------------------------------------
-# The messages are policies.node_affinity's (the annotation's label keys and values are
-# checked there, by the same rules); this module adds the DNS label of a handler and a
-# fast path for the many labels of a cluster file.
+# The patterns and messages are policies.node_affinity's (the annotation's label keys
+# and values are checked there, by the same rules); this module adds the DNS label of a
+# handler and a fast path for the many labels of a cluster file (a dozen per node).
 
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-# A valid label key in one match (a cluster file has a dozen labels per node): the
-# optional DNS subdomain prefix in group 1, the name in group 2. ASCII only, so len()
-# counts bytes, as Go's does.
-_QUALIFIED_NAME = re.compile(
-    r"(?:([a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*)/)?"
-    r"([A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)"
-)
-_LABEL_MAX: Final = 63
-_SUBDOMAIN_MAX: Final = 253
 _DNS_LABEL_MSG: Final = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
     "start and end with an alphanumeric character"
@@ -157,26 +154,26 @@ def dns_label_errors(value: str) -> list[str]:
     """IsDNS1123Label (content/dns.go): a valid subdomain that is not a label can only
     hold dots."""
     errors = []
-    if len(value) > _LABEL_MAX:
-        errors.append(f"must be no more than {_LABEL_MAX} characters")
-    if not _DNS_LABEL.fullmatch(value):
+    if len(value) > LABEL_NAME_MAX:
+        errors.append(f"must be no more than {LABEL_NAME_MAX} characters")
+    if not DNS1123_LABEL.fullmatch(value):
         errors.append("must not contain dots" if not dns_subdomain_errors(value) else _DNS_LABEL_MSG)
     return errors
 
 
 def valid_label_key(key: str) -> bool:
     """``label_key_errors(key) == []``, in one match."""
-    match = _QUALIFIED_NAME.fullmatch(key)
+    match = QUALIFIED_NAME.fullmatch(key)
     return (
         match is not None
-        and len(match.group(2)) <= _LABEL_MAX
-        and (match.group(1) is None or len(match.group(1)) <= _SUBDOMAIN_MAX)
+        and len(match.group(2)) <= LABEL_NAME_MAX
+        and (match.group(1) is None or len(match.group(1)) <= DNS1123_SUBDOMAIN_MAX)
     )
 
 
 def valid_label_value(value: str) -> bool:
     """``label_value_errors(value) == []``, in one match."""
-    return not value or (len(value) <= _LABEL_MAX and _LABEL_NAME.fullmatch(value) is not None)
+    return not value or (len(value) <= LABEL_NAME_MAX and LABEL_NAME.fullmatch(value) is not None)
 
 
 # --- helpers ---------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from extender.admission import (
     POD_RESULTS,
     RESULTS,
     ReviewError,
-    RoutingConfig,
     review,
     review_pod,
 )
@@ -127,7 +126,7 @@ async def pod_admission_handler(request: web.Request) -> web.Response:
     start = time.perf_counter()
     body = await read_body(request)
     try:
-        outcome = review_pod(body, request.app[STATE], request.app.get(ROUTING) or RoutingConfig())
+        outcome = review_pod(body, request.app[STATE], request.app[ROUTING])
     except ReviewError as exc:
         metrics.pod_malformed.inc()
         raise RequestRefused(400, "malformed AdmissionReview", str(exc)) from None

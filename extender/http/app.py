@@ -1,7 +1,11 @@
 """The HTTP service: aiohttp application factory and handlers.
 
 ``POST /filter`` answers kube-scheduler; ``/healthz`` and ``/readyz`` answer the
-kubelet. Handlers do I/O only: parsing, lookups and the decision itself live in
+kubelet; ``GET /metrics`` is Prometheus' (``extender.http.metrics``). ``create_app``
+also routes ``POST /explain`` and ``GET /explain/runtimeclasses/{name}``
+(``extender.http.explain``) and the two admission webhooks, ``POST
+/admission/runtimeclasses`` and ``POST /admission/pods`` (``extender.http.admission``).
+Handlers do I/O only: parsing, lookups and the decision itself live in
 ``extender.protocol``, ``extender.filtering`` and ``policies``.
 
 Bad input never reaches the caller as a stack trace: every error response of every

@@ -1,13 +1,15 @@
 """``serve``: everything the running extender is made of, wired in one place.
 
-From a ``ServeSettings`` this builds, in order: the policy, the cluster state with its
-selector-error log, the source (a cluster file, or a live cluster: connection, watch,
-node lookup), the leader actors (the pending-pod requeuer, the running-pod audit, the
-node labeller, the self-managed webhook certificates) and their runner
-(``extender.leader.runner``), the app (``extender.http.app.create_app``, which makes the
-decision cache), and the optional parts: the leader election
+From a ``ServeSettings`` this binds the listeners first (a bad port stops the start
+at once), then builds, in order: the TLS context, the policy, the capture writer, the
+cluster state with its selector-error log, the source (a cluster file, or a live
+cluster: connection, watch, node lookup), the configuration warnings
+(``extender.startup_checks``), the leader actors (the pending-pod requeuer, the
+running-pod audit, the node labeller, the self-managed webhook certificates) and their
+runner (``extender.leader.runner``), the app (``extender.http.app.create_app``, which
+makes the decision cache), and attaches the optional parts: the leader election
 (``extender.leader.election``) that gates the actors, the capture writer, the
-certificate reloader, with ``admission-port`` the webhook's own HTTPS listener
+certificate reloaders, with ``admission-port`` the webhook's own HTTPS listener
 (``extender.http.admission_listener``, whose pair the certificate keeper switches when
 it is self-managed), and with ``probe-port`` the probes' own listener
 (``extender.http.probe_listener``). Each background job is registered with the app's

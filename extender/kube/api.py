@@ -29,11 +29,7 @@ import aiohttp
 import orjson
 
 from extender.kube.answer import Sent
-
-# Items per LIST page (client-go's pager default is 500).
-DEFAULT_PAGE_SIZE = 500
-# Connect timeout, and the whole-request timeout of one non-streaming request.
-DEFAULT_REQUEST_TIMEOUT = 30.0
+from extender.kube.defaults import DEFAULT_PAGE_SIZE, DEFAULT_REQUEST_TIMEOUT
 
 Query = Sequence[tuple[str, str]]
 

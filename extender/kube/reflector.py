@@ -58,6 +58,7 @@ import orjson
 
 from extender.kube.api import ApiError, ListOptions, error_of, list_pages, request
 from extender.kube.backoff import Backoff
+from extender.kube.defaults import DEFAULT_PAGE_SIZE, DEFAULT_REQUEST_TIMEOUT
 from extender.kube.health import SourceStats
 from extender.kube.store import Named, ObjectError, Store
 
@@ -84,8 +85,7 @@ class WatchedResource:
 
 @dataclass(frozen=True)
 class ReflectorOptions:
-    # Items per LIST page (client-go's pager default is 500).
-    page_size: int = 500
+    page_size: int = DEFAULT_PAGE_SIZE
     # Server-side watch timeout; each watch asks for a random value in [t, 2t), as
     # client-go does with minWatchTimeout (5 min), so many clients do not reconnect in step.
     watch_timeout: float = 300.0
@@ -93,7 +93,7 @@ class ReflectorOptions:
     # every minute: cacher.go defaultBookmarkFrequency) for this long is treated as dead.
     idle_timeout: float = 150.0
     # Connect timeout, and the whole-request timeout of one LIST page.
-    request_timeout: float = 30.0
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     # Backoff between failed attempts: client-go's reflector uses
     # NewExponentialBackoffManager(800ms, 30s, 2min reset, factor 2.0, jitter 1.0).
     backoff_initial: float = 0.8

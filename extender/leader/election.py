@@ -62,7 +62,7 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from http import HTTPStatus
 from typing import Any
 
@@ -75,6 +75,8 @@ from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectio
 from kubernetes_asyncio.leaderelection.resourcelock.baselock import BaseLock
 
 from extender.kube.api import ApiError, request_json
+from extender.kube.defaults import LEADER_JITTER_FACTOR
+from extender.kube.times import format_micro_time
 from extender.leader.gate import ElectionOptions, LeaderGate
 
 log = logging.getLogger("extender.leader")
@@ -90,10 +92,8 @@ def micro_time(text: str) -> str:
     without a zone (and without a fraction when it is zero); a record read back from
     the server carries the server's own RFC 3339 text.
     """
-    moment = datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        moment = moment.astimezone()  # naive: the library's local time
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # A naive time is the library's local time, which format_micro_time assumes.
+    return format_micro_time(datetime.fromisoformat(text))
 
 
 def _library_error(status: int, reason: str) -> ApiException:
@@ -166,7 +166,7 @@ class LeaseLock(BaseLock):
         spec = dict(self.lease.get("spec") or {})
         if spec.get("holderIdentity") != self.identity:
             return False
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        now = format_micro_time()
         spec.update(holderIdentity="", leaseDurationSeconds=1, acquireTime=now, renewTime=now)
         return await self._write("PUT", LEASE, {**self.lease, "spec": spec}, name=self.name)
 
@@ -218,7 +218,7 @@ class _UncheckedConfig(Config):
     settings check the durations as client-go does."""
 
     def __init__(self, lock: BaseLock, options: ElectionOptions) -> None:
-        self.jitter_factor = 1.2
+        self.jitter_factor = LEADER_JITTER_FACTOR
         self.lock = lock
         self.lease_duration = options.lease_duration
         self.renew_deadline = options.renew_deadline

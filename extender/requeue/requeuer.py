@@ -84,6 +84,7 @@ from extender.leader.actor import LeaderActor
 from extender.leader.gate import LeaderGate
 from extender.leader.writes import Sent, Sleep, WriteOptions, WriteQueue
 from extender.requeue.metrics import RequeueMetrics
+from extender.requeue.nudge import POD_RESOURCE, merge_patch, requeued_at
 from extender.requeue.planner import (
     ClassChange,
     Nudge,
@@ -95,7 +96,6 @@ from extender.requeue.planner import (
     nudged_for,
     revision_digest,
 )
-from extender.requeue.pods import POD_RESOURCE, merge_patch, requeued_at
 from extender.settings import DEFAULT_REQUEUE_RATE, DEFAULT_REQUEUE_WINDOW, DEFAULT_SCHEDULER_NAMES
 from policies.objects import RuntimeClassView
 
@@ -110,10 +110,11 @@ class RequeueOptions:
     # Patches per second, with bursts of up to ``burst``.
     rate: float = DEFAULT_REQUEUE_RATE
     burst: int = 5
-    # Attempts per nudge before it counts as failed; backoff between them.
-    max_attempts: int = 8
-    retry_initial: float = 0.5
-    retry_max: float = 30.0
+    # Attempts per nudge before it counts as failed; backoff between them (the write
+    # queue's defaults).
+    max_attempts: int = WriteOptions.max_attempts
+    retry_initial: float = WriteOptions.retry_initial
+    retry_max: float = WriteOptions.retry_max
     # Whole-request timeout of one PATCH.
     request_timeout: float = 10.0
     # Longest wait on shutdown for planned nudges to go out (the kubelet's default

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from extender.kube.defaults import DEFAULT_REQUEST_TIMEOUT as _REQUEST_TIMEOUT_SECONDS
 from extender.settings import GivenOnce
 
 # Per request of a live LIST (each page of it), when --request-timeout is not given.
@@ -17,9 +18,9 @@ from extender.settings import GivenOnce
 # handshake (10 s) bounded by client-go's transport, but waits forever for a server that
 # accepts the connection and then never answers. A one-shot tool that scripts and CI jobs
 # gate on should fail instead: 30 s is what these commands always allowed per request,
-# far above what a LIST page of 500 objects takes on a healthy API server. (The same as
-# extender.kube.api.DEFAULT_REQUEST_TIMEOUT, which this module is too light to import.)
-DEFAULT_REQUEST_TIMEOUT = "30s"
+# far above what a LIST page of 500 objects takes on a healthy API server. As a flag's
+# text, so that the help says "30s".
+DEFAULT_REQUEST_TIMEOUT = f"{_REQUEST_TIMEOUT_SECONDS:g}s"
 
 _GO_DURATION_UNITS = {
     "ns": 1e-9,

@@ -3,7 +3,7 @@
 ``runtimeclass-extender audit`` and ``kubectl runtimeclass audit`` read the running
 pods, Nodes and RuntimeClasses once (a cluster file that also holds Pods, or one LIST
 each from the live cluster of the kubeconfig), judge every running pod that names a
-RuntimeClass with the pure check (``extender.audit.check``) that ``serve
+RuntimeClass with the pure check (``extender.audit.misplaced``) that ``serve
 --audit-running-pods`` keeps current, and print the misplaced ones.
 
 Exit status: 0 when no pod is misplaced, 1 when some are, 2 on bad input (one line on
@@ -17,9 +17,9 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from extender.audit.check import Misplaced, audit
+from extender.audit.misplaced import Misplaced, audit
 from extender.cluster.file_source import load_cluster_file_with_pods
-from extender.cluster.pods import ScheduledPod, is_audited
+from extender.cluster.pod_views import ScheduledPod, is_audited
 from extender.cluster.snapshot import list_cluster_with_pods
 from extender.cluster.state import ClusterState
 from extender.tools.output import UsageError, guarded, print_names, print_structured, print_table

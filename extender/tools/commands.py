@@ -11,10 +11,12 @@ when it runs: ``filter`` in ``extender.tools.filter``, ``explain`` and ``classes
 ``--version`` and a mistyped flag load none of aiohttp, kubernetes-asyncio or pydantic
 (tests/test_operator_edges.py checks it). A new command follows the same pattern: its
 parser here (light imports only), its work behind a runner that imports it.
+``filter`` is the console's only (``extender.cli``); the kubectl plugin has the other five.
 
 Each command reads its inputs (a cluster file or a one-shot LIST of a live cluster, a
-pod file, capture files), hands them to the pure modules (``extender.explain``,
-``extender.capture.replay``) and prints. Problems the user can fix print one line on stderr
+pod file, capture files, manifests), hands them to the pure modules
+(``extender.filtering``, ``extender.explain``, ``extender.capture.replay``,
+``extender.audit.misplaced``, ``extender.admission``) and prints. Problems the user can fix print one line on stderr
 and exit with status 2, never a trace.
 """
 

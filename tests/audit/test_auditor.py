@@ -18,9 +18,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from extender.audit.auditor import AuditedPods, AuditOptions, Auditor
-from extender.audit.check import PROBLEMS
+from extender.audit.misplaced import PROBLEMS
 from extender.cli import main
-from extender.cluster.pods import ScheduledPod
+from extender.cluster.pod_views import ScheduledPod
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch
 from extender.http.keys import STATE

@@ -22,7 +22,7 @@ from tests.support.apiserver import (
     make_runtime_class,
 )
 from tests.support.replicas import Replica, start_replica
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, stays
 
 GVISOR = {"runtime": "gvisor"}
 MISPLACED = "runtimeclass_extender_misplaced_pods"
@@ -80,6 +80,8 @@ async def test_one_replica_speaks_and_a_new_leader_does_not_repeat_warnings(
     fake_apiserver.add(PODS, running("x", "plain-1"))
     await eventually(lambda: indexed(a, "default/x") and indexed(b, "default/x"), what="both indexed")
     await eventually(lambda: warnings(caplog, "default/x") == 1, what="the warning")
+    # Exactly one: a duplicate (from the follower, or the leader again) would come later.
+    await stays(lambda: warnings(caplog, "default/x") == 1, what="one warning for x")
     assert leader.metric(MISPLACED, runtime_class="gvisor", problem="selector-mismatch") == 1
     assert (
         follower.registry.get_sample_value(
@@ -88,16 +90,23 @@ async def test_one_replica_speaks_and_a_new_leader_does_not_repeat_warnings(
         is None
     )
 
-    # The leader goes: the other says what it found once, and speaks from then on.
-    caplog.clear()
+    # The leader goes: the other says what it found once, and speaks from then on. The
+    # records are kept (not cleared), so x's count covers the whole test.
+    handover = len(caplog.records)
     await leader.stop()
     await eventually(lambda: follower.leading, what="the follower takes over")
     await eventually(
-        lambda: any(r.getMessage() == "audited running pods: 1 of 2 misplaced" for r in caplog.records),
+        lambda: any(
+            r.getMessage() == "audited running pods: 1 of 2 misplaced" for r in caplog.records[handover:]
+        ),
         what="the new leader's summary",
     )
-    assert warnings(caplog, "default/x") == 0  # not repeated
+    await stays(lambda: warnings(caplog, "default/x") == 1, what="x not warned again")
     assert follower.metric(MISPLACED, runtime_class="gvisor", problem="selector-mismatch") == 1
     fake_apiserver.add(PODS, running("y", "plain-1"))
     await eventually(lambda: warnings(caplog, "default/y") == 1, what="the new leader's warning")
+    await stays(
+        lambda: warnings(caplog, "default/y") == 1 and warnings(caplog, "default/x") == 1,
+        what="one warning each",
+    )
     assert follower.metric(MISPLACED, runtime_class="gvisor", problem="selector-mismatch") == 2

@@ -171,7 +171,7 @@ async def test_predicate_mode_gvisor_pod_reaches_sandbox_nodes_through_its_class
     client: Client, fixtures_dir: Path
 ) -> None:
     # The admission-off gvisor pod does not tolerate the sandbox taint itself. With the
-    # in-tree TaintToleration filter disabled (predicate mode, DESIGN section 1) all six
+    # in-tree TaintToleration filter disabled (predicate mode, docs/concepts.md) all six
     # nodes would reach the extender: the class's toleration admits the gvisor nodes.
     request = json.loads((fixtures_dir / "filter-nodenames-gvisor-noadmission.json").read_bytes())
     own = [t.get("key") for t in request["Pod"]["spec"].get("tolerations", [])]

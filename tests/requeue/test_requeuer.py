@@ -24,15 +24,16 @@ from prometheus_client import CollectorRegistry
 
 from extender.cli import main
 from extender.cluster.objects import ObjectError
-from extender.cluster.pods import pod_key
+from extender.cluster.pod_views import pod_key
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch, runtime_class_resource
 from extender.kube import connect as kube
+from extender.kube.times import MICRO_TIME_FORMAT
 from extender.leader.runner import LeaderRunner
 from extender.logs import TextFormatter
 from extender.requeue.metrics import RequeueMetrics
+from extender.requeue.nudge import pending_pod_from_api
 from extender.requeue.planner import REQUEUE_ANNOTATION
-from extender.requeue.pods import pending_pod_from_api
 from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import SERVE_SETTINGS
 from extender.tasks import stop as stop_task
@@ -184,7 +185,7 @@ async def test_pending_pod_is_patched_once_when_its_class_is_created(
     # One annotation, an RFC 3339 UTC time; nothing else on the pod changed.
     stamp = requeued_at(fake_apiserver, "waiting")
     assert stamp is not None and stamp.endswith("Z")
-    moment = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    moment = datetime.strptime(stamp, MICRO_TIME_FORMAT).replace(tzinfo=UTC)
     assert abs((datetime.now(UTC) - moment).total_seconds()) < 600
     assert without_nudge(after) == without_nudge(before)
     assert after["metadata"]["uid"] == before["metadata"]["uid"]

@@ -1,7 +1,7 @@
 """A plain reference for the filter answer, written for the tests and independent of ``policies``.
 
-It is deliberately the most direct reading of the rules (DESIGN.md section 4, the
-default policy), with no caches, no precomputation and nothing imported from the
+It is deliberately the most direct reading of the rules (docs/concepts.md, "How it
+decides", with the default policy), with no caches, no precomputation and nothing imported from the
 production predicates, so that a disagreement between the two points at a bug in one
 of them:
 

@@ -12,7 +12,7 @@ import argparse
 import pytest
 
 from extender.cluster.snapshot import CONNECT_TIMEOUT_SECONDS, client_timeout, describe_failure
-from extender.kube.api import DEFAULT_REQUEST_TIMEOUT
+from extender.kube.defaults import DEFAULT_REQUEST_TIMEOUT
 from extender.tools import arguments
 from extender.tools.arguments import parse_request_timeout
 

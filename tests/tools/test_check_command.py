@@ -1,8 +1,8 @@
 """The ``check`` command: RuntimeClass manifests judged before they reach a cluster.
 
-Every case of the webhook's own tests (tests/test_admission.py: each bad annotation it
-denies, each warning it gives) goes through ``check`` as a manifest file, and must come
-out exactly as the webhook answers it: the same denial message, the same warnings.
+Every case of the webhook's own tests (tests/admission/test_runtimeclasses.py: each bad
+annotation it denies, each warning it gives) goes through ``check`` as a manifest file,
+and must come out exactly as the webhook answers it: the same denial message, the same warnings.
 Then the inputs (files, directories, standard input, Lists, other kinds), the exit
 statuses, ``-o json|yaml``, a live cluster, and the kubectl plugin form.
 """
@@ -25,12 +25,12 @@ from extender.tools.check import NO_NODES_NOTE
 from extender.tools.commands import kubectl_main
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from policies.objects import NodeView
+from tests.admission.test_runtimeclasses import BAD_ANNOTATIONS, WARNING_CASES
 from tests.cluster.test_validation import REFUSED
 from tests.support.admission import runtime_class
 from tests.support.apiserver.objects import make_node
 from tests.support.apiserver.server import NODES, FakeApiServer
 from tests.support.paths import EXAMPLE_CLUSTER, EXAMPLES
-from tests.test_admission import BAD_ANNOTATIONS, WARNING_CASES
 
 ANNOTATION_PATH = f"metadata.annotations[{NODE_SELECTOR_TERM_ANNOTATION}]"
 

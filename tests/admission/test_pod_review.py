@@ -1,4 +1,4 @@
-"""The pod webhook's decision (extender/admission/pods.py), replaying real AdmissionReviews.
+"""The pod webhook's decision (extender/admission/pod_review.py), replaying real AdmissionReviews.
 
 The pods come from kube-apiserver v1.36.2 (tests/data/admission/): with the in-tree
 RuntimeClass plugin off they arrive without overhead, with it on they carry it. Every
@@ -30,7 +30,7 @@ from extender.admission import (
     RoutingConfig,
     review_pod,
 )
-from extender.admission.pods import MISMATCH, WITHOUT_CLASS_OVERHEAD
+from extender.admission.pod_review import MISMATCH, WITHOUT_CLASS_OVERHEAD
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.objects import ObjectError, runtime_class_from_api
 from extender.cluster.state import ClusterState

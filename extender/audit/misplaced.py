@@ -33,7 +33,9 @@ policy would meet them; a pod with several is reported under the first):
 ``noexecute-taint``
     The node has a ``NoExecute`` taint that the pod's *own* tolerations do not
     tolerate, so the taint manager evicts it. The class's tolerations do not count:
-    the taint manager reads only the pod spec (the filter's rule, DESIGN §4).
+    the taint manager reads only the pod spec (the filter's rule too: docs/concepts.md,
+    "Whose tolerations count"; kubernetes/kubernetes
+    pkg/controller/tainteviction/taint_eviction.go reads ``pod.Spec.Tolerations``).
 ``overhead-mismatch``
     The pod's ``spec.overhead`` differs from its class's ``overhead.podFixed`` (by
     value, as the RuntimeClass admission plugin compares them: ``Semantic.DeepEqual``,
@@ -67,7 +69,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from extender.cluster.pods import ScheduledPod, is_audited
+from extender.cluster.pod_views import ScheduledPod, is_audited
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.predicates import RuntimeClassNodeSelector
 from policies.quantity import QuantityError, resource_lists_equal

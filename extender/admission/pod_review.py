@@ -72,6 +72,7 @@ from extender.admission.reviews import (
 )
 from extender.cluster.objects import describe_validation_error
 from extender.cluster.state import ClusterState
+from extender.kube.defaults import DEFAULT_SCHEDULER
 from policies.quantity import QuantityError, resource_lists_equal
 
 __all__ = [
@@ -97,7 +98,6 @@ WEBHOOK_LABEL: Final = "runtimeclass-extender.dev/webhook"
 _IGNORE: Final = "ignore"
 # What the API server's defaulting writes into a pod that names no scheduler
 # (pkg/apis/core/v1/defaults.go, SetDefaults_PodSpec; v1.DefaultSchedulerName).
-DEFAULT_SCHEDULER: Final = "default-scheduler"
 NEVER_ROUTED_NAMESPACES: Final = frozenset({"kube-system"})
 
 # The in-tree plugin's messages, word for word (admission.go), so users and searches

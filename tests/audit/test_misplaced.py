@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from extender.audit.check import (
+from extender.audit.index import MisplacedIndex, Transition
+from extender.audit.misplaced import (
     PROBLEM_NODE_NOT_FOUND,
     PROBLEM_NOEXECUTE_TAINT,
     PROBLEM_OVERHEAD_MISMATCH,
@@ -30,7 +31,6 @@ from extender.audit.check import (
     misplaced_of,
     problems_of,
 )
-from extender.audit.index import MisplacedIndex, Transition
 from extender.cluster.file_source import (
     ClusterFileError,
     load_cluster_file,
@@ -38,7 +38,7 @@ from extender.cluster.file_source import (
     parse_cluster_with_pods,
 )
 from extender.cluster.objects import ObjectError
-from extender.cluster.pods import ScheduledPod, TolerationInterner, is_audited, scheduled_pod_from_api
+from extender.cluster.pod_views import ScheduledPod, TolerationInterner, is_audited, scheduled_pod_from_api
 from extender.cluster.state import ClusterState
 from extender.kube.store import Store
 from policies.objects import NodeView, RuntimeClassView, SelectorRequirement, Taint, Toleration
@@ -485,9 +485,7 @@ def test_scope(obj: dict[str, Any], audited: bool, terminal: bool) -> None:
 @pytest.mark.parametrize(
     ("obj", "message"),
     [
-        pytest.param(
-            [], "Pod: Input should be a valid dictionary or instance of _PodModel", id="not-an-object"
-        ),
+        pytest.param([], "Pod: Input should be a valid dictionary", id="not-an-object"),
         pytest.param({"spec": {}}, "Pod.metadata: Field required", id="no-metadata"),
         pytest.param(
             with_changes(API_POD, metadata={"namespace": ""}),

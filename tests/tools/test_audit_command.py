@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.audit.check import PROBLEMS
+from extender.audit.misplaced import PROBLEMS
 from extender.cli import main
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from tests.support.apiserver import (

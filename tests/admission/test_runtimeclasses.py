@@ -1,4 +1,5 @@
-"""The RuntimeClass admission decision (extender/admission.py), from review body to answer.
+"""The RuntimeClass admission decision (extender/admission/runtimeclasses.py), from review
+body to answer.
 
 Bodies are admission.k8s.io/v1 AdmissionReviews as the API server sends them
 (staging/src/k8s.io/api/admission/v1/types.go); cluster states are built by hand or from

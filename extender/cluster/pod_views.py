@@ -4,8 +4,8 @@
 pods by ``TolerationInterner``); ``RUNNING_POD_SELECTOR`` is the field selector that
 asks the API server for running pods only (the audit's informer in
 ``extender.audit.auditor`` and the one-shot LIST in ``extender.cluster.snapshot``).
-``pod_key`` is the store key of a raw Pod, "namespace/name", which every pod view's
-``name`` also returns.
+The fields every pod view shares (identity, RuntimeClass) are decoded in
+``extender.cluster.pod_fields``; ``pod_key`` is re-exported from there.
 """
 
 from __future__ import annotations
@@ -13,17 +13,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required
 
-from pydantic import BaseModel, ValidationError
+from pydantic import TypeAdapter, with_config
+from typing_extensions import TypedDict
 
-from extender.cluster.objects import (
-    STRICT,
-    ObjectError,
-    TolerationModel,
-    describe_validation_error,
-    resource_list,
-    tolerations_from_models,
+from extender.cluster.objects import TolerationModel, resource_list, tolerations_from_models
+from extender.cluster.pod_fields import (
+    STRICT_FIELDS,
+    PodMetadataFields,
+    PodSpecFields,
+    decode_pod,
+    pod_identity,
+    pod_key,
 )
 from policies.objects import Toleration
 
@@ -36,17 +38,6 @@ __all__ = [
     "pod_key",
     "scheduled_pod_from_api",
 ]
-
-
-def pod_key(obj: Any) -> str:
-    """The store key of a raw Pod object: "namespace/name" ("" when either is missing)."""
-    metadata = obj.get("metadata") if isinstance(obj, dict) else None
-    if not isinstance(metadata, dict):
-        return ""
-    namespace, name = metadata.get("namespace"), metadata.get("name")
-    if not isinstance(namespace, str) or not isinstance(name, str):
-        return ""
-    return f"{namespace}/{name}"
 
 
 # Pod phases after which nothing runs (isPodTerminated in pkg/controller/podgc).
@@ -92,34 +83,26 @@ def is_audited(pod: ScheduledPod) -> bool:
     return bool(pod.node_name and pod.runtime_class_name and not pod.terminal)
 
 
-class _PodMetaModel(BaseModel):
-    # Not ObjectMetaModel: a pod's labels and annotations (last-applied-configuration,
-    # ...) would be validated and copied for nothing.
-    model_config = STRICT
-    name: str = ""
-    namespace: str = ""
-    uid: str = ""
-    resourceVersion: str = ""
+@with_config(STRICT_FIELDS)
+class _ScheduledPodSpec(PodSpecFields, total=False):
+    nodeName: str | None
+    tolerations: list[TolerationModel] | None
+    overhead: dict[str, str | int] | None
 
 
-class _PodSpecModel(BaseModel):
-    model_config = STRICT
-    nodeName: str | None = None
-    runtimeClassName: str | None = None
-    tolerations: list[TolerationModel] | None = None
-    overhead: dict[str, str | int] | None = None
+@with_config(STRICT_FIELDS)
+class _PodStatus(TypedDict, total=False):
+    phase: str | None
 
 
-class _PodStatusModel(BaseModel):
-    model_config = STRICT
-    phase: str | None = None
+@with_config(STRICT_FIELDS)
+class _ScheduledPodFields(TypedDict, total=False):
+    metadata: Required[PodMetadataFields]
+    spec: _ScheduledPodSpec | None
+    status: _PodStatus | None
 
 
-class _PodModel(BaseModel):
-    model_config = STRICT
-    metadata: _PodMetaModel
-    spec: _PodSpecModel | None = None
-    status: _PodStatusModel | None = None
+_SCHEDULED_POD = TypeAdapter(_ScheduledPodFields)
 
 
 TolerationsIntern = Callable[[tuple[Toleration, ...]], tuple[Toleration, ...]]
@@ -160,15 +143,10 @@ def scheduled_pod_from_api(obj: Any, *, intern: TolerationsIntern | None = None)
     ``is_audited`` tells the audit to skip it. ``intern`` (e.g. a TolerationInterner)
     shares equal toleration tuples between pods.
     """
-    try:
-        model = _PodModel.model_validate(obj)
-    except ValidationError as exc:
-        raise ObjectError(describe_validation_error(exc, "Pod")) from None
-    meta = model.metadata
-    if not meta.name or not meta.namespace:
-        raise ObjectError("Pod has no metadata.name or metadata.namespace")
-    spec = model.spec
-    toleration_models = spec.tolerations if spec is not None else None
+    pod = decode_pod(_SCHEDULED_POD, obj)
+    spec = pod.get("spec") or {}
+    identity = pod_identity(pod["metadata"], spec)
+    toleration_models = spec.get("tolerations")
     tolerations = tolerations_from_models(toleration_models)
     if intern is not None:
         tolerations = intern(tolerations)
@@ -177,18 +155,18 @@ def scheduled_pod_from_api(obj: Any, *, intern: TolerationsIntern | None = None)
         for i, t in enumerate(toleration_models or ())
         if t.tolerationSeconds is not None and t.tolerationSeconds <= 0
     )
-    phase = model.status.phase if model.status is not None else None
-    overhead = spec.overhead if spec is not None else None
+    phase = (pod.get("status") or {}).get("phase")
+    overhead = spec.get("overhead")
     return ScheduledPod(
-        # Namespaces, classes and nodes repeat across pods: store each string once.
-        namespace=sys.intern(meta.namespace),
-        pod_name=meta.name,
-        uid=meta.uid,
-        runtime_class_name=sys.intern(spec.runtimeClassName or "") if spec is not None else "",
-        node_name=sys.intern(spec.nodeName or "") if spec is not None else "",
+        namespace=identity.namespace,
+        pod_name=identity.pod_name,
+        uid=identity.uid,
+        runtime_class_name=identity.runtime_class_name,
+        # Nodes repeat across pods as namespaces and classes do: store each once.
+        node_name=sys.intern(spec.get("nodeName") or ""),
         tolerations=tolerations,
         zero_seconds=zero_seconds,
-        resource_version=meta.resourceVersion,
+        resource_version=identity.resource_version,
         terminal=phase in _TERMINAL_PHASES,
         # Only pods with one pay for it; an empty one is none (Semantic.DeepEqual).
         overhead=resource_list(overhead, "Pod spec.overhead") if overhead else None,
