@@ -36,6 +36,17 @@ pod label opts out of routing only: overhead is not a choice a pod makes, the pl
 sets it for every pod. The namespace label is the webhook configuration's business
 (``namespaceSelector``): such pods never reach this code.
 
+**The class's node label, with ``serve --label-nodes``** (``RoutingConfig.class_labels``):
+a pod whose class has node rules gets ``spec.nodeSelector["<prefix>/<class>"] = "true"``,
+the label the leader keeps on exactly the nodes that fit the class
+(``extender.cluster.class_labels``), so kube-scheduler's NodeAffinity filter narrows to
+them before it samples. ``spec.nodeSelector`` is ANDed with everything else the pod
+asks for (``RequiredNodeAffinity``, component-helpers/scheduling/corev1/nodeaffinity),
+so one more entry constrains a pod with any affinity. A pod that already asks for
+another value of that label is denied, as the in-tree plugin denies a conflicting
+selector. Opted-out pods and namespaces, as for routing, get no label; nor does a pod
+whose class is unknown or whose rules select every node.
+
 **A class that does not exist (yet)**: allowed without overhead, with a warning. The
 in-tree plugin rejects such a pod; KEP-585 lets it wait instead, and the
 ``RuntimeClassExists`` predicate keeps it pending until the class exists. It is still
@@ -70,6 +81,7 @@ from extender.admission.reviews import (
     response_body,
     shorten,
 )
+from extender.cluster.class_labels import LABEL_VALUE, ClassLabels
 from extender.cluster.objects import describe_validation_error
 from extender.cluster.state import ClusterState
 from extender.kube.defaults import DEFAULT_SCHEDULER
@@ -90,8 +102,8 @@ __all__ = [
 
 PodResult = Literal["patched", "unchanged", "denied"]
 POD_RESULTS: Final[tuple[PodResult, ...]] = ("patched", "unchanged", "denied")
-PatchedField = Literal["overhead", "schedulerName"]
-PATCHED_FIELDS: Final[tuple[PatchedField, ...]] = ("overhead", "schedulerName")
+PatchedField = Literal["overhead", "schedulerName", "nodeSelector"]
+PATCHED_FIELDS: Final[tuple[PatchedField, ...]] = ("overhead", "schedulerName", "nodeSelector")
 
 # The pod (and namespace) label that opts out; its one meaningful value.
 WEBHOOK_LABEL: Final = "runtimeclass-extender.dev/webhook"
@@ -109,6 +121,7 @@ WITHOUT_CLASS_OVERHEAD: Final = (
 
 _SPEC_OVERHEAD = "/spec/overhead"
 _SPEC_SCHEDULER_NAME = "/spec/schedulerName"
+_SPEC_NODE_SELECTOR = "/spec/nodeSelector"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +131,8 @@ class RoutingConfig:
     scheduler_name: str | None = None
     # The extender's own namespace ("" when unknown): its pods are never routed.
     own_namespace: str = ""
+    # With label-nodes: the labels pods of a class with node rules must require.
+    class_labels: ClassLabels | None = None
 
     def never_routed(self, namespace: str) -> bool:
         return namespace in NEVER_ROUTED_NAMESPACES or (
@@ -157,6 +172,7 @@ class _PodSpec(BaseModel):
     model_config = WIRE
     runtimeClassName: str | None = None
     schedulerName: str | None = None
+    nodeSelector: dict[str, str] | None = None
     # ResourceList: quantities are strings on the wire (Quantity.MarshalJSON).
     overhead: dict[str, str] | None = None
 
@@ -239,6 +255,25 @@ def review_pod(body: bytes, state: ClusterState, routing: RoutingConfig) -> PodR
             # no JSON Pointer escaping is needed.
             patch.append({"op": "add", "path": _SPEC_OVERHEAD, "value": dict(class_overhead)})
             patched.append("overhead")
+        labels = routing.class_labels
+        if labels is not None and labels.has_node_rules(runtime_class) and not _opted_out(request, pod, routing):
+            key_name = labels.key(class_name)
+            wanted = (pod.spec.nodeSelector or {}).get(key_name)
+            if wanted is not None and wanted != LABEL_VALUE:
+                return _answer(
+                    request,
+                    "denied",
+                    message=shorten(
+                        f"conflict: RuntimeClass {class_name} requires {key_name} = {LABEL_VALUE}; "
+                        f"pod.spec.nodeSelector[{key_name}] = {wanted}",
+                        MAX_MESSAGE_CHARS,
+                    ),
+                    pod=key,
+                    runtime_class=class_name,
+                )
+            if wanted is None:
+                patch.append(_require_label(pod, key_name))
+                patched.append("nodeSelector")
 
     if _routes(request, pod, routing):
         scheduler = routing.scheduler_name
@@ -263,9 +298,22 @@ def _routes(request: AdmissionRequest, pod: _Pod, routing: RoutingConfig) -> boo
     current = pod.spec.schedulerName or ""
     if current not in ("", DEFAULT_SCHEDULER) or current == routing.scheduler_name:
         return False
+    return not _opted_out(request, pod, routing)
+
+
+def _opted_out(request: AdmissionRequest, pod: _Pod, routing: RoutingConfig) -> bool:
     if (pod.metadata.labels or {}).get(WEBHOOK_LABEL) == _IGNORE:
-        return False
-    return not routing.never_routed(request.namespace or pod.metadata.namespace)
+        return True
+    return routing.never_routed(request.namespace or pod.metadata.namespace)
+
+
+def _require_label(pod: _Pod, key: str) -> dict[str, Any]:
+    """The JSONPatch operation adding ``key: "true"`` to the pod's nodeSelector."""
+    if pod.spec.nodeSelector is None:
+        return {"op": "add", "path": _SPEC_NODE_SELECTOR, "value": {key: LABEL_VALUE}}
+    # RFC 6901: "~" and "/" in a member name are escaped as "~0" and "~1".
+    escaped = key.replace("~", "~0").replace("/", "~1")
+    return {"op": "add", "path": f"{_SPEC_NODE_SELECTOR}/{escaped}", "value": LABEL_VALUE}
 
 
 def _pod_key(request: AdmissionRequest, pod: _Pod) -> str:

@@ -40,6 +40,7 @@ from extender.audit.auditor import Auditor
 from extender.capture.writer import CaptureWriter
 from extender.certificates.serving import SwitchingContext
 from extender.cluster.annotations import SelectorErrorLog
+from extender.cluster.class_labels import ClassLabels
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.state import ClusterState
@@ -339,7 +340,12 @@ async def build_app(
         body_read_timeout=settings.body_read_timeout,
         source_stats=informers,
         warnings=warnings,
-        routing=RoutingConfig(settings.route_pods_to_scheduler, settings.namespace or ""),
+        routing=RoutingConfig(
+            settings.route_pods_to_scheduler,
+            settings.namespace or "",
+            # label-nodes: the pod webhook requires the label the labeller keeps.
+            class_labels=ClassLabels(settings.node_label_prefix, policy) if settings.label_nodes else None,
+        ),
     )
     if live is not None and runner is not None and informers is not None:
         attach_live(app, live)

@@ -31,9 +31,11 @@ from extender.admission import (
     review_pod,
 )
 from extender.admission.pod_review import MISMATCH, WITHOUT_CLASS_OVERHEAD
+from extender.cluster.class_labels import ClassLabels
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.objects import ObjectError, runtime_class_from_api
 from extender.cluster.state import ClusterState
+from extender.policy_file import load_policy
 from policies.quantity import QuantityError, parse_quantity, resource_lists_equal
 from tests.support.paths import ADMISSION_CLUSTER, ADMISSION_DATA
 
@@ -489,3 +491,70 @@ def test_malformed_reviews_are_one_line_errors(mutate: Any, message: str) -> Non
         review_pod(body, state(), ROUTE)
     assert str(raised.value).startswith(message)
     assert "\n" not in str(raised.value)
+
+
+# ----- the class's node label (serve --label-nodes) ----------------------------------------
+
+LABEL_KEY = "runtimeclass.node-restriction.kubernetes.io/kata"
+LABELS = RoutingConfig(
+    "runtimeclass-scheduler",
+    own_namespace="runtimeclass-extender",
+    class_labels=ClassLabels("runtimeclass.node-restriction.kubernetes.io", load_policy()),
+)
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+        }
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("spec", "node_selector"),
+    [
+        ({"nodeSelector": None}, {LABEL_KEY: "true"}),
+        ({"nodeSelector": {"disk": "ssd"}}, {"disk": "ssd", LABEL_KEY: "true"}),
+        # Affinity stays as it is: nodeSelector is ANDed with it (RequiredNodeAffinity).
+        ({"nodeSelector": None, "affinity": AFFINITY}, {LABEL_KEY: "true"}),
+    ],
+    ids=["no-selector", "selector", "affinity"],
+)
+def test_a_pod_of_a_class_with_node_rules_requires_the_class_label(
+    spec: dict[str, Any], node_selector: dict[str, str]
+) -> None:
+    review = with_pod(kata_pod(), **spec)
+    outcome = review_pod(review, state(), LABELS)
+    assert outcome.result == "patched" and "nodeSelector" in outcome.patched
+    pod = patched_pod(review, outcome)
+    assert pod["spec"]["nodeSelector"] == node_selector
+    assert pod["spec"].get("affinity") == spec.get("affinity")
+    # Reinvoked (reinvocationPolicy: IfNeeded) on the patched pod: nothing more to do.
+    again = orjson.loads(review)
+    again["request"]["object"] = pod
+    assert review_pod(orjson.dumps(again), state(), LABELS).result == "unchanged"
+
+
+def test_a_pod_asking_for_another_value_of_the_label_is_denied() -> None:
+    review = with_pod(kata_pod(), nodeSelector={LABEL_KEY: "false"})
+    outcome = review_pod(review, state(), LABELS)
+    assert outcome.result == "denied"
+    assert outcome.message == (
+        f"conflict: RuntimeClass kata requires {LABEL_KEY} = true; pod.spec.nodeSelector[{LABEL_KEY}] = false"
+    )
+
+
+def test_no_label_for_opted_out_pods_namespaces_classes_without_rules_or_with_the_mode_off() -> None:
+    opted_out = kata_pod()
+    opted_out["request"]["object"]["metadata"]["labels"] = {WEBHOOK_LABEL: "ignore"}
+    in_kube_system = kata_pod()
+    in_kube_system["request"]["namespace"] = "kube-system"
+    in_kube_system["request"]["object"]["metadata"]["namespace"] = "kube-system"
+    for review in (opted_out, in_kube_system):
+        outcome = review_pod(orjson.dumps(review), state(), LABELS)
+        assert "nodeSelector" not in outcome.patched
+    # runc has no node rules: requiring its label would narrow nothing.
+    runc = with_pod(kata_pod(), runtimeClassName="runc", overhead=None)
+    assert "nodeSelector" not in review_pod(runc, state(), LABELS).patched
+    # The mode off: the pod webhook never touches nodeSelector.
+    assert "nodeSelector" not in review_pod(with_pod(kata_pod()), state(), ROUTE).patched
