@@ -493,6 +493,20 @@ def test_unknown_names_are_rejected_and_named_for_a_lookup_in_request_order() ->
         assert list(decide(_args(known, "gvisor"), state, DEFAULT, cache=cache).missing) == []
 
 
+def test_unknown_names_the_lookup_did_not_find_keep_its_reasons() -> None:
+    """After a lookup that found none of the unknown names, the fast path answers them
+    with the lookup's details, as the per-name path does."""
+    state = _sandbox_state()
+    args = _args(["gone-1", "sandbox-1", "gone-2", "plain-1"], "gvisor")
+    extra: Mapping[str, NodeView] = {"elsewhere-1": NodeView("elsewhere-1")}
+    unknown = {"gone-1": "lookup failed: 404", "gone-2": "lookup timed out"}
+    fast = decide(args, state, DEFAULT, cache=DecisionCache(state), extra_nodes=extra, unknown_reason=unknown)
+    assert_same(fast, decide(args, state, DEFAULT, extra_nodes=extra, unknown_reason=unknown))
+    assert {name: fast.details[name] for name in unknown} == unknown
+    assert sorted(fast.details) == ["gone-1", "gone-2", "plain-1"]
+    assert fast.missing == ["gone-1", "gone-2"]
+
+
 def test_many_toleration_sets_are_bounded() -> None:
     state = _sandbox_state()
     cache = DecisionCache(state)
