@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 REGION = "us-east-1"
+# The region in the EKS-style names of ``pool_nodes`` (its labels keep REGION: only
+# the names' length and shape matter there).
+EKS_REGION = "eu-west-1"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d")
 TS = "2026-11-20T08:14:03Z"
 
@@ -207,13 +210,26 @@ def _pick_pool(rng: random.Random) -> Pool:
     return POOLS[0]
 
 
-def node_object(index: int, rng: random.Random, *, managed_fields: bool = True) -> dict[str, Any]:
-    """One Node as the API server serves it."""
-    pool = _pick_pool(rng)
+def node_object(
+    index: int,
+    rng: random.Random,
+    *,
+    managed_fields: bool = True,
+    pool: Pool | None = None,
+    address: str | None = None,
+    taint_free: bool = False,
+) -> dict[str, Any]:
+    """One Node as the API server serves it. ``pool``, ``address`` (the node's IPv4
+    address, which then names it as EKS does) and ``taint_free`` shape the clusters of
+    ``pool_nodes``; without them the pool is drawn and the name made unique by index."""
+    pool = pool or _pick_pool(rng)
     zone = rng.choice(ZONES)
     itype = rng.choice(pool.instance_types)
     octets = f"10.{rng.randrange(16, 32)}.{rng.randrange(256)}.{rng.randrange(1, 255)}"
     name = f"ip-{octets.replace('.', '-')}.ec2.internal-{index:05d}"
+    if address is not None:
+        octets = address
+        name = f"ip-{octets.replace('.', '-')}.{EKS_REGION}.compute.internal"
     labels = {
         "beta.kubernetes.io/arch": pool.arch,
         "beta.kubernetes.io/instance-type": itype,
@@ -236,7 +252,9 @@ def node_object(index: int, rng: random.Random, *, managed_fields: bool = True) 
     }
     taints: list[dict[str, str]] = [{"key": k, "value": v, "effect": e} for k, v, e in pool.taints]
     roll = rng.random()
-    if roll < 0.01:  # lost contact: the node lifecycle controller taints it
+    if taint_free:
+        taints = []
+    elif roll < 0.01:  # lost contact: the node lifecycle controller taints it
         taints.append({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"})
     elif roll < 0.02:
         taints.append({"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"})
@@ -416,6 +434,34 @@ def node_object(index: int, rng: random.Random, *, managed_fields: bool = True) 
 def nodes(count: int, seed: int = 585, *, managed_fields: bool = True) -> list[dict[str, Any]]:
     rng = random.Random(f"{seed}:{count}")
     return [node_object(i, rng, managed_fields=managed_fields) for i in range(count)]
+
+
+def pool_nodes(count: int, seed: int = 585) -> list[dict[str, Any]]:
+    """The cluster of the call-shape rows: no taint anywhere, every other node in the
+    gVisor class's pool (its label, not its taint), named as EKS names nodes
+    (``ip-10-0-12-34.eu-west-1.compute.internal``, 40 characters or so), without
+    managedFields (a cluster file's nodes)."""
+    rng = random.Random(f"pools:{seed}:{count}")
+    general = next(pool for pool in POOLS if pool.name == "general")
+    gvisor = next(pool for pool in POOLS if pool.name == "gvisor")
+    # Distinct addresses in 10.0.0.0/12 (a VPC's range), so distinct names.
+    addresses = rng.sample(range(1 << 20), count)
+    return [
+        node_object(
+            index,
+            rng,
+            managed_fields=False,
+            pool=gvisor if index % 2 else general,
+            address=f"10.{address >> 16}.{(address >> 8) & 255}.{address & 255}",
+            taint_free=True,
+        )
+        for index, address in enumerate(addresses)
+    ]
+
+
+def in_gvisor_pool(node: dict[str, Any]) -> bool:
+    """Whether the gVisor class's selector picks ``node``."""
+    return bool(node["metadata"]["labels"].get("sandbox.gke.io/runtime") == "gvisor")
 
 
 def cluster_list(node_objects: list[dict[str, Any]]) -> dict[str, Any]:

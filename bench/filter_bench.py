@@ -19,7 +19,12 @@ For each cluster size it
   and drives it from a separate client process over loopback with keep-alive
   connections: p50/p99 of sequential calls (kube-scheduler's pattern: one call at a
   time) and throughput with a few concurrent callers;
-* reads the server's RSS (VmRSS, and the VmHWM peak) from /proc.
+* reads the server's RSS (VmRSS, and the VmHWM peak) from /proc;
+* then the same for the other call shapes kube-scheduler sends (``SHAPES``: the adaptive
+  sample, a RuntimeClass's pool, a sample of it, every node; answers passing every name
+  and mixed ones) on a second cluster (``cluster_gen.pool_nodes``: no taints, EKS-style
+  names, every other node in the gVisor pool), over HTTP each call alternating with a
+  floor server answering as many passing and rejected names.
 
 Requests rotate through a mix of pods (no RuntimeClass, runc, gVisor, Kata with its
 own toleration, GPU, Windows, a spot-tolerating pod, and a class that does not exist)
@@ -96,6 +101,42 @@ def sample_requests(node_objects: list[dict[str, Any]], count: int, seed: int = 
         orjson.dumps({**(doc := orjson.loads(body)), "NodeNames": doc["NodeNames"][:size]})
         for body in names_requests(node_objects, count, seed)
     ]
+
+
+# The call shapes kube-scheduler sends besides the whole-cluster one, on the
+# ``cluster_gen.pool_nodes`` cluster (taint-free, every other node in the gVisor pool):
+# (row name, pod of cluster_gen.POD_MIX, which names are offered). "all" is every node,
+# "pool" the gVisor pool's nodes (what kube-scheduler's own filters leave for a gVisor
+# pod: RuntimeClass admission puts the class's nodeSelector on the pod); "sample" the
+# adaptive default's share of those (numFeasibleNodesToFind of the whole cluster, as
+# kube-scheduler counts it). A pod without a class passes every node; a gVisor pod
+# offered nodes outside its pool gets a mixed answer, about half rejected.
+SHAPES: tuple[tuple[str, str, str], ...] = (
+    ("sample, no class", "web", "all sample"),
+    ("pool, gVisor", "sandboxed", "pool"),
+    ("pool sample, gVisor", "sandboxed", "pool sample"),
+    ("sample, gVisor (mixed)", "sandboxed", "all sample"),
+    ("every node, no class", "web", "all"),
+    ("every node, gVisor (mixed)", "sandboxed", "all"),
+)
+SHAPE_BODIES = 4  # distinct shuffles per shape, rotated
+
+
+def shape_requests(node_objects: list[dict[str, Any]], shape: str, seed: int = 1) -> list[bytes]:
+    """Names-mode bodies of one of ``SHAPES`` on a ``cluster_gen.pool_nodes`` cluster."""
+    _, pod_name, offered = next(entry for entry in SHAPES if entry[0] == shape)
+    pod = next(pod for pod in cluster_gen.pods() if pod["metadata"]["labels"]["app"] == pod_name)
+    names = [n["metadata"]["name"] for n in node_objects]
+    if offered.startswith("pool"):
+        names = [n["metadata"]["name"] for n in node_objects if cluster_gen.in_gvisor_pool(n)]
+    size = num_feasible_nodes_to_find(len(node_objects)) if offered.endswith("sample") else len(names)
+    rng = random.Random(f"{seed}:{shape}")
+    bodies = []
+    for _ in range(SHAPE_BODIES):
+        order = names[:]
+        rng.shuffle(order)
+        bodies.append(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": order[:size]}))
+    return bodies
 
 
 def nodes_requests(node_objects: list[dict[str, Any]], count: int, seed: int = 1) -> list[bytes]:
@@ -478,73 +519,140 @@ def machine() -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from extender.cluster.file_source import load_cluster_file
     from extender.policy_file import load_policy
 
     OUT.mkdir(exist_ok=True)
     policy = load_policy(None)
     rows: list[dict[str, Any]] = []
-    mix = len(cluster_gen.POD_MIX)
     for size in args.sizes:
-        print(f"# {size} nodes: generating", file=sys.stderr, flush=True)
-        node_objects = cluster_gen.nodes(size, args.seed)
-        cluster_file = OUT / f"cluster-{size}.json"
-        cluster_file.write_bytes(orjson.dumps(cluster_gen.cluster_list(node_objects)))
-        state = load_cluster_file(cluster_file)
-        stages: dict[str, list[float]] = {name: [] for name in STAGES}
-        handle = handler_path(state, policy, stages)
-
-        modes = ["names", "sample"] + (["nodes"] if size <= args.max_full_nodes else [])
-        for mode in modes:
-            print(f"# {size} nodes, {mode}: in-process", file=sys.stderr, flush=True)
-            make = {"names": names_requests, "sample": sample_requests, "nodes": nodes_requests}[mode]
-            bodies = make(node_objects, mix, args.seed)
-            iterations = (
-                args.iterations if mode != "nodes" else max(mix, args.iterations * 500 // (size * 10))
-            )
-            row: dict[str, Any] = {"nodes": size, "mode": mode, "request_mb": len(bodies[2]) / 1e6}
-            row.update(measure_inprocess(handle, bodies, iterations, stages))
-            body_files = []
-            for i, body in enumerate(bodies):
-                path = OUT / f"request-{mode}-{size}-{i}.json"
-                path.write_bytes(body)
-                body_files.append(path)
-            row["body_files"] = body_files
-            rows.append(row)
-            del bodies
-            gc.collect()
-        del state, handle, node_objects
-        gc.collect()
-
+        sized: list[dict[str, Any]] = []
+        cluster_file = None if args.shapes_only else measure_mixed(args, size, policy, sized)
+        shapes = [] if args.mixed_only else measure_shapes(args, size, policy, sized)
+        rows += sized
         if args.no_http:
             continue
         print(f"# {size} nodes: HTTP", file=sys.stderr, flush=True)
-        server = Server(cluster_file)
         floor_server = Server(None)
         try:
-            for row in rows:
-                if row["nodes"] != size:
-                    continue
-                calls = args.http_calls if row["mode"] != "nodes" else max(mix, args.http_calls * 50 // size)
-                seq = server.load(row["body_files"], calls, 1, floor_server)
-                row["http_p50_ms"], row["http_p99_ms"] = seq["p50_ms"], seq["p99_ms"]
-                row["http_floor_p50_ms"], row["http_floor_p99_ms"] = seq["floor_p50_ms"], seq["floor_p99_ms"]
-                row["http_seq_rps"] = seq["rps"]
-                conc = server.load(row["body_files"], calls, args.concurrency)
-                row["http_conc_rps"] = conc["rps"]
-                row["http_conc_p99_ms"] = conc["p99_ms"]
-            # After the full-nodes calls too: the RSS a server holding `size` nodes
-            # settles at, and its peak while parsing the largest requests.
-            mem = rss_mb(server.proc.pid)
-            for row in rows:
-                if row["nodes"] == size:
-                    row["rss_mb"], row["rss_peak_mb"] = mem.get("VmRSS"), mem.get("VmHWM")
+            if cluster_file is not None:
+                measure_http(
+                    args, cluster_file, [row for row in sized if row["cluster"] == "mixed"], floor_server
+                )
+            if shapes:
+                measure_http(
+                    args, shapes[0], [row for row in sized if row["cluster"] == "pools"], floor_server
+                )
         finally:
-            server.stop()
             floor_server.stop()
     for row in rows:
         row.pop("body_files", None)
     return {"machine": machine(), "command": " ".join(["bench/filter_bench.py", *args.argv]), "rows": rows}
+
+
+def measure_mixed(args: argparse.Namespace, size: int, policy: Any, rows: list[dict[str, Any]]) -> Path:
+    """The rows on the mixed cluster (``cluster_gen.nodes``), in process; returns its file."""
+    from extender.cluster.file_source import load_cluster_file
+
+    print(f"# {size} nodes: generating", file=sys.stderr, flush=True)
+    mix = len(cluster_gen.POD_MIX)
+    node_objects = cluster_gen.nodes(size, args.seed)
+    cluster_file = OUT / f"cluster-{size}.json"
+    cluster_file.write_bytes(orjson.dumps(cluster_gen.cluster_list(node_objects)))
+    state = load_cluster_file(cluster_file)
+    stages: dict[str, list[float]] = {name: [] for name in STAGES}
+    handle = handler_path(state, policy, stages)
+    modes = ["names", "sample"] + (["nodes"] if size <= args.max_full_nodes else [])
+    for mode in modes:
+        print(f"# {size} nodes, {mode}: in-process", file=sys.stderr, flush=True)
+        make = {"names": names_requests, "sample": sample_requests, "nodes": nodes_requests}[mode]
+        bodies = make(node_objects, mix, args.seed)
+        iterations = args.iterations if mode != "nodes" else max(mix, args.iterations * 500 // (size * 10))
+        row: dict[str, Any] = {
+            "nodes": size,
+            "cluster": "mixed",
+            "mode": mode,
+            "request_mb": len(bodies[2]) / 1e6,
+        }
+        row.update(measure_inprocess(handle, bodies, iterations, stages))
+        body_files = []
+        for i, body in enumerate(bodies):
+            path = OUT / f"request-{mode}-{size}-{i}.json"
+            path.write_bytes(body)
+            body_files.append(path)
+        row["body_files"] = body_files
+        rows.append(row)
+        del bodies
+        gc.collect()
+    del state, handle, node_objects
+    gc.collect()
+    return cluster_file
+
+
+def measure_http(
+    args: argparse.Namespace, cluster_file: Path, rows: list[dict[str, Any]], floor: Server
+) -> None:
+    """The rows' HTTP columns from a server on ``cluster_file``: sequential calls, each
+    alternating with the floor server, and (mixed cluster only) concurrent callers."""
+    mix = len(cluster_gen.POD_MIX)
+    server = Server(cluster_file)
+    try:
+        for row in rows:
+            calls = (
+                args.http_calls if row["mode"] != "nodes" else max(mix, args.http_calls * 50 // row["nodes"])
+            )
+            seq = server.load(row["body_files"], calls, 1, floor)
+            row["http_p50_ms"], row["http_p99_ms"] = seq["p50_ms"], seq["p99_ms"]
+            row["http_floor_p50_ms"], row["http_floor_p99_ms"] = seq["floor_p50_ms"], seq["floor_p99_ms"]
+            row["http_seq_rps"] = seq["rps"]
+            if row["cluster"] == "mixed":
+                conc = server.load(row["body_files"], calls, args.concurrency)
+                row["http_conc_rps"] = conc["rps"]
+                row["http_conc_p99_ms"] = conc["p99_ms"]
+        # After the full-nodes calls too: the RSS a server holding the cluster settles
+        # at, and its peak while parsing the largest requests.
+        mem = rss_mb(server.proc.pid)
+        for row in rows:
+            row["rss_mb"], row["rss_peak_mb"] = mem.get("VmRSS"), mem.get("VmHWM")
+    finally:
+        server.stop()
+
+
+def measure_shapes(
+    args: argparse.Namespace, size: int, policy: Any, rows: list[dict[str, Any]]
+) -> list[Path]:
+    """The ``SHAPES`` rows of one size, in process; returns the cluster file they use
+    (in a list: empty when there are no such rows)."""
+    from extender.cluster.file_source import load_cluster_file
+
+    node_objects = cluster_gen.pool_nodes(size, args.seed)
+    cluster_file = OUT / f"pools-{size}.json"
+    cluster_file.write_bytes(orjson.dumps(cluster_gen.cluster_list(node_objects)))
+    state = load_cluster_file(cluster_file)
+    stages: dict[str, list[float]] = {name: [] for name in STAGES}
+    handle = handler_path(state, policy, stages)
+    for index, (shape, _, _) in enumerate(SHAPES):
+        print(f"# {size} nodes, {shape}: in-process", file=sys.stderr, flush=True)
+        bodies = shape_requests(node_objects, shape, args.seed)
+        answer = orjson.loads(handle(bodies[0]))
+        row: dict[str, Any] = {
+            "nodes": size,
+            "cluster": "pools",
+            "mode": shape,
+            "offered": len(orjson.loads(bodies[0])["NodeNames"]),
+            "rejected": len(answer["FailedNodes"]) + len(answer["FailedAndUnresolvableNodes"]),
+            "request_mb": len(bodies[0]) / 1e6,
+        }
+        row.update(measure_inprocess(handle, bodies, args.iterations, stages))
+        body_files = []
+        for i, body in enumerate(bodies):
+            path = OUT / f"request-shape{index}-{size}-{i}.json"
+            path.write_bytes(body)
+            body_files.append(path)
+        row["body_files"] = body_files
+        rows.append(row)
+    del state, handle, node_objects
+    gc.collect()
+    return [cluster_file]
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -582,7 +690,8 @@ def table(results: dict[str, Any]) -> str:
         "| " + " | ".join(name for name, _ in columns) + " |",
         "|" + "---|" * len(columns),
     ]
-    for row in results["rows"]:
+    mixed = [row for row in results["rows"] if row.get("cluster", "mixed") == "mixed"]
+    for row in mixed:
         lines.append("| " + " | ".join(cell(row) for _, cell in columns) + " |")
     lines += [
         "",
@@ -594,7 +703,48 @@ def table(results: dict[str, Any]) -> str:
     for r in results["rows"]:
         cells = [r.get(f"{name}_p50_ms") for name in (*STAGES, "loads")] + [r["floor_p50_ms"]]
         lines.append(f"| {r['nodes']} | {r['mode']} | " + " | ".join(_fmt(c, 3) for c in cells) + " |")
+    shapes = [row for row in results["rows"] if row.get("cluster") == "pools"]
+    if shapes:
+        lines += [
+            "",
+            "Call shapes (taint-free cluster, every other node in the gVisor pool):",
+            "",
+            *shape_table(shapes),
+        ]
     return "\n".join(lines)
+
+
+def _ratio(ours: float | None, floor: float | None) -> float | None:
+    return ours / floor if ours is not None and floor else None
+
+
+def shape_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The call-shape rows: HTTP against the floor server answering as many passing and
+    rejected names, call for call (the ratios are what the targets are about)."""
+    lines = [
+        "| nodes | call | names offered | rejected | in-proc p50 ms | in-proc ratio "
+        "| HTTP p50 / p99 ms | HTTP floor p50 / p99 ms | HTTP ratio p50 / p99 | RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        http = f"{_fmt(r.get('http_p50_ms'), 3)} / {_fmt(r.get('http_p99_ms'), 3)}"
+        floor = f"{_fmt(r.get('http_floor_p50_ms'), 3)} / {_fmt(r.get('http_floor_p99_ms'), 3)}"
+        p50 = _ratio(r.get("http_p50_ms"), r.get("http_floor_p50_ms"))
+        p99 = _ratio(r.get("http_p99_ms"), r.get("http_floor_p99_ms"))
+        cells = [
+            str(r["nodes"]),
+            r["mode"],
+            str(r["offered"]),
+            str(r["rejected"]),
+            _fmt(r["ours_p50_ms"], 3),
+            _fmt(r["ratio"]),
+            http,
+            floor,
+            f"{_fmt(p50)} / {_fmt(p99)}",
+            _fmt(r.get("rss_mb"), 0),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -613,6 +763,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=4, help="concurrent HTTP callers")
     parser.add_argument("--max-full-nodes", type=int, help="largest size measured in full-nodes mode")
     parser.add_argument("--no-http", action="store_true", help="in-process only")
+    parser.add_argument("--shapes-only", action="store_true", help="only the call-shape rows (SHAPES)")
+    parser.add_argument("--mixed-only", action="store_true", help="only the mixed cluster's rows")
     parser.add_argument("--seed", type=int, default=585)
     parser.add_argument("--json", type=Path, default=OUT / "results.json", help="where to write the results")
     args = parser.parse_args(argv)

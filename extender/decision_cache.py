@@ -42,6 +42,17 @@ The whole cluster, prebuilt
     picking the passing names out of it in its order cost twice as much (BENCHMARKS.md,
     "The whole-cluster call").
 
+Every other call
+    The adaptive sample, a RuntimeClass's pool (what kube-scheduler's own filters leave
+    once RuntimeClass admission has put the class's nodeSelector on the pod), a sample
+    of that, names the cache does not hold: ``Entry.sort`` probes each name once into
+    the entry's set of passing nodes, collecting the hits; when that is every name, the
+    request is its own answer. Otherwise one more probe per name into the failure map
+    collects the failing names, whose map is then one ``dict.fromkeys`` per reason, and
+    only when names are left over (unknown, or listed twice) is a set of the request
+    built. The passing names of such an answer come as the set holds them, for the
+    reasons above.
+
 Everything runs on the service's one event loop: listeners and lookups never
 interleave, so an entry is never read half-updated.
 """
@@ -96,6 +107,24 @@ class WholeCluster:
     failures: dict[str, str]
     counts: dict[str, int]
     answer_json: bytes
+
+
+# An empty set of names, shared (never written).
+_NO_NAMES: Final[frozenset[str]] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Sorted:
+    """A names-mode request sorted by an entry's outcomes: the passing names (each
+    once; the request's order when every name passed once, else none in particular),
+    the failure map of the failing ones (every failure unresolvable), how many failed
+    with each reason, and the distinct names the entry does not hold (not in either).
+    Read only: ``passing`` may be the request's own list."""
+
+    passing: list[str]
+    failures: dict[str, str]
+    counts: dict[str, int]
+    unknown: AbstractSet[str]
 
 
 # Writes a whole answer (passing names, failure map) in the wire format: the caller's,
@@ -207,59 +236,58 @@ class Entry:
             return None
         if self.whole is None:
             passing = [name for name, reason in self.outcome.items() if not reason]
-            failures, counts = self._failures_without(set())  # every cached node named
+            failures, counts = self._all_failures()  # every cached node named
             self.whole = WholeCluster(passing, failures, counts, serialise(passing, failures))
         return self.whole
 
-    def sort(
-        self, names: list[str], requested: set[str]
-    ) -> tuple[list[str], dict[str, str], dict[str, int]] | None:
-        """Passing names (in request order), the unresolvable failures and how many
-        nodes failed with each reason, or None when this request needs the per-name
-        path (a name not cached, a resolvable failure). The counts come with the
-        failure map, so the metrics need not count it again.
+    def sort(self, names: list[str]) -> Sorted | None:
+        """``names`` sorted by their cached outcomes (see ``Sorted``), or None when a
+        cached failure is resolvable (the per-name path knows what to say).
 
-        Set algebra in C instead of a Python loop per node. kube-scheduler usually asks
-        about most of the cluster, so the failure map starts as a copy of the entry's
-        prebuilt one (a dict copy is a memcpy, far cheaper than building 5,000 entries)
-        minus the few nodes not asked about. For a request naming a small part of the
-        cluster, the request is intersected with each outcome group instead. Measured
-        in BENCHMARKS.md against ``orjson.loads`` of the same request; a Python loop
-        with a lookup per name was 4-5x, and per-node ``Policy.evaluate`` 60x.
+        A few C-level passes over the request, each a probe per name against a set or
+        dict the entry keeps ready, and nothing per name in Python: the passing set
+        probed (the hits collected once each), then, unless every name passed, the
+        failure map probed. Only a request whose names do not all fall into those two
+        (a name listed twice, or not cached) builds a set of itself to tell which.
+        Measured in BENCHMARKS.md ("Every call shape"), per shape of call.
         """
         if self.resolvable:
             return None
-        # One probe per requested name (not a pass over the whole cluster: kube-scheduler
-        # samples, so a request may name a tenth of it).
-        if not self.outcome.keys() >= requested:
-            return None  # some names are not cached: the per-name path knows what to say
-        if 2 * len(requested) >= len(self.outcome):
-            unresolvable, counts = self._failures_without(self.outcome.keys() - requested)
-        else:
-            unresolvable, counts = self._failures_among(requested)
-        fitting = self.fitting
-        if len(unresolvable) == len(requested):
-            passing = []
-        elif len(requested) == len(names) and not unresolvable:
-            passing = names[:]
-        else:
-            passing = [name for name in names if name in fitting]
-            if len(requested) != len(names):
-                passing = list(dict.fromkeys(passing))  # a name was listed twice
-        return passing, unresolvable, counts
+        fitting = self.groups.get("")
+        passing = fitting.intersection(names) if fitting else set()
+        if len(passing) == len(names):
+            # Every name passes, each listed once: the request itself is the answer (it
+            # is only read from here on), in its own order.
+            return Sorted(names, {}, {}, _NO_NAMES)
+        failed = self.failing.keys() & names
+        unknown: AbstractSet[str] = _NO_NAMES
+        if len(passing) + len(failed) != len(names):
+            unknown = set(names)
+            unknown -= passing
+            unknown -= failed
+        failures, counts = self._failures_of(failed)
+        return Sorted(list(passing), failures, counts, unknown)
 
-    def _failures_without(self, absent: set[str]) -> tuple[dict[str, str], dict[str, int]]:
-        """The failure map of the whole cluster, less the nodes in ``absent``."""
-        failures = self.failing.copy()
+    def _failures_of(self, failed: AbstractSet[str]) -> tuple[dict[str, str], dict[str, int]]:
+        """The failure map of ``failed`` (cached failing names) and its counts per reason."""
+        if not failed:
+            return {}, {}
+        if len(failed) == len(self.failing):
+            return self._all_failures()  # every failing node named
+        reasons = [reason for reason in self.groups if reason]
+        if len(reasons) == 1:
+            # One reason for every failing node (a class's selector, say): no probing.
+            return dict.fromkeys(failed, reasons[0]), {reasons[0]: len(failed)}
+        return self._failures_among(failed)
+
+    def _all_failures(self) -> tuple[dict[str, str], dict[str, int]]:
+        """The failure map of the whole cluster (a dict copy) and its counts per reason."""
         counts = {reason: len(group) for reason, group in self.groups.items() if reason}
-        for name in absent:
-            reason = failures.pop(name, None)
-            if reason is not None:
-                counts[reason] -= 1
-        return failures, {reason: n for reason, n in counts.items() if n}
+        return self.failing.copy(), counts
 
-    def _failures_among(self, requested: set[str]) -> tuple[dict[str, str], dict[str, int]]:
-        """The failure map of ``requested`` (all cached), one intersection per reason."""
+    def _failures_among(self, requested: AbstractSet[str]) -> tuple[dict[str, str], dict[str, int]]:
+        """The failure map of ``requested`` (all cached), one intersection per reason
+        (each walks the smaller side)."""
         failures: dict[str, str] = {}
         counts: dict[str, int] = {}
         for reason, group in self.groups.items():

@@ -13,9 +13,8 @@ from ``extender.decision_cache`` when the policy allows it (that is what keeps a
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import filterfalse
 from typing import Any, Final
 
 from extender.cluster.objects import nodes_from_api
@@ -66,6 +65,9 @@ class Decision:
     # The answer's bytes, when they came prebuilt (a request naming the whole cluster:
     # extender.decision_cache); ``result`` holds the same values.
     prebuilt_json: bytes | None = None
+    # Names-mode names that neither the state nor ``extra_nodes`` held, each once, in
+    # request order: what a direct lookup could still find (the filter handler's).
+    missing: Sequence[str] = ()
 
     def to_json(self) -> bytes:
         """The answer's JSON, as sent to kube-scheduler."""
@@ -92,17 +94,6 @@ def not_synced_result() -> ExtenderFilterResult:
     return ExtenderFilterResult.model_construct(
         Nodes=None, NodeNames=None, FailedNodes={}, FailedAndUnresolvableNodes={}, Error=ERROR_NOT_SYNCED
     )
-
-
-def missing_node_names(args: ExtenderArgs, state: ClusterState) -> list[str]:
-    """Names-mode node names the state does not hold (candidates for a direct lookup)."""
-    if args.NodeNames is None:
-        return []
-    # The store's dict, not the Store: its __contains__ would be a Python call per name;
-    # and filterfalse, not a comprehension: no bytecode per name on every call. The
-    # hashes computed here stay on the name strings for the decision's own probes.
-    known = state.nodes.live_dict()
-    return list(filterfalse(known.__contains__, args.NodeNames))
 
 
 def decide(
@@ -138,38 +129,61 @@ def decide(
     if entry is None:
         return _decide_names(args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason)
     known = state.nodes.live_dict()
-    whole = entry.whole_cluster(args.NodeNames, _whole_answer_json)
+    names = args.NodeNames
+    whole = entry.whole_cluster(names, _whole_answer_json)
     if whole is not None:
-        result = _names_answer(whole.passing, whole.failures)
+        result = _names_answer(whole.passing, {}, whole.failures)
         details = _LazyDetails(whole.failures, pod, runtime_class, known, policy)
         return Decision(result, pod, runtime_class, details, whole.counts, prebuilt_json=whole.answer_json)
-    fast = entry.sort(args.NodeNames, set(args.NodeNames))
-    if fast is None:
-        # Unknown names or resolvable failures: per name, still from cached verdicts.
+    fast = entry.sort(names)
+    if fast is None or (fast.unknown and extra_nodes and not fast.unknown.isdisjoint(extra_nodes)):
+        # Resolvable failures, or nodes found by a direct lookup: per name, still from
+        # cached verdicts.
         return _decide_names(
-            args.NodeNames, pod, runtime_class, state, policy, extra_nodes, unknown_reason, cached=entry
+            names, pod, runtime_class, state, policy, extra_nodes, unknown_reason, cached=entry
         )
-    passing, unresolvable, counts = fast
-    result = _names_answer(passing, unresolvable)
-    details = _LazyDetails(unresolvable, pod, runtime_class, known, policy)
-    # With no node passing, every offered name is in the failure map.
-    hidden = None if passing else hidden_nodes(entry, unresolvable, len(unresolvable), counts, len(known))
-    return Decision(result, pod, runtime_class, details, counts, hidden)
+    counts = fast.counts
+    unknown: dict[str, str] = {}
+    missing: list[str] = []
+    if fast.unknown:
+        # Not in the state: failed as unknown (resolvable: the node may yet appear), and
+        # named to the caller in request order, which may look them up and ask again.
+        unknown = dict.fromkeys(fast.unknown, REASON_NODE_UNKNOWN)
+        counts = {**counts, REASON_NODE_UNKNOWN: len(unknown)}
+        missing = list(dict.fromkeys(filter(fast.unknown.__contains__, names)))
+    result = _names_answer(fast.passing, unknown, fast.failures)
+    details = _LazyDetails(
+        fast.failures, pod, runtime_class, known, policy, unknown=_unknown_details(unknown, unknown_reason)
+    )
+    # With no node passing, every distinct offered name is in a failure map.
+    hidden = None if fast.passing else hidden_nodes(entry, fast.failures, counts, len(known))
+    return Decision(result, pod, runtime_class, details, counts, hidden, missing=missing)
 
 
-def _names_answer(passing: list[str], failures: dict[str, str]) -> ExtenderFilterResult:
-    """A names-mode answer from the decision cache: every failure unresolvable."""
+def _names_answer(
+    passing: list[str], failed: dict[str, str], unresolvable: dict[str, str]
+) -> ExtenderFilterResult:
+    """A names-mode answer from the decision cache (only unknown names are resolvable)."""
     return ExtenderFilterResult.model_construct(
-        Nodes=None, NodeNames=passing, FailedNodes={}, FailedAndUnresolvableNodes=failures, Error=""
+        Nodes=None, NodeNames=passing, FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable, Error=""
     )
 
 
 def _whole_answer_json(passing: list[str], failures: dict[str, str]) -> bytes:
-    return _names_answer(passing, failures).to_json()
+    return _names_answer(passing, {}, failures).to_json()
+
+
+def _unknown_detail(name: str, unknown_reason: Mapping[str, str] | None) -> str:
+    """The detail of a name the state does not hold: the lookup's word, else the plain fact."""
+    return (unknown_reason or {}).get(name, f"node {name!r} is not in the extender's cache")
+
+
+def _unknown_details(unknown: Iterable[str], unknown_reason: Mapping[str, str] | None) -> dict[str, str]:
+    return {name: _unknown_detail(name, unknown_reason) for name in unknown}
 
 
 def hidden_nodes(
-    entry: Entry, offered: Container[str], offered_count: int, reasons: Iterable[str], cluster: int
+    entry: Entry, offered: Collection[str], reasons: Iterable[str], cluster: int
 ) -> HiddenNodes | None:
     """What the sampling hid from a call that let no offered node pass, or None.
 
@@ -180,14 +194,17 @@ def hidden_nodes(
     cluster, the sample can hold none of them. That is the case here when at least
     that minimum was offered, every offered node failed for a RuntimeClass reason
     (not taints, not unknown names), and ``entry`` (which judged every cached node)
-    knows fitting nodes outside the offer. No scan: the entry holds the fitting set.
+    knows fitting nodes outside the offer. ``offered`` holds each offered name once. No
+    scan of the cluster: the entry holds the fitting set, and one C-level pass over the
+    offer counts the fitting nodes in it.
     """
-    if offered_count < MIN_FEASIBLE_NODES_TO_FIND or offered_count >= cluster:
+    if len(offered) < MIN_FEASIBLE_NODES_TO_FIND or len(offered) >= cluster:
         return None
     if not all(reason_label(reason) in RUNTIME_REASON_LABELS for reason in reasons):
         return None
-    not_offered = sum(1 for name in entry.fitting if name not in offered)
-    return HiddenNodes(offered_count, cluster, not_offered) if not_offered else None
+    fitting = entry.fitting
+    not_offered = len(fitting) - sum(map(fitting.__contains__, offered))
+    return HiddenNodes(len(offered), cluster, not_offered) if not_offered else None
 
 
 def _decide_names(
@@ -204,6 +221,7 @@ def _decide_names(
     """Names mode, one name at a time (verdicts from ``cached`` where it has them)."""
     sorter = _Sorter()
     passing: list[str] = []
+    missing: list[str] = []
     seen: set[str] = set()
     known = state.nodes.live_dict()
     extra = extra_nodes or {}
@@ -213,8 +231,9 @@ def _decide_names(
         seen.add(name)
         node = known.get(name) or extra.get(name)
         if node is None:
-            detail = (unknown_reason or {}).get(name, f"node {name!r} is not in the extender's cache")
+            detail = _unknown_detail(name, unknown_reason)
             sorter.reject(name, Verdict(False, REASON_NODE_UNKNOWN, unresolvable=False, detail=detail))
+            missing.append(name)
             continue
         verdict = cached.verdict(name) if cached is not None and name in known else None
         if verdict is None or not verdict.fits:
@@ -233,8 +252,8 @@ def _decide_names(
     )
     hidden = None
     if cached is not None and not passing:
-        hidden = hidden_nodes(cached, seen, len(seen), sorter.reasons(), len(known))
-    return Decision(result, pod, runtime_class, sorter.details, hidden=hidden)
+        hidden = hidden_nodes(cached, seen, sorter.reasons(), len(known))
+    return Decision(result, pod, runtime_class, sorter.details, hidden=hidden, missing=missing)
 
 
 def _decide_full_nodes(
@@ -273,7 +292,7 @@ def _decide_full_nodes(
     if not kept and len(seen) >= MIN_FEASIBLE_NODES_TO_FIND and cache is not None and state.nodes.synced:
         entry = cache.entry(policy, pod, runtime_class)
         if entry is not None:
-            hidden = hidden_nodes(entry, seen, len(seen), sorter.reasons(), len(state.nodes))
+            hidden = hidden_nodes(entry, seen, sorter.reasons(), len(state.nodes))
     return Decision(result, pod, runtime_class, sorter.details, hidden=hidden)
 
 
@@ -292,15 +311,20 @@ class _LazyDetails(Mapping[str, str]):
         runtime_class: RuntimeClassView | None,
         nodes: Mapping[str, NodeView],
         policy: Policy,
+        *,
+        unknown: Mapping[str, str] | None = None,
     ) -> None:
+        """``rejected``: the cached nodes rejected, by name; ``unknown``: the details of
+        the names not in ``nodes``, already known."""
         self._rejected = rejected
         self._args = (pod, runtime_class, nodes, policy)
+        self._unknown = unknown or {}
         self._details: dict[str, str] | None = None
 
     def _load(self) -> dict[str, str]:
         if self._details is None:
             pod, runtime_class, nodes, policy = self._args
-            self._details = {}
+            self._details = dict(self._unknown)
             for name in self._rejected:
                 node = nodes.get(name)
                 if node is not None:

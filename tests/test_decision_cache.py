@@ -3,8 +3,9 @@
 ``decide`` answers names-mode requests from cached per-node outcomes;
 ``decide`` without a cache runs ``Policy.evaluate`` on every node. On random clusters,
 random requests and random sequences of store mutations (upsert, delete, replace of
-nodes and RuntimeClasses) both must give the same answer, field for field and in the
-same order, and the same per-node details. The cache lives across the mutations (it
+nodes and RuntimeClasses) both must give the same answer, field for field, and the
+same per-node details. The passing names may come in any order (docs/reference.md,
+``POST /filter``): they are compared sorted, so a name listed twice still differs. The cache lives across the mutations (it
 listens to the state's stores), so this checks invalidation rather than assuming it.
 """
 
@@ -39,7 +40,7 @@ from policies.objects import (
 from policies.predicates import RuntimeClassExists, RuntimeClassNodeSelector, TaintToleration
 from policies.registry import Policy
 from policies.runtime_handler import RuntimeHandler as RuntimeHandlerPredicate
-from policies.verdict import FITS, Verdict
+from policies.verdict import FITS, REASON_NODE_UNKNOWN, Verdict
 from tests.support.reference_model import normalise
 
 LABEL_KEYS = ("zone", "pool", "sandbox", "arch", "gpu")
@@ -238,14 +239,11 @@ def random_state(rng: random.Random, node_count: int) -> ClusterState:
 
 def assert_same(fast: Decision, reference: Decision) -> None:
     got, want = fast.result, reference.result
-    if fast.prebuilt_json is None:
-        assert got.NodeNames == want.NodeNames  # in the request's order
-    else:
-        # A call naming every cached node once: the same names, in the cache's order
-        # (kube-scheduler maps them back by name: pkg/scheduler/extender.go).
-        assert got.NodeNames is not None and want.NodeNames is not None
-        assert sorted(got.NodeNames) == sorted(want.NodeNames)
-    assert got.Nodes == want.Nodes
+    # Names mode: each passing name once, in any order (kube-scheduler maps them back by
+    # name: pkg/scheduler/extender.go). Sorted, not a set: a name listed twice differs.
+    assert (got.NodeNames is None) == (want.NodeNames is None)
+    assert sorted(got.NodeNames or ()) == sorted(want.NodeNames or ())
+    assert got.Nodes == want.Nodes  # full-nodes mode: the request's order
     assert got.FailedNodes == want.FailedNodes
     assert got.FailedAndUnresolvableNodes == want.FailedAndUnresolvableNodes
     assert got.Error == want.Error
@@ -255,6 +253,9 @@ def assert_same(fast: Decision, reference: Decision) -> None:
     assert orjson.loads(fast.to_json()) == orjson.loads(got.to_json())
     assert dict(fast.details) == dict(reference.details)
     assert fast.runtime_class == reference.runtime_class
+    # The names for a direct lookup: each unknown name once, in request order (the
+    # lookup's budget takes the first ones).
+    assert list(fast.missing) == list(reference.missing)
     if fast.reason_counts is not None:
         # The metrics trust these counts instead of counting the failure maps.
         rejected = Counter(got.FailedNodes.values()) + Counter(got.FailedAndUnresolvableNodes.values())
@@ -273,6 +274,15 @@ def run_scenario(rng: random.Random, *, policy: Policy, node_count: int, steps: 
             # Reference first: the fast path must not depend on having run before it.
             reference = decide(args, state, policy)
             assert_same(decide(args, state, policy, cache=cache), reference)
+            # The same pod offered only nodes that pass (what kube-scheduler's own
+            # filters leave of a class's pool), or a sample of them, maybe one twice.
+            pool = list(reference.result.NodeNames or ())
+            pool = rng.sample(pool, rng.randrange(len(pool) + 1)) if rng.random() < 0.5 else pool
+            if pool and rng.random() < 0.15:
+                pool.append(rng.choice(pool))
+            rng.shuffle(pool)
+            args = ExtenderArgs.model_validate({"Pod": pod, "Nodes": None, "NodeNames": pool})
+            assert_same(decide(args, state, policy, cache=cache), decide(args, state, policy))
         for _ in range(rng.randrange(4)):
             mutate(rng, state, next_id)
 
@@ -401,11 +411,11 @@ def test_whole_cluster_answer_is_the_same_bytes_for_any_order_of_the_names() -> 
         answers.add(decision.to_json())
     assert len(answers) == 1
     assert orjson.loads(answers.pop())["NodeNames"] == [n for n in state.nodes if n.startswith("sandbox")]
-    # A call naming part of the cluster keeps its own order.
-    part = ["sandbox-3", "plain-1", "sandbox-1"]
-    assert decide(_args(part, "gvisor"), state, DEFAULT, cache=cache).result.NodeNames == [
-        "sandbox-3",
+    # A call naming part of the cluster: its passing names, each once, in any order.
+    part = ["sandbox-3", "plain-1", "sandbox-1", "sandbox-3"]
+    assert sorted(decide(_args(part, "gvisor"), state, DEFAULT, cache=cache).result.NodeNames or ()) == [
         "sandbox-1",
+        "sandbox-3",
     ]
 
 
@@ -462,8 +472,39 @@ def test_extra_nodes_and_unknown_reasons_match_reference() -> None:
     fast = decide(args, state, DEFAULT, cache=DecisionCache(state), extra_nodes=extra, unknown_reason=unknown)
     reference = decide(args, state, DEFAULT, extra_nodes=extra, unknown_reason=unknown)
     assert_same(fast, reference)
-    assert fast.result.NodeNames == ["fresh-1", "sandbox-1"]
+    assert sorted(fast.result.NodeNames or ()) == ["fresh-1", "sandbox-1"]
     assert fast.details["gone-1"] == "lookup failed: 404"
+
+
+def test_unknown_names_are_rejected_and_named_for_a_lookup_in_request_order() -> None:
+    """Names the state does not hold fail as unknown (FailedNodes: preemption cannot
+    help, but the node may yet appear) and come back in ``missing``, each once, in
+    request order: the filter handler looks them up directly and decides again."""
+    state = _sandbox_state()
+    cache = DecisionCache(state)
+    args = _args(["ghost-2", "sandbox-1", "ghost-1", "plain-1", "ghost-2"], "gvisor")
+    fast = decide(args, state, DEFAULT, cache=cache)
+    assert_same(fast, decide(args, state, DEFAULT))
+    assert fast.missing == ["ghost-2", "ghost-1"]
+    assert fast.result.FailedNodes == {"ghost-2": REASON_NODE_UNKNOWN, "ghost-1": REASON_NODE_UNKNOWN}
+    assert fast.details["ghost-1"] == "node 'ghost-1' is not in the extender's cache"
+    # Known names only (part of the cluster, and all of it): nothing to look up.
+    for known in (["sandbox-1"], ["plain-1", "sandbox-1"]):
+        assert list(decide(_args(known, "gvisor"), state, DEFAULT, cache=cache).missing) == []
+
+
+def test_unknown_names_the_lookup_did_not_find_keep_its_reasons() -> None:
+    """After a lookup that found none of the unknown names, the fast path answers them
+    with the lookup's details, as the per-name path does."""
+    state = _sandbox_state()
+    args = _args(["gone-1", "sandbox-1", "gone-2", "plain-1"], "gvisor")
+    extra: Mapping[str, NodeView] = {"elsewhere-1": NodeView("elsewhere-1")}
+    unknown = {"gone-1": "lookup failed: 404", "gone-2": "lookup timed out"}
+    fast = decide(args, state, DEFAULT, cache=DecisionCache(state), extra_nodes=extra, unknown_reason=unknown)
+    assert_same(fast, decide(args, state, DEFAULT, extra_nodes=extra, unknown_reason=unknown))
+    assert {name: fast.details[name] for name in unknown} == unknown
+    assert sorted(fast.details) == ["gone-1", "gone-2", "plain-1"]
+    assert fast.missing == ["gone-1", "gone-2"]
 
 
 def test_many_toleration_sets_are_bounded() -> None:

@@ -313,11 +313,9 @@ def test_names_mode_matches_the_reference(
         {n["name"]: n for n in map(ref_node, nodes)},
         {c["name"]: c for c in map(class_from_api, classes)},
     )
+    # The passing names in any order (docs/reference.md, POST /filter), each once:
+    # normalise sorts them, so a name listed twice still differs; the maps identical.
     assert normalise(got) == normalise(expected)
-    if sorted(names) != sorted(known):
-        # Order too: the request's, unless it names every node once (the cache's order:
-        # extender/decision_cache.py, "The whole cluster, prebuilt").
-        assert got["NodeNames"] == expected["NodeNames"]
 
 
 @FUZZ

@@ -28,7 +28,7 @@ from extender.cluster.metrics import SourceStatsProvider
 from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.cluster.state import ClusterState
 from extender.decision_cache import DecisionCache
-from extender.filtering import Decision, decide, missing_node_names
+from extender.filtering import Decision, decide
 from extender.http.admission import PATH as ADMISSION_PATH
 from extender.http.admission import POD_PATH, AdmissionMetrics, admission_handler, pod_admission_handler
 from extender.http.bodies import (
@@ -162,21 +162,24 @@ async def filter_handler(request: web.Request) -> web.Response:
     count = len(args.NodeNames if args.NodeNames is not None else (args.Nodes and args.Nodes.items) or ())
     if count > (limit := app[MAX_NODES]):
         return _bad_request(request, f"request: {count} nodes, more than max-nodes-per-request ({limit})")
-    extra_nodes = unknown_reason = None
-    lookup = app.get(NODE_LOOKUP)
-    if lookup is not None and args.NodeNames is not None and app[STATE].nodes.synced:
-        missing = missing_node_names(args, app[STATE])
-        if missing:
-            extra_nodes, unknown_reason = await lookup.lookup(missing)
+    extra_nodes = None
     try:
-        decision = decide(
-            args,
-            app[STATE],
-            app[POLICY],
-            cache=app[DECISIONS],
-            extra_nodes=extra_nodes,
-            unknown_reason=unknown_reason,
-        )
+        decision = decide(args, app[STATE], app[POLICY], cache=app[DECISIONS])
+        lookup = app.get(NODE_LOOKUP)
+        if lookup is not None and decision.missing:
+            # Names the state has not seen (a node just created, or just deleted): asked
+            # of the API server directly, then decided again with what it said. The
+            # first decision found them in its own pass over the request, so a call
+            # naming only known nodes pays for no separate check.
+            extra_nodes, unknown_reason = await lookup.lookup(decision.missing)
+            decision = decide(
+                args,
+                app[STATE],
+                app[POLICY],
+                cache=app[DECISIONS],
+                extra_nodes=extra_nodes,
+                unknown_reason=unknown_reason,
+            )
     except ObjectError as exc:
         return _bad_request(request, str(exc))
     replayed = is_replay(request)

@@ -154,9 +154,18 @@ def random_request(rng: random.Random, server: FakeApiServer) -> dict[str, Any]:
     if rng.random() < 0.8:
         names = [o["metadata"]["name"] for o in nodes]
         rng.shuffle(names)
-        if rng.random() < 0.4:
+        roll = rng.random()
+        if roll < 0.3:
             # Every node the server has, as kube-scheduler names them with
             # percentageOfNodesToScore: 100 (the extender's prebuilt whole-cluster answer).
+            return {"Pod": pod, "NodeNames": names, "Nodes": None}
+        if roll < 0.55:
+            # The class's pool, or a sample of it: what kube-scheduler's own filters leave
+            # once RuntimeClass admission has put the class's nodeSelector on the pod
+            # (often every name passes: the extender's answer is then the request).
+            pool = {o["metadata"]["name"] for o in nodes if o["metadata"]["labels"].get("pool") == class_name}
+            names = [name for name in names if name in pool]
+            names = names[: rng.randrange(len(names) + 1)] if rng.random() < 0.5 else names
             return {"Pod": pod, "NodeNames": names, "Nodes": None}
         names = names[: rng.randrange(len(names) + 1)] + (["ghost"] if rng.random() < 0.2 else [])
         return {"Pod": pod, "NodeNames": names, "Nodes": None}

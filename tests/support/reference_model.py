@@ -349,8 +349,8 @@ def normalise(answer: Mapping[str, Any]) -> Mapping[str, Any]:
     """An answer with its maps as plain dicts and its passing names sorted, ready for
     ``==``. The order of maps is free, and so is the order of ``NodeNames``:
     kube-scheduler maps the names back to its nodes by name (pkg/scheduler/extender.go,
-    ``HTTPExtender.Filter``). Sorted, not a set: a name passing twice still differs.
-    (Which order the extender uses is pinned by tests/test_decision_cache.py.)"""
+    ``HTTPExtender.Filter``), and the extender promises none (docs/reference.md,
+    ``POST /filter``). Sorted, not a set: a name passing twice still differs."""
     names = answer.get("NodeNames")
     return {
         "Nodes": answer.get("Nodes"),
