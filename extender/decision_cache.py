@@ -45,7 +45,7 @@ The whole cluster, prebuilt
 Every other call
     The adaptive sample, a RuntimeClass's pool (what kube-scheduler's own filters leave
     once RuntimeClass admission has put the class's nodeSelector on the pod), a sample
-    of that, names the cache does not hold: ``Entry.sort`` probes each name once into
+    of that, names the cache does not hold: ``Entry.partition`` probes each name once into
     the entry's set of passing nodes, collecting the hits; when that is every name, the
     request is its own answer. Otherwise one more probe per name into the failure map
     collects the failing names, whose map is then one ``dict.fromkeys`` per reason, and
@@ -114,8 +114,8 @@ _NO_NAMES: Final[frozenset[str]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
-class Sorted:
-    """A names-mode request sorted by an entry's outcomes: the passing names (each
+class Partition:
+    """A names-mode request partitioned by an entry's outcomes: the passing names (each
     once; the request's order when every name passed once, else none in particular),
     the failure map of the failing ones (every failure unresolvable), how many failed
     with each reason, and the distinct names the entry does not hold (not in either).
@@ -240,8 +240,8 @@ class Entry:
             self.whole = WholeCluster(passing, failures, counts, serialise(passing, failures))
         return self.whole
 
-    def sort(self, names: list[str]) -> Sorted | None:
-        """``names`` sorted by their cached outcomes (see ``Sorted``), or None when a
+    def partition(self, names: list[str]) -> Partition | None:
+        """``names`` partitioned by their cached outcomes (see ``Partition``), or None when a
         cached failure is resolvable (the per-name path knows what to say).
 
         A few C-level passes over the request, each a probe per name against a set or
@@ -258,7 +258,7 @@ class Entry:
         if len(passing) == len(names):
             # Every name passes, each listed once: the request itself is the answer (it
             # is only read from here on), in its own order.
-            return Sorted(names, {}, {}, _NO_NAMES)
+            return Partition(names, {}, {}, _NO_NAMES)
         failed = self.failing.keys() & names
         unknown: AbstractSet[str] = _NO_NAMES
         if len(passing) + len(failed) != len(names):
@@ -266,7 +266,7 @@ class Entry:
             unknown -= passing
             unknown -= failed
         failures, counts = self._failures_of(failed)
-        return Sorted(list(passing), failures, counts, unknown)
+        return Partition(list(passing), failures, counts, unknown)
 
     def _failures_of(self, failed: AbstractSet[str]) -> tuple[dict[str, str], dict[str, int]]:
         """The failure map of ``failed`` (cached failing names) and its counts per reason."""

@@ -135,7 +135,7 @@ def decide(
         result = _names_answer(whole.passing, {}, whole.failures)
         details = _LazyDetails(whole.failures, pod, runtime_class, known, policy)
         return Decision(result, pod, runtime_class, details, whole.counts, prebuilt_json=whole.answer_json)
-    fast = entry.sort(names)
+    fast = entry.partition(names)
     if fast is None or (fast.unknown and extra_nodes and not fast.unknown.isdisjoint(extra_nodes)):
         # Resolvable failures, or nodes found by a direct lookup: per name, still from
         # cached verdicts.

@@ -256,7 +256,11 @@ def review_pod(body: bytes, state: ClusterState, routing: RoutingConfig) -> PodR
             patch.append({"op": "add", "path": _SPEC_OVERHEAD, "value": dict(class_overhead)})
             patched.append("overhead")
         labels = routing.class_labels
-        if labels is not None and labels.has_node_rules(runtime_class) and not _opted_out(request, pod, routing):
+        if (
+            labels is not None
+            and labels.has_node_rules(runtime_class)
+            and not _opted_out(request, pod, routing)
+        ):
             key_name = labels.key(class_name)
             wanted = (pod.spec.nodeSelector or {}).get(key_name)
             if wanted is not None and wanted != LABEL_VALUE:
