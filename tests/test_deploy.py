@@ -1307,3 +1307,54 @@ def test_leader_election_wherever_an_acting_part_is_on(
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
     plain = _load_file(LEADER_COMPONENT / "rbac.yaml")
     assert _one(plain, "Role", LEASE_ROLE)["rules"] == role["rules"]
+
+
+def test_large_cluster_overlay_labels_nodes_and_keeps_the_adaptive_sample() -> None:
+    """overlays/large-cluster (docs/large-clusters.md): the profile samples as
+    kube-scheduler does by default, since pods require their class's derived label and
+    the in-tree NodeAffinity filter narrows before the sample is counted; the extender
+    labels nodes, routes pods and requires the label of them; its writes to nodes are
+    kept to the label prefix by a ValidatingAdmissionPolicy."""
+    docs = _render("overlays/large-cluster")
+    profile = _profile(docs)
+    assert "percentageOfNodesToScore" not in profile
+    assert profile["plugins"] == {"filter": {"disabled": [{"name": "TaintToleration"}]}}
+    extender = _container(docs, "extender")
+    args = extender["args"]
+    assert "--label-nodes" in args and "--leader-elect" in args
+    assert "--route-pods-to-scheduler=runtimeclass-scheduler" in args
+    settings = _serve_settings(extender)
+    assert (
+        settings.label_nodes and settings.node_label_prefix == "runtimeclass.node-restriction.kubernetes.io"
+    )
+    kinds = {doc["kind"] for doc in docs}
+    assert {
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "MutatingWebhookConfiguration",
+    } <= kinds
+    policy = next(doc for doc in docs if doc["kind"] == "ValidatingAdmissionPolicy")
+    prefix = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "prefix")
+    assert prefix == f"'{settings.node_label_prefix}/'"
+    (condition,) = policy["spec"]["matchConditions"]
+    sa = next(
+        doc
+        for doc in docs
+        if doc["kind"] == "ServiceAccount" and doc["metadata"]["name"] == "runtimeclass-extender"
+    )
+    assert (
+        f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
+        in condition["expression"]
+    )
+    binding = next(doc for doc in docs if doc["kind"] == "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    role = next(
+        doc
+        for doc in docs
+        if doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == "runtimeclass-extender-node-labels"
+    )
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+    ]

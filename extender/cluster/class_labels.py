@@ -83,6 +83,7 @@ class ClassLabels:
         # A rule beyond the class's own selector (the runtime-handler check, a plugin)
         # judges every class's nodes: then every class has node rules.
         self._policy_has_node_rules = any(not isinstance(p, _PER_CLASS_RULES) for p in self._rules)
+        self._handler_rule = any(p.name == "RuntimeHandler" for p in self._rules)
 
     def has_node_rules(self, runtime_class: RuntimeClassView) -> bool:
         return bool(
@@ -95,6 +96,13 @@ class ClassLabels:
 
     def key(self, class_name: str) -> str:
         return label_key(self.prefix, class_name)
+
+    def describe(self, runtime_class: RuntimeClassView) -> str:
+        return describe_rules(runtime_class, handler_rule=self._handler_rule)
+
+    def fits_any(self, runtime_class: RuntimeClassView, nodes: Iterable[NodeView]) -> bool:
+        """Some node passes the class's node rules (stops at the first)."""
+        return any(self.passes(runtime_class, node) for node in nodes)
 
     def labelled(self, runtime_classes: Iterable[RuntimeClassView]) -> dict[str, RuntimeClassView]:
         """The classes that get a label, by label key."""
@@ -122,3 +130,20 @@ class ClassLabels:
         changes: dict[str, str | None] = {key: None for key in have if key not in want}
         changes.update({key: LABEL_VALUE for key in want if have.get(key) != LABEL_VALUE})
         return changes
+
+
+def describe_rules(runtime_class: RuntimeClassView, *, handler_rule: bool) -> str:
+    """The class's node rules in words, for an event's note ("scheduling.nodeSelector
+    runtime/pool=b and runtime handler "runsc""): what an operator compares with the
+    nodes' labels."""
+    if runtime_class.selector_error is not None:
+        return f"its node-selector-term annotation, which is invalid ({runtime_class.selector_error})"
+    parts = []
+    if runtime_class.node_selector:
+        pairs = ",".join(f"{k}={v}" for k, v in sorted(runtime_class.node_selector.items()))
+        parts.append(f"scheduling.nodeSelector {pairs}")
+    if runtime_class.match_expressions is not None or runtime_class.match_fields:
+        parts.append("the node-selector-term annotation")
+    if handler_rule:
+        parts.append(f'runtime handler "{runtime_class.handler}"')
+    return " and ".join(parts) or "its node rules"

@@ -71,6 +71,7 @@ from extender.http.tls import (
 )
 from extender.kube.health import SourceStats, waiting_report
 from extender.kube.incluster import own_namespace
+from extender.labeller.events import ClassEvents
 from extender.labeller.labeller import LabelOptions, NodeLabeller
 from extender.leader.actor import LeaderActor
 from extender.leader.gate import ElectionOptions, LeaderGate, identity
@@ -136,6 +137,13 @@ def leader_runner(
     if settings.label_nodes:
         options = LabelOptions(prefix=settings.node_label_prefix, rate=settings.label_nodes_rate)
         actors.append(NodeLabeller(live.api, state, policy, options=options, gate=gate))
+        # Pods the label rules out hear why from an event: FailedScheduling cannot say.
+        instance = gate.identity if gate is not None else ""
+        actors.append(
+            ClassEvents(
+                live.api, state, policy, prefix=settings.node_label_prefix, gate=gate, instance=instance
+            )
+        )
     if keeper is not None:
         actors.append(keeper)
 

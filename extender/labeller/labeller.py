@@ -278,13 +278,12 @@ class NodeLabeller(LeaderActor):
                 metrics.removed.inc(sum(1 for v in patch.values() if v is None))
         elif outcome == "failed":
             status, message = (sent.status, sent.message) if sent is not None else (0, "")
+            hint = {
+                403: ": grant the node-labels ClusterRole (patch nodes)",
+                422: ": refused by admission (is node-label-prefix the admission policy's prefix?)",
+            }.get(status, "")
             log.warning(
-                "cannot label node"
-                + (
-                    ": grant the node-labels ClusterRole (patch nodes) and check the admission policy"
-                    if status == 403
-                    else ""
-                ),
+                "cannot label node" + hint,
                 extra={"node": item, "status": status, "error": message, "reason": reason},
             )
             if metrics is not None:

@@ -27,6 +27,7 @@ from extender.http.keys import METRICS
 from extender.http.metrics import NODE_LOOKUP_COUNTERS
 from extender.http.serve import attach_capture
 from extender.kube.health import SourceStats
+from extender.labeller.events import ClassEvents
 from extender.labeller.labeller import LabelMetrics
 from extender.leader.runner import CAMPAIGNING_GAUGE, LEADER_GAUGE
 from extender.policy_file import load_policy
@@ -383,6 +384,9 @@ async def _exported_names(aiohttp_client: Any, tmp_path: Path) -> set[str]:
     labels = CollectorRegistry()
     LabelMetrics(labels, pending=lambda: 0)
     families += list(labels.collect())
+    class_events = CollectorRegistry()
+    ClassEvents(None, ClusterState(), load_policy(), prefix="example.com").register_metrics(class_events)
+    families += list(class_events.collect())
     families += list(_webhook_certificate_registry().collect())
     names = {family.name + "_total" if family.type == "counter" else family.name for family in families}
     # Exported only with --audit-running-pods and --leader-elect (serve wires them).

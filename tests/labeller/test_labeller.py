@@ -9,6 +9,7 @@ from ``expected_labels`` below, a reference written from the raw API objects
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,6 +20,7 @@ import pytest
 
 from extender.labeller.labeller import LabelOptions
 from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
+from tests.support.paths import FIXTURES
 from tests.support.replicas import Replica, start_replica
 from tests.support.waiting import eventually
 
@@ -211,3 +213,26 @@ async def test_a_new_leader_resumes_without_churn(fake_apiserver: FakeApiServer,
     fake_apiserver.modify(NODES, "plain-0", {"metadata": {"labels": {"sandbox": "gvisor"}}})
     await eventually(in_line(fake_apiserver), what="b labels the new member")
     assert node_patches(fake_apiserver) == patched + 1
+
+
+async def test_a_write_the_admission_policy_denies_is_counted_and_logged_not_retried(
+    fake_apiserver: FakeApiServer, replicas: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The ValidatingAdmissionPolicy's answer as kube-apiserver 1.36.2 gave it
+    (tests/data/fixtures/kube-apiserver/node-patch-denied-by-admission-policy.json):
+    422, which no retry can change."""
+    denied = json.loads(
+        (FIXTURES / "kube-apiserver" / "node-patch-denied-by-admission-policy.json").read_text()
+    )
+    caplog.set_level(logging.WARNING, logger="extender.labeller")
+    pool(fake_apiserver, 1, sandbox="gvisor")
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "gvisor"}))
+    fake_apiserver.fail_next(
+        1, denied["httpStatus"], verbs={"patch"}, resource=NODES, message=denied["response"]["message"]
+    )
+    a = await replicas("a")
+    errors = "runtimeclass_extender_node_label_write_errors_total"
+    await eventually(lambda: a.metric(errors, reason="rejected") == 1, what="the denial counted")
+    assert node_patches(fake_apiserver) == 1  # not retried
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("cannot label node")]
+    assert getattr(record, "status", 0) == 422 and "denied request" in getattr(record, "error", "")

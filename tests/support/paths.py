@@ -15,7 +15,8 @@ ADMISSION_DATA = TESTS_DATA / "admission"
 ADMISSION_CLUSTER = ADMISSION_DATA / "cluster.yaml"
 # Requests captured from a real kube-scheduler (README.md there says how), kept in the
 # repository so every clone replays them.
-KUBE_SCHEDULER_FIXTURES = TESTS_DATA / "fixtures" / "kube-scheduler"
+FIXTURES = TESTS_DATA / "fixtures"
+KUBE_SCHEDULER_FIXTURES = FIXTURES / "kube-scheduler"
 # The operator documentation: README.md is the map, docs/ the pages by task.
 README = REPO / "README.md"
 DOCS = REPO / "docs"

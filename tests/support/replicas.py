@@ -22,6 +22,7 @@ from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch, runtime_class_resource
 from extender.kube import connect as kube
 from extender.kube.health import waiting_report
+from extender.labeller.events import ClassEvents, EventOptions
 from extender.labeller.labeller import LabelOptions, NodeLabeller
 from extender.leader.actor import LeaderActor
 from extender.leader.election import LeaderElector
@@ -30,6 +31,7 @@ from extender.leader.runner import LeaderRunner
 from extender.policy_file import load_policy
 from extender.requeue.planner import REQUEUE_ANNOTATION, REVISION_ANNOTATION
 from extender.requeue.requeuer import RequeueOptions, Requeuer
+from extender.settings import DEFAULT_NODE_LABEL_PREFIX
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import PODS, FakeApiServer
 from tests.support.proxy import TcpProxy
@@ -44,6 +46,9 @@ FAST_ELECTION = ElectionOptions(
     retry_period=0.1,
 )
 FAST_REFLECTOR = fast_reflector(page_size=50)
+FAST_EVENTS = EventOptions(
+    rate=1000.0, burst=100, interval=0.05, request_timeout=2.0, reflector=FAST_REFLECTOR
+)
 SCHED = "runtimeclass-scheduler"
 FAST_REQUEUE = RequeueOptions(
     scheduler_names=(SCHED,),
@@ -105,6 +110,7 @@ async def start_replica(
     requeue: RequeueOptions | None = FAST_REQUEUE,
     audit: bool = False,
     label: LabelOptions | None = None,
+    events: bool = False,
     election: ElectionOptions = FAST_ELECTION,
 ) -> Replica:
     proxy = TcpProxy(server.host, server.port)
@@ -122,12 +128,29 @@ async def start_replica(
     labeller = (
         NodeLabeller(conn.api, state, load_policy(), options=label, gate=gate) if label is not None else None
     )
-    # Every kind with the audit or the labeller; the requeuer reads RuntimeClasses only.
-    resources = None if audit or labeller is not None else (runtime_class_resource(),)
+    class_events = (
+        ClassEvents(
+            conn.api,
+            state,
+            load_policy(),
+            prefix=DEFAULT_NODE_LABEL_PREFIX,
+            options=FAST_EVENTS,
+            gate=gate,
+            instance=gate.identity,
+        )
+        if events
+        else None
+    )
+    # Every kind with the audit, the labeller or the events; the requeuer reads
+    # RuntimeClasses only.
+    every_kind = audit or labeller is not None or class_events is not None
+    resources = None if every_kind else (runtime_class_resource(),)
     watch = ClusterWatch(
         conn.api, state, options=FAST_REFLECTOR, **({"resources": resources} if resources else {})
     )
-    actors: list[LeaderActor] = [actor for actor in (auditor, requeuer, labeller) if actor is not None]
+    actors: list[LeaderActor] = [
+        actor for actor in (auditor, requeuer, labeller, class_events) if actor is not None
+    ]
     runner = LeaderRunner(
         actors, gate, also_waiting=lambda: [r for s in watch.stats if (r := waiting_report(s)) is not None]
     )

@@ -75,6 +75,7 @@ tests/conftest.py registers them for every test.
 
 from tests.support.apiserver.objects import make_node, make_pod, make_runtime_class
 from tests.support.apiserver.server import (
+    EVENTS,
     LEASES,
     MUTATING_WEBHOOKS,
     NODES,
@@ -88,6 +89,7 @@ from tests.support.apiserver.server import (
 )
 
 __all__ = [
+    "EVENTS",
     "LEASES",
     "MUTATING_WEBHOOKS",
     "NODES",

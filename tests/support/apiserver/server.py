@@ -69,6 +69,7 @@ RUNTIME_CLASSES = ResourceType("node.k8s.io", "v1", "runtimeclasses", "RuntimeCl
 PODS = ResourceType("", "v1", "pods", "Pod", namespaced=True)
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 SECRETS = ResourceType("", "v1", "secrets", "Secret", namespaced=True)
+EVENTS = ResourceType("events.k8s.io", "v1", "events", "Event", namespaced=True)
 # staging/src/k8s.io/api/admissionregistration/v1/types.go: ``Webhooks`` of both kinds
 # carries ``+patchMergeKey=name``, ``+patchStrategy=merge``, ``+listType=map`` and
 # ``+listMapKey=name``: a strategic merge patch changes the named webhook only.
@@ -314,6 +315,7 @@ class FakeApiServer:
             SECRETS,
             VALIDATING_WEBHOOKS,
             MUTATING_WEBHOOKS,
+            EVENTS,
         ),
         host: str = "127.0.0.1",
         port: int = 0,

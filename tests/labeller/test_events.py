@@ -1,0 +1,156 @@
+"""Warning events on pending pods whose RuntimeClass fits no node (serve --label-nodes),
+against the test API server: what they say, on which pods, and never twice for one pod
+and class revision, whichever replica writes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.labeller.events import REASON, REPORTING_CONTROLLER, ClassEvents, Due, WaitingPod
+from extender.leader.runner import LeaderRunner
+from extender.policy_file import load_policy
+from tests.support.apiserver import (
+    EVENTS,
+    NODES,
+    PODS,
+    RUNTIME_CLASSES,
+    FakeApiServer,
+    make_node,
+    make_pod,
+    make_runtime_class,
+)
+from tests.support.replicas import Replica, start_replica
+from tests.support.waiting import eventually
+
+PREFIX = "runtimeclass.node-restriction.kubernetes.io"
+SCHED = "runtimeclass-scheduler"
+
+
+def events(server: FakeApiServer) -> list[dict[str, Any]]:
+    return server.objects(EVENTS)
+
+
+def posts(server: FakeApiServer) -> int:
+    return sum(1 for r in server.requests if r.verb == "post" and r.path.endswith("/events"))
+
+
+Start = Callable[..., Awaitable[Replica]]
+
+
+@pytest.fixture
+async def replicas(fake_apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Start]:
+    started: list[Replica] = []
+
+    async def start(name: str) -> Replica:
+        replica = await start_replica(fake_apiserver, tmp_path, name, requeue=None, events=True)
+        started.append(replica)
+        return replica
+
+    yield start
+    for replica in reversed(started):
+        await replica.stop()
+
+
+def scarce_cluster(server: FakeApiServer, *, pods: int = 3) -> None:
+    for i in range(4):
+        server.add(NODES, make_node(f"n{i}", labels={"runtime/pool": "a"}))
+    server.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"runtime/pool": "b"}))
+    server.add(RUNTIME_CLASSES, make_runtime_class("runc", node_selector={"runtime/pool": "a"}))
+    for i in range(pods):
+        server.add(PODS, make_pod(f"sandboxed-{i}", runtime_class="gvisor", scheduler_name=SCHED))
+    server.add(PODS, make_pod("fits", runtime_class="runc", scheduler_name=SCHED))
+    server.add(PODS, make_pod("bound", runtime_class="gvisor", node_name="n0"))
+
+
+async def test_one_warning_per_pending_pod_of_a_class_that_fits_no_node(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    scarce_cluster(fake_apiserver)
+    a = await replicas("a")
+    await eventually(lambda: len(events(fake_apiserver)) == 3, what="three events")
+    by_pod = {e["regarding"]["name"]: e for e in events(fake_apiserver)}
+    assert sorted(by_pod) == ["sandboxed-0", "sandboxed-1", "sandboxed-2"]  # not "fits", not "bound"
+    event = by_pod["sandboxed-0"]
+    pod = fake_apiserver.get(PODS, "sandboxed-0", namespace="default")
+    assert pod is not None
+    # events.k8s.io/v1 as the API server validates it (pkg/apis/core/validation/events.go).
+    assert event["type"] == "Warning" and event["reason"] == REASON and event["action"] == "Scheduling"
+    assert event["reportingController"] == REPORTING_CONTROLLER
+    assert event["reportingInstance"] == a.gate.identity
+    assert event["note"] == 'RuntimeClass "gvisor": 0 of 4 nodes match scheduling.nodeSelector runtime/pool=b'
+    assert event["regarding"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "default",
+        "name": "sandboxed-0",
+        "uid": pod["metadata"]["uid"],
+    }
+    assert len(event["eventTime"].split(".")[1]) == len("123456Z")  # six fractional digits
+    assert event["metadata"]["namespace"] == "default"
+    # The deprecated core/v1 fields stay unset.
+    assert not {"message", "source", "firstTimestamp", "lastTimestamp", "count"} & set(event)
+
+    # Nothing new happens: nothing is written again, however many passes run.
+    written = posts(fake_apiserver)
+    fake_apiserver.modify(NODES, "n3", {"metadata": {"labels": {"other": "x"}}})
+    fake_apiserver.add(PODS, make_pod("sandboxed-new", runtime_class="gvisor", scheduler_name=SCHED))
+    await eventually(lambda: len(events(fake_apiserver)) == 4, what="the new pod's event")
+    assert posts(fake_apiserver) == written + 1
+
+    # The class is edited (a new revision) and still fits nothing: one more each.
+    fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", {"scheduling": {"nodeSelector": {"runtime/pool": "c"}}})
+    await eventually(lambda: len(events(fake_apiserver)) == 8, what="one event per pod for the new revision")
+    # It fits now: nothing more.
+    fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", {"scheduling": {"nodeSelector": {"runtime/pool": "a"}}})
+    await eventually(
+        lambda: a.metric("runtimeclass_extender_runtimeclass_events_total", result="written") == 8
+    )
+    assert len(events(fake_apiserver)) == 8
+
+
+async def test_a_new_leader_writes_no_event_twice(fake_apiserver: FakeApiServer, replicas: Start) -> None:
+    scarce_cluster(fake_apiserver, pods=5)
+    a = await replicas("a")
+    await eventually(lambda: a.leading, what="a leads")
+    b = await replicas("b")
+    await eventually(lambda: len(events(fake_apiserver)) == 5, what="five events")
+    await eventually(lambda: b.synced(), what="b synced")
+    await a.stop()
+    await eventually(lambda: b.leading, what="b takes over")
+    existing = "runtimeclass_extender_runtimeclass_events_total"
+    # b finds each event written (409 AlreadyExists), writes none of its own.
+    await eventually(lambda: b.metric(existing, result="existing") == 5, what="b checked them")
+    assert b.metric(existing, result="written") == 0
+    assert len(events(fake_apiserver)) == 5
+
+
+def test_event_names_are_dns_subdomains_per_pod_and_class_revision() -> None:
+    pod = WaitingPod("default", "x" * 253, "uid-1", "gvisor")
+    name = Due(pod, "gvisor", "7", "note").event_name
+    assert len(name) <= 253 and name.startswith("x") and ".runtimeclass-" in name
+    assert Due(pod, "gvisor", "8", "note").event_name != name  # another revision, another event
+    dashed = WaitingPod("default", "a-" * 120 + "b", "uid-2", "gvisor")
+    assert "-." not in Due(dashed, "gvisor", "7", "note").event_name
+
+
+async def test_the_runner_waits_for_pods_nodes_and_classes(
+    fake_apiserver: FakeApiServer, fake_kubeconfig: Path
+) -> None:
+    from extender.cluster.state import ClusterState
+    from extender.kube import connect as kube
+
+    conn = await kube.connect(kubeconfig=str(fake_kubeconfig))
+    try:
+        actor = ClassEvents(conn.api, ClusterState(), load_policy(), prefix=PREFIX)
+        waiting = LeaderRunner([actor], None).waiting()
+        assert waiting == [
+            "nodes: not listed yet",
+            "runtimeclasses: not listed yet",
+            "waiting-pods: not listed yet",
+        ]
+    finally:
+        await conn.api.close()
