@@ -115,10 +115,14 @@ class NodeListModel(BaseModel):
 class ExtenderArgs(BaseModel):
     """The filter request body."""
 
-    # cache_strings="keys": the parser would otherwise hash every string value into its
-    # cache, and thousands of node names are each seen once per request.
+    # cache_strings="all": the parser keeps one string object per distinct short
+    # string across requests (a bounded process-wide cache). kube-scheduler names the
+    # same nodes call after call, so a node name arrives as the object the last call
+    # used, whose hash Python has already computed: the decision cache's probes then
+    # skip hashing the names, which is most of what a class's pool costs
+    # (BENCHMARKS.md, "Every call shape").
     model_config = ConfigDict(
-        strict=True, extra="ignore", frozen=True, populate_by_name=True, cache_strings="keys"
+        strict=True, extra="ignore", frozen=True, populate_by_name=True, cache_strings="all"
     )
     Pod: PodModel = Field(validation_alias=AliasChoices("Pod", "pod"))
     Nodes: NodeListModel | None = _go_key("Nodes")
