@@ -5,7 +5,7 @@ either), so they do not stop ``serve``; but in production each means every filte
 gets the same answer whatever the pod, which an operator should hear about at start
 (a WARNING log line) and whenever readiness is checked (``/readyz`` lists them).
 
-Pure: the loaded state and policy in, sentences out.
+Pure: the loaded state, the policy and the settings that matter in, sentences out.
 """
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ from extender.cluster.state import ClusterState
 from policies.registry import Policy
 
 
-def configuration_warnings(*, cluster_file: str | None, state: ClusterState, policy: Policy) -> list[str]:
+def configuration_warnings(
+    *,
+    cluster_file: str | None,
+    state: ClusterState,
+    policy: Policy,
+    label_nodes: bool = False,
+    admission_port: int | None = None,
+) -> list[str]:
     """What the configuration means that was likely not intended, one sentence each."""
     warnings: list[str] = []
     if cluster_file is not None:
@@ -37,5 +44,11 @@ def configuration_warnings(*, cluster_file: str | None, state: ClusterState, pol
         warnings.append(
             "the policy enables no predicates: every node passes every filter call, whatever the "
             "pod's RuntimeClass (nothing is enforced)"
+        )
+    if label_nodes and admission_port is None:
+        warnings.append(
+            "label-nodes is on but admission-port is not: the pod webhook cannot require the class labels "
+            "of pods, so kube-scheduler does not narrow to a class's nodes (the labels are kept, and the "
+            "extender still judges every pod)"
         )
     return warnings

@@ -38,3 +38,17 @@ def test_an_empty_live_cluster_is_no_warning() -> None:
 def test_a_policy_without_predicates_passes_every_node() -> None:
     (warning,) = configuration_warnings(cluster_file=None, state=_state(1, 1), policy=Policy(()))
     assert "enables no predicates" in warning and "every node passes" in warning
+
+
+def test_label_nodes_without_the_pod_webhook_is_a_warning() -> None:
+    # The labels alone narrow nothing: pods must require them, which the webhook does.
+    (warning,) = configuration_warnings(
+        cluster_file=None, state=_state(1, 1), policy=load_policy(), label_nodes=True
+    )
+    assert warning.startswith("label-nodes is on but admission-port is not")
+    assert (
+        configuration_warnings(
+            cluster_file=None, state=_state(1, 1), policy=load_policy(), label_nodes=True, admission_port=8443
+        )
+        == []
+    )

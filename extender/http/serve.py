@@ -330,7 +330,13 @@ async def build_app(
         )
     else:
         live = await connect_live(settings, state, selector_errors)
-    warnings = configuration_warnings(cluster_file=settings.cluster_file, state=state, policy=policy)
+    warnings = configuration_warnings(
+        cluster_file=settings.cluster_file,
+        state=state,
+        policy=policy,
+        label_nodes=settings.label_nodes,
+        admission_port=settings.admission_port,
+    )
     for warning in warnings:
         log.warning(warning)
     keeper = (
