@@ -42,7 +42,7 @@ from extender.cluster.class_labels import ClassLabels
 from extender.cluster.state import ClusterState
 from extender.kube.api import send
 from extender.kube.store import Named
-from extender.leader.actor import LeaderActor
+from extender.leader.actor import LeaderActor, wait_while
 from extender.leader.gate import LeaderGate
 from extender.leader.writes import Sent, Sleep, WriteOptions, WriteQueue
 from extender.settings import DEFAULT_LABEL_NODES_RATE, DEFAULT_NODE_LABEL_PREFIX
@@ -156,10 +156,7 @@ class NodeLabeller(LeaderActor):
         await run_all(self.writes.run, self._compare_loop)
 
     async def drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.drain_timeout
-        while self.writes.busy and loop.time() < deadline:
-            await asyncio.sleep(0.05)
+        await wait_while(lambda: self.writes.busy, self.options.drain_timeout)
 
     @property
     def _leading(self) -> bool:

@@ -35,7 +35,8 @@ for as long as it runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -69,3 +70,11 @@ class LeaderActor:
 
     async def drain(self) -> None:
         return None
+
+
+async def wait_while(busy: Callable[[], bool], timeout: float, *, poll: float = 0.05) -> None:
+    """The bounded wait of a ``drain``: until ``busy()`` is false or ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while busy() and loop.time() < deadline:
+        await asyncio.sleep(poll)

@@ -80,7 +80,7 @@ from extender.kube.api import send
 from extender.kube.informer import Informer
 from extender.kube.reflector import ReflectorOptions
 from extender.kube.store import Named
-from extender.leader.actor import LeaderActor
+from extender.leader.actor import LeaderActor, wait_while
 from extender.leader.gate import LeaderGate
 from extender.leader.writes import Sent, Sleep, WriteOptions, WriteQueue
 from extender.requeue.metrics import RequeueMetrics
@@ -276,10 +276,7 @@ class Requeuer(LeaderActor):
         """On shutdown: give the nudges already planned or queued up to
         ``options.drain_timeout`` seconds to go out (a pod waiting on them would
         otherwise wait for the scheduler's own periodic retry)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.drain_timeout
-        while self.busy and loop.time() < deadline:
-            await asyncio.sleep(0.05)
+        await wait_while(lambda: self.busy, self.options.drain_timeout)
 
     # ----- planning -----------------------------------------------------------------
 
