@@ -215,12 +215,15 @@ class ClassEvents(LeaderActor):
         self.writes: WriteQueue[Due] = WriteQueue(
             self, WriteOptions(rate=options.rate, burst=options.burst), clock=clock, sleep=sleep
         )
-        # Event names known to exist (written, or found existing): never written again.
-        self.written: set[str] = set()
+        # Event names known to exist (written, or found existing), by pod uid: never
+        # written again; forgotten when the pod leaves the pending set, so the map stays
+        # as large as the pending pods.
+        self.written: dict[str, set[str]] = {}
         self.counter: Counter | None = None
         self._wake = asyncio.Event()
         for store in (self.pods, state.nodes, state.runtime_classes):
             store.add_listener(self._changed)
+        self.pods.add_listener(self._forget_gone)
 
     @property
     def informers(self) -> Sequence[Informer[Any]]:
@@ -243,6 +246,10 @@ class ClassEvents(LeaderActor):
     def _changed(self, _kind: str, _old: Named | None, _new: Named | None) -> None:
         self._wake.set()
 
+    def _forget_gone(self, _kind: str, old: Named | None, new: Named | None) -> None:
+        if isinstance(old, WaitingPod) and (new is None or getattr(new, "uid", None) != old.uid):
+            self.written.pop(old.uid, None)  # bound, deleted or replaced
+
     async def lead(self) -> None:
         await self.pods.wait_synced()
         await self.state.nodes.wait_synced()
@@ -255,7 +262,7 @@ class ClassEvents(LeaderActor):
             await self._wake.wait()
             self._wake.clear()
             for due in self.due_events():
-                if due.event_name not in self.written:
+                if due.event_name not in self.written.get(due.pod.uid, ()):
                     self.writes.put(due)
             # Node events can arrive by the hundred a second: one pass per interval.
             await asyncio.sleep(self.options.interval)
@@ -340,7 +347,9 @@ class ClassEvents(LeaderActor):
 
     def settle(self, item: Due, outcome: str, *, reason: str = "", sent: Sent | None = None) -> None:
         if outcome == "sent":
-            self.written.add(item.event_name)
+            current = self.pods.get(item.pod.name)
+            if current is not None and current.uid == item.pod.uid:  # else forgotten already
+                self.written.setdefault(item.pod.uid, set()).add(item.event_name)
             existing = sent is not None and sent.message == "already exists"
             if self.counter is not None:
                 self.counter.labels("existing" if existing else "written").inc()
