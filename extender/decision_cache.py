@@ -45,13 +45,14 @@ The whole cluster, prebuilt
 Every other call
     The adaptive sample, a RuntimeClass's pool (what kube-scheduler's own filters leave
     once RuntimeClass admission has put the class's nodeSelector on the pod), a sample
-    of that, names the cache does not hold: ``Entry.partition`` probes each name once into
-    the entry's set of passing nodes, collecting the hits; when that is every name, the
-    request is its own answer. Otherwise one more probe per name into the failure map
-    collects the failing names, whose map is then one ``dict.fromkeys`` per reason, and
-    only when names are left over (unknown, or listed twice) is a set of the request
-    built. The passing names of such an answer come as the set holds them, for the
-    reasons above.
+    of that, names the cache does not hold: ``Entry.partition`` builds a set of the
+    request and walks the entry's set of passing nodes once, discarding each from it;
+    when nothing is left, the request is its own answer. Otherwise each failure group
+    is intersected with what is left, and the passing names are the request's less
+    those, in the request's order. Walking the entry's sets in table order, rather than
+    probing them once per offered name, is what keeps a call naming thousands of nodes
+    cheap: the probes miss the CPU caches, the walk does not (BENCHMARKS.md, "Every
+    call shape").
 
 Everything runs on the service's one event loop: listeners and lookups never
 interleave, so an entry is never read half-updated.
@@ -63,6 +64,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from itertools import filterfalse
 from typing import Final
 
 from extender.cluster.state import NODES, ClusterState
@@ -116,10 +118,9 @@ _NO_NAMES: Final[frozenset[str]] = frozenset()
 @dataclass(frozen=True, slots=True)
 class Partition:
     """A names-mode request partitioned by an entry's outcomes: the passing names (each
-    once; the request's order when every name passed once, else none in particular),
-    the failure map of the failing ones (every failure unresolvable), how many failed
-    with each reason, and the distinct names the entry does not hold (not in either).
-    Read only: ``passing`` may be the request's own list."""
+    once, in the request's order), the failure map of the failing ones (every failure
+    unresolvable), how many failed with each reason, and the distinct names the entry
+    does not hold (not in either). Read only: ``passing`` may be the request's own list."""
 
     passing: list[str]
     failures: dict[str, str]
@@ -244,59 +245,58 @@ class Entry:
         """``names`` partitioned by their cached outcomes (see ``Partition``), or None when a
         cached failure is resolvable (the per-name path knows what to say).
 
-        A few C-level passes over the request, each a probe per name against a set or
-        dict the entry keeps ready, and nothing per name in Python: the passing set
-        probed (the hits collected once each), then, unless every name passed, the
-        failure map probed. Only a request whose names do not all fall into those two
-        (a name listed twice, or not cached) builds a set of itself to tell which.
-        Measured in BENCHMARKS.md ("Every call shape"), per shape of call.
+        C-level passes only, none of them per name in Python, and shaped so that the
+        entry's large sets are walked in table order rather than probed at random: at
+        thousands of names each random probe into a set the size of the cluster misses
+        the CPU caches (the request's own strings were just written and are still
+        there). So: a set of the request is built, and the passing set's table is walked
+        once, each of its names discarded from it (``set.difference_update`` walks its
+        argument; CPython probes instead only when the argument is over eight times the
+        request). What is left has not passed: when nothing is, the request is its own
+        answer. Otherwise each failure group is intersected with what is left (CPython
+        walks the smaller side), and the passing names are the request's less those, in
+        its order. Measured in BENCHMARKS.md ("Every call shape"), per shape of call.
         """
         if self.resolvable:
             return None
+        not_passing = set(names)
+        distinct = len(not_passing)
         fitting = self.groups.get("")
-        passing = fitting.intersection(names) if fitting else set()
-        if len(passing) == len(names):
-            # Every name passes, each listed once: the request itself is the answer (it
-            # is only read from here on), in its own order.
-            return Partition(names, {}, {}, _NO_NAMES)
-        failed = self.failing.keys() & names
+        if fitting:
+            not_passing.difference_update(fitting)
+        if not not_passing:
+            # Every name passes: the request itself is the answer (only read from here
+            # on), in its own order, when no name is listed twice.
+            passing = names if distinct == len(names) else list(dict.fromkeys(names))
+            return Partition(passing, {}, {}, _NO_NAMES)
+        failures, counts = self._failures_among(not_passing)
         unknown: AbstractSet[str] = _NO_NAMES
-        if len(passing) + len(failed) != len(names):
-            unknown = set(names)
-            unknown -= passing
-            unknown -= failed
-        failures, counts = self._failures_of(failed)
-        return Partition(list(passing), failures, counts, unknown)
+        if len(failures) != len(not_passing):
+            unknown = not_passing.difference(failures)
+        passing = list(filterfalse(not_passing.__contains__, names))
+        if distinct != len(names):
+            passing = list(dict.fromkeys(passing))
+        return Partition(passing, failures, counts, unknown)
 
-    def _failures_of(self, failed: AbstractSet[str]) -> tuple[dict[str, str], dict[str, int]]:
-        """The failure map of ``failed`` (cached failing names) and its counts per reason."""
-        if not failed:
-            return {}, {}
-        if len(failed) == len(self.failing):
+    def _failures_among(self, requested: AbstractSet[str]) -> tuple[dict[str, str], dict[str, int]]:
+        """The failure map of the failing names among ``requested`` and its counts per
+        reason: one intersection per reason (each walks the smaller side)."""
+        if len(requested) == len(self.failing) and self.failing.keys() == requested:
             return self._all_failures()  # every failing node named
-        reasons = [reason for reason in self.groups if reason]
-        if len(reasons) == 1:
-            # One reason for every failing node (a class's selector, say): no probing.
-            return dict.fromkeys(failed, reasons[0]), {reasons[0]: len(failed)}
-        return self._failures_among(failed)
+        failures: dict[str, str] = {}
+        counts: dict[str, int] = {}
+        for reason, group in self.groups.items():
+            if reason:
+                hits = group.intersection(requested)
+                if hits:
+                    counts[reason] = len(hits)
+                    failures.update(dict.fromkeys(hits, reason))
+        return failures, counts
 
     def _all_failures(self) -> tuple[dict[str, str], dict[str, int]]:
         """The failure map of the whole cluster (a dict copy) and its counts per reason."""
         counts = {reason: len(group) for reason, group in self.groups.items() if reason}
         return self.failing.copy(), counts
-
-    def _failures_among(self, requested: AbstractSet[str]) -> tuple[dict[str, str], dict[str, int]]:
-        """The failure map of ``requested`` (all cached), one intersection per reason
-        (each walks the smaller side)."""
-        failures: dict[str, str] = {}
-        counts: dict[str, int] = {}
-        for reason, group in self.groups.items():
-            if reason:
-                hits = group & requested
-                if hits:
-                    counts[reason] = len(hits)
-                    failures.update(dict.fromkeys(hits, reason))
-        return failures, counts
 
 
 class DecisionCache:
