@@ -91,7 +91,7 @@ class _Sorter:
 
 
 def not_synced_result() -> ExtenderFilterResult:
-    return ExtenderFilterResult.model_construct(
+    return ExtenderFilterResult(
         Nodes=None, NodeNames=None, FailedNodes={}, FailedAndUnresolvableNodes={}, Error=ERROR_NOT_SYNCED
     )
 
@@ -164,7 +164,7 @@ def _names_answer(
     passing: list[str], failed: dict[str, str], unresolvable: dict[str, str]
 ) -> ExtenderFilterResult:
     """A names-mode answer from the decision cache (only unknown names are resolvable)."""
-    return ExtenderFilterResult.model_construct(
+    return ExtenderFilterResult(
         Nodes=None, NodeNames=passing, FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable, Error=""
     )
 
@@ -243,7 +243,7 @@ def _decide_names(
             passing.append(name)
         else:
             sorter.reject(name, verdict)
-    result = ExtenderFilterResult.model_construct(
+    result = ExtenderFilterResult(
         Nodes=None,
         NodeNames=passing,
         FailedNodes=sorter.failed,
@@ -281,7 +281,7 @@ def _decide_full_nodes(
             kept.append(raw)
         else:
             sorter.reject(node.name, verdict)
-    result = ExtenderFilterResult.model_construct(
+    result = ExtenderFilterResult(
         Nodes={"metadata": {}, "items": kept},
         NodeNames=None,
         FailedNodes=sorter.failed,

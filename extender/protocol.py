@@ -12,6 +12,7 @@ back as they came, and ``extender.cluster.objects`` cuts the slim view out of ea
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -142,29 +143,22 @@ class ExtenderArgs(BaseModel):
         return self.NodeNames is not None
 
 
-class ExtenderFilterResult(BaseModel):
+@dataclass(frozen=True, slots=True)
+class ExtenderFilterResult:
     """The filter response body. Both node-list keys are always present, the unused
-    one null, as Go's encoding/json writes a nil pointer."""
+    one null, as Go's encoding/json writes a nil pointer.
 
-    model_config = ConfigDict(frozen=True)
+    Written, never parsed: a plain dataclass (a pydantic model's construction was a
+    measurable share of a small call), serialised by orjson field by field, in order.
+    """
+
     Nodes: dict[str, Any] | None = None
     NodeNames: list[str] | None = None
-    FailedNodes: dict[str, str] = Field(default_factory=dict)
-    FailedAndUnresolvableNodes: dict[str, str] = Field(default_factory=dict)
+    FailedNodes: dict[str, str] = field(default_factory=dict)
+    FailedAndUnresolvableNodes: dict[str, str] = field(default_factory=dict)
     Error: str = ""
 
     def to_json(self) -> bytes:
-        """The body sent to kube-scheduler.
-
-        orjson over the fields as they are: no re-validation of node objects that are
-        echoed back in full-nodes mode.
-        """
-        return orjson.dumps(
-            {
-                "Nodes": self.Nodes,
-                "NodeNames": self.NodeNames,
-                "FailedNodes": self.FailedNodes,
-                "FailedAndUnresolvableNodes": self.FailedAndUnresolvableNodes,
-                "Error": self.Error,
-            }
-        )
+        """The body sent to kube-scheduler: the fields as they are (node objects echoed
+        back in full-nodes mode are not re-validated)."""
+        return orjson.dumps(self)

@@ -60,6 +60,9 @@ async def read_body(request: web.Request) -> bytes:
     # A body that trickles in must not hold a handler (and a connection) forever;
     # kube-scheduler and the API server give up on a call after a few seconds anyway.
     timeout = request.app.get(BODY_READ_TIMEOUT)
+    if request.content.is_eof():
+        # Already received whole (the usual case): no timer to arm and cancel.
+        return await request.read()
     try:
         async with asyncio.timeout(timeout):
             return await request.read()

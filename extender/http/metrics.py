@@ -175,6 +175,17 @@ class FilterMetrics:
         for outcome in OUTCOMES:
             self.requests.labels(outcome)
             self.replayed.labels(outcome)
+        # labels() validates, locks and builds a tuple on every call (about 2 µs); the
+        # filter path asks for the same few series on every call, so they are kept. As
+        # bounded as the series themselves (a label never holds a value a pod chooses).
+        self._children: dict[tuple[int, str], Counter] = {}
+
+    def _child(self, family: Counter, value: str) -> Counter:
+        key = (id(family), value)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(value)
+        return child
 
     def observe(self, seconds: float, status: int, *, replayed: bool = False) -> None:
         """One finished request; answers other than 200 are counted here by status."""
@@ -194,8 +205,8 @@ class FilterMetrics:
             self.replayed.labels(_answer_outcome(decision)).inc()
             return
         runtime_class = runtime_class_label(decision)
-        self.requests.labels(self._outcome_of(decision, runtime_class)).inc()
-        self.by_runtime_class.labels(runtime_class).inc()
+        self._child(self.requests, self._outcome_of(decision, runtime_class)).inc()
+        self._child(self.by_runtime_class, runtime_class).inc()
         if decision.hidden is not None:
             self.fitting_nodes_not_offered.labels(runtime_class).inc()
 
@@ -204,6 +215,8 @@ class FilterMetrics:
         if result.Error:
             return _answer_outcome(decision)
         if decision.reason_counts is not None:
+            if not decision.reason_counts:
+                return OUTCOME_OK  # nothing rejected (most calls): nothing more to count
             rejected = Tally(decision.reason_counts)
         else:
             rejected = Tally(result.FailedNodes.values())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -348,4 +349,4 @@ def test_docs_example_answer_is_what_the_filter_command_prints() -> None:
     shown = json.loads(after.split("```json\n", 1)[1].split("```", 1)[0])
     args = ExtenderArgs.model_validate_json((EXAMPLES / "filter-request-gvisor-gpu.json").read_bytes())
     decision = decide(args, load_cluster_file(EXAMPLE_CLUSTER), load_policy())
-    assert decision.result.model_dump(mode="json") == shown
+    assert asdict(decision.result) == shown
