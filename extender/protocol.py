@@ -116,14 +116,15 @@ class NodeListModel(BaseModel):
 class ExtenderArgs(BaseModel):
     """The filter request body."""
 
-    # cache_strings="all": the parser keeps one string object per distinct short
-    # string across requests (a bounded process-wide cache). kube-scheduler names the
-    # same nodes call after call, so a node name arrives as the object the last call
-    # used, whose hash Python has already computed: the decision cache's probes then
-    # skip hashing the names, which is most of what a class's pool costs
-    # (BENCHMARKS.md, "Every call shape").
+    # cache_strings="none": every string is made fresh. pydantic's default keeps one
+    # string object per distinct short string in a process-wide table of 16,384 slots;
+    # looking a name up there costs two reads at random places in memory per name (the
+    # slot, then the cached string to compare), which miss the CPU caches between two
+    # calls, and at 15,000 nodes the names also evict one another. Making the string
+    # and hashing it where it was just written is cheaper: over HTTP, call for call,
+    # every call shape got faster without the cache (BENCHMARKS.md, "Every call shape").
     model_config = ConfigDict(
-        strict=True, extra="ignore", frozen=True, populate_by_name=True, cache_strings="all"
+        strict=True, extra="ignore", frozen=True, populate_by_name=True, cache_strings="none"
     )
     Pod: PodModel = Field(validation_alias=AliasChoices("Pod", "pod"))
     Nodes: NodeListModel | None = _go_key("Nodes")
