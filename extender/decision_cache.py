@@ -45,14 +45,15 @@ The whole cluster, prebuilt
 Every other call
     The adaptive sample, a RuntimeClass's pool (what kube-scheduler's own filters leave
     once RuntimeClass admission has put the class's nodeSelector on the pod), a sample
-    of that, names the cache does not hold: ``Entry.partition`` builds a set of the
-    request and walks the entry's set of passing nodes once, discarding each from it;
-    when nothing is left, the request is its own answer. Otherwise each failure group
-    is intersected with what is left, and the passing names are the request's less
-    those, in the request's order. Walking the entry's sets in table order, rather than
-    probing them once per offered name, is what keeps a call naming thousands of nodes
-    cheap: the probes miss the CPU caches, the walk does not (BENCHMARKS.md, "Every
-    call shape").
+    of that, names the cache does not hold: ``Entry.partition``. A call offering a
+    large share of the passing nodes (a pool) builds a set of itself and walks the
+    entry's set of passing nodes once, discarding each from it; a small one (a sample)
+    probes its names into that set. When every name passes, the request is its own
+    answer. Otherwise each failure group is intersected with what is left, and the
+    passing names are the request's less those, in the request's order. Walking a
+    cluster-sized set in table order, rather than probing it once per offered name, is
+    what keeps a call naming thousands of nodes cheap: the probes miss the CPU caches,
+    the walk does not (BENCHMARKS.md, "Every call shape").
 
 Everything runs on the service's one event loop: listeners and lookups never
 interleave, so an entry is never read half-updated.
@@ -113,6 +114,11 @@ class WholeCluster:
 
 # An empty set of names, shared (never written).
 _NO_NAMES: Final[frozenset[str]] = frozenset()
+
+# A call offering fewer names than the passing set holds, divided by this, probes its
+# names into it rather than walking it (``Entry.partition``): CPython's own cut-over
+# between the two (set_difference_update_internal in Objects/setobject.c).
+_PROBE_SHARE: Final = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,24 +251,33 @@ class Entry:
         """``names`` partitioned by their cached outcomes (see ``Partition``), or None when a
         cached failure is resolvable (the per-name path knows what to say).
 
-        C-level passes only, none of them per name in Python, and shaped so that the
-        entry's large sets are walked in table order rather than probed at random: at
-        thousands of names each random probe into a set the size of the cluster misses
-        the CPU caches (the request's own strings were just written and are still
-        there). So: a set of the request is built, and the passing set's table is walked
-        once, each of its names discarded from it (``set.difference_update`` walks its
-        argument; CPython probes instead only when the argument is over eight times the
-        request). What is left has not passed: when nothing is, the request is its own
-        answer. Otherwise each failure group is intersected with what is left (CPython
-        walks the smaller side), and the passing names are the request's less those, in
-        its order. Measured in BENCHMARKS.md ("Every call shape"), per shape of call.
+        C-level passes only, none of them per name in Python. What they cost is where
+        they read memory: the request's strings were just written and are in the CPU
+        caches, the entry's sets are not, and a probe into a set the size of a pool
+        reads two places at random in it. So a call offering a large share of the
+        passing set (a class's pool, every node) builds a set of itself and walks the
+        passing set's table once, in order, discarding each of its names from that set
+        (``set.difference_update``); a small call (a sample) probes its names into the
+        passing set (``set.intersection``), fewer reads than a walk. Either way, when
+        every name passes the request itself is the answer. Otherwise each failure
+        group is intersected with what is left (CPython walks the smaller side), and the
+        passing names are the request's less those, in its order. Measured in
+        BENCHMARKS.md ("Every call shape"), per shape of call.
         """
         if self.resolvable:
             return None
-        not_passing = set(names)
-        distinct = len(not_passing)
-        fitting = self.groups.get("")
-        if fitting:
+        fitting = self.groups.get("") or _NO_NAMES
+        if len(fitting) > _PROBE_SHARE * len(names):
+            hits = fitting.intersection(names)
+            if len(hits) == len(names):
+                # Every name passes, each listed once: the request is its own answer.
+                return Partition(names, {}, {}, _NO_NAMES)
+            not_passing = set(names)
+            distinct = len(not_passing)
+            not_passing -= hits
+        else:
+            not_passing = set(names)
+            distinct = len(not_passing)
             not_passing.difference_update(fitting)
         if not not_passing:
             # Every name passes: the request itself is the answer (only read from here
