@@ -150,7 +150,7 @@ class ExtenderFilterResult:
     one null, as Go's encoding/json writes a nil pointer.
 
     Written, never parsed: a plain dataclass (a pydantic model's construction was a
-    measurable share of a small call), serialised by orjson field by field, in order.
+    measurable share of a small call).
     """
 
     Nodes: dict[str, Any] | None = None
@@ -161,5 +161,14 @@ class ExtenderFilterResult:
 
     def to_json(self) -> bytes:
         """The body sent to kube-scheduler: the fields as they are (node objects echoed
-        back in full-nodes mode are not re-validated)."""
-        return orjson.dumps(self)
+        back in full-nodes mode are not re-validated). A dict, not the dataclass itself:
+        orjson writes a dict in under half the time."""
+        return orjson.dumps(
+            {
+                "Nodes": self.Nodes,
+                "NodeNames": self.NodeNames,
+                "FailedNodes": self.FailedNodes,
+                "FailedAndUnresolvableNodes": self.FailedAndUnresolvableNodes,
+                "Error": self.Error,
+            }
+        )
