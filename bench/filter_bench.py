@@ -427,8 +427,10 @@ def rss_mb(pid: int) -> dict[str, float]:
 class Server:
     """``runtimeclass-extender serve`` on a free loopback port."""
 
-    def __init__(self, cluster_file: Path | None) -> None:
-        """The extender serving ``cluster_file``; None starts the HTTP floor server."""
+    def __init__(self, cluster_file: Path | None, *, code: Path | None = None) -> None:
+        """The extender serving ``cluster_file``; None starts the HTTP floor server.
+        ``code``: a checkout whose ``extender`` and ``policies`` to run instead of this
+        one's (put first on PYTHONPATH; the installed dependencies are shared)."""
         self.port = free_port()
         if cluster_file is None:
             command = [sys.executable, __file__, "--floor-server", str(self.port)]
@@ -445,10 +447,12 @@ class Server:
                 "--log-level",
                 "warning",
             ]
+        env = None if code is None else {**os.environ, "PYTHONPATH": str(code)}
         self.proc = subprocess.Popen(
             command,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            env=env,
         )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
