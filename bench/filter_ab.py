@@ -13,7 +13,9 @@ of ``filter_bench.SHAPES`` sends every body to both versions, alternating which 
 first, each call followed by the same call to the floor server. The two answers must
 agree (passing names compared sorted), or it stops. It prints, per shape and version,
 the p50 and p99 of the ratio's two sides (ours over the floor calls that followed it)
-and our p50 in ms.
+and our p50 in ms, and the server's CPU time per call (user and system, from
+/proc/PID/stat around the timed calls) as a ratio to the floor server's: less moved by
+the other processes of a shared machine than wall times are.
 
 Timings on a shared machine: compare the two columns of one run, never turn them into
 pass/fail checks.
@@ -23,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import http.client
+import os
 import subprocess
 import sys
 import tempfile
@@ -58,6 +62,12 @@ def checkout(version: str) -> Iterator[Path]:
             yield tree
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+
+
+def cpu_seconds(server: filter_bench.Server) -> float:
+    """User plus system CPU time the server process has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -113,18 +123,27 @@ def compare(size: int, calls: int, trees: dict[str, Path]) -> list[str]:
                     raise SystemExit(f"{size} nodes, {shape}: the two versions answer differently")
                 first = answers[0]
                 rejected.append(len(first["FailedNodes"]) + len(first["FailedAndUnresolvableNodes"]))
+            # What the client holds (the generated cluster) lives to the end: keep its own
+            # collector from pausing inside timed calls.
+            gc.collect()
+            gc.freeze()
             times: dict[str, list[float]] = {name: [] for name in versions}
             floors: dict[str, list[float]] = {name: [] for name in versions}
+            cpu_before = {name: cpu_seconds(server) for name, server in servers.items()}
             for i in range(calls):
                 index = i % len(bodies)
                 for name in versions if i % 2 else reversed(versions):
                     times[name].append(call(name, bodies[index], rejected[index])[0])
                     floors[name].append(call("floor", bodies[index], rejected[index])[0])
+            # CPU per call: the floor answered the calls of both versions.
+            cpu = {name: cpu_seconds(server) - cpu_before[name] for name, server in servers.items()}
+            floor_cpu = cpu["floor"] / (calls * len(versions))
             cells = []
             for name in versions:
                 p50 = quantile(times[name], 0.5) / quantile(floors[name], 0.5)
                 p99 = quantile(times[name], 0.99) / quantile(floors[name], 0.99)
-                cells.append(f"{p50:.2f} / {p99:.2f} ({quantile(times[name], 0.5) * 1e3:.3f} ms)")
+                ours = quantile(times[name], 0.5) * 1e3
+                cells.append(f"{p50:.2f} / {p99:.2f} | {cpu[name] / calls / floor_cpu:.2f} ({ours:.3f} ms)")
             lines.append(f"| {size} | {shape} | " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
     finally:
@@ -145,9 +164,12 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=300, help="calls per shape and version")
     args = parser.parse_args()
     with checkout(args.before) as before, checkout(args.after) as after:
-        print(f"before: {args.before}, after: {args.after}; HTTP ratio to the floor p50 / p99 (our p50)")
-        print("| nodes | call | before | after |")
-        print("|---|---|---|---|")
+        print(
+            f"before: {args.before}, after: {args.after}; per version: HTTP ratio to the floor"
+            " p50 / p99, then server CPU per call as a ratio to the floor's (and our p50)"
+        )
+        print("| nodes | call | before p50 / p99 | before CPU | after p50 / p99 | after CPU |")
+        print("|---|---|---|---|---|---|")
         for size in args.sizes:
             compare(size, args.calls, {"before": before, "after": after})
     return 0
