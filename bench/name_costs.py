@@ -1,11 +1,17 @@
 """Per-name costs of a names-mode call where every name passes, in one process.
 
-    .venv/bin/python bench/name_costs.py [NODES]    # default 15000; a gVisor pod, its pool
+    .venv/bin/python bench/name_costs.py [NODES] [--cold]    # default 15000; a gVisor pod, its pool
 
 Interleaved medians over 300 rounds, in ns per offered name: what the floor pays
 (``orjson.loads`` of the request, ``orjson.dumps`` of the names), what validation adds,
-and what answering adds (Python's hash of each fresh name string alone, and
-``Entry.sort``: that hash, a probe of the entry's passing set, the hits collected).
+and what answering adds (Python's hash of each fresh name string alone; the two ways of
+checking the names against the entry's passing set: a probe per name, and a set of the
+request against which the passing set is walked; and ``Entry.partition`` itself).
+
+``--cold`` reads 16 MB before each timed step, so that it starts with the CPU caches
+holding none of the entry's sets, as a call in a serving process does (the HTTP
+server, the client and the other processes run in between): a hot loop flatters
+whatever reads memory at random, and the two modes can rank the ways differently.
 Timings on a shared machine: read them as proportions, never as pass/fail checks.
 """
 
@@ -34,7 +40,8 @@ def main() -> int:
     from extender.policy_file import load_policy
     from extender.protocol import ExtenderArgs
 
-    size = int(sys.argv[1]) if len(sys.argv) > 1 else 15000
+    numbers = [arg for arg in sys.argv[1:] if arg.isdigit()]
+    size = int(numbers[0]) if numbers else 15000
     node_objects = cluster_gen.pool_nodes(size)
     path = HERE / "out" / f"pools-{size}.json"
     path.parent.mkdir(exist_ok=True)
@@ -54,16 +61,23 @@ def main() -> int:
         "orjson.dumps (names)": orjson.dumps,
         "model_validate_json (request)": lambda _: ExtenderArgs.model_validate_json(body),
         "hash of each name": lambda fresh: list(map(hash, fresh)),
-        "Entry.partition (hash, probe, collect)": entry.partition,
+        "probe each name into the passing set": lambda fresh: entry.fitting.issuperset(fresh),
+        "set of the request, passing set walked": lambda fresh: set(fresh).difference_update(entry.fitting),
+        "Entry.partition": entry.partition,
     }
+    cold = "--cold" in sys.argv[1:]
+    evict = bytes(16 << 20)
     times: dict[str, list[float]] = {step: [] for step in steps}
     for _ in range(300):
         for step, run in steps.items():
             fresh = orjson.loads(body)["NodeNames"]  # new strings, as every request's
+            if cold:
+                evict.count(b"x")  # reads it all: the caches now hold none of the entry
             t0 = time.perf_counter()
             run(fresh)
             times[step].append(time.perf_counter() - t0)
-    print(f"{size} nodes, {len(names)} names offered, every one passing; ns per name (median):")
+    mode = "cold" if cold else "hot"
+    print(f"{size} nodes, {len(names)} names offered, every one passing, {mode}; ns per name (median):")
     for step, values in times.items():
         print(f"  {step:36s} {statistics.median(values) * 1e9 / len(names):7.1f}")
     return 0
