@@ -266,19 +266,15 @@ class Entry:
         """
         if self.resolvable:
             return None
-        fitting = self.groups.get("") or _NO_NAMES
-        if len(fitting) > _PROBE_SHARE * len(names):
-            hits = fitting.intersection(names)
-            if len(hits) == len(names):
+        passed: set[str] | frozenset[str] = self.groups.get("") or _NO_NAMES
+        if len(passed) > _PROBE_SHARE * len(names):
+            passed = passed.intersection(names)  # a small call: probed
+            if len(passed) == len(names):
                 # Every name passes, each listed once: the request is its own answer.
                 return Partition(names, {}, {}, _NO_NAMES)
-            not_passing = set(names)
-            distinct = len(not_passing)
-            not_passing -= hits
-        else:
-            not_passing = set(names)
-            distinct = len(not_passing)
-            not_passing.difference_update(fitting)
+        not_passing = set(names)
+        distinct = len(not_passing)
+        not_passing.difference_update(passed)  # a large call walks the passing set here
         if not not_passing:
             # Every name passes: the request itself is the answer (only read from here
             # on), in its own order, when no name is listed twice.

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter as Tally
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -214,13 +214,13 @@ class FilterMetrics:
         result = decision.result
         if result.Error:
             return _answer_outcome(decision)
+        rejected: Mapping[str, int]
         if decision.reason_counts is not None:
-            if not decision.reason_counts:
-                return OUTCOME_OK  # nothing rejected (most calls): nothing more to count
-            rejected = Tally(decision.reason_counts)
+            rejected = decision.reason_counts
         else:
-            rejected = Tally(result.FailedNodes.values())
-            rejected.update(result.FailedAndUnresolvableNodes.values())
+            tally = Tally(result.FailedNodes.values())
+            tally.update(result.FailedAndUnresolvableNodes.values())
+            rejected = tally
         if not rejected:
             return OUTCOME_OK
         labels: Tally[str] = Tally()
