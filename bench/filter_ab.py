@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import gc
 import http.client
-import os
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,8 @@ sys.path.insert(0, str(HERE))
 
 import cluster_gen  # noqa: E402
 import filter_bench  # noqa: E402
+from filter_bench import percentile  # noqa: E402
+from local import cpu_seconds  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -62,17 +63,6 @@ def checkout(version: str) -> Iterator[Path]:
             yield tree
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
-
-
-def cpu_seconds(server: filter_bench.Server) -> float:
-    """User plus system CPU time the server process has used so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
 class Caller:
@@ -129,21 +119,23 @@ def compare(size: int, calls: int, trees: dict[str, Path]) -> list[str]:
             gc.freeze()
             times: dict[str, list[float]] = {name: [] for name in versions}
             floors: dict[str, list[float]] = {name: [] for name in versions}
-            cpu_before = {name: cpu_seconds(server) for name, server in servers.items()}
+            cpu_before = {name: cpu_seconds(server.proc.pid) for name, server in servers.items()}
             for i in range(calls):
                 index = i % len(bodies)
                 for name in versions if i % 2 else reversed(versions):
                     times[name].append(call(name, bodies[index], rejected[index])[0])
                     floors[name].append(call("floor", bodies[index], rejected[index])[0])
             # CPU per call: the floor answered the calls of both versions.
-            cpu = {name: cpu_seconds(server) - cpu_before[name] for name, server in servers.items()}
+            cpu = {name: cpu_seconds(server.proc.pid) - cpu_before[name] for name, server in servers.items()}
             floor_cpu = cpu["floor"] / (calls * len(versions))
             cells = []
             for name in versions:
-                p50 = quantile(times[name], 0.5) / quantile(floors[name], 0.5)
-                p99 = quantile(times[name], 0.99) / quantile(floors[name], 0.99)
-                ours = quantile(times[name], 0.5) * 1e3
-                cells.append(f"{p50:.2f} / {p99:.2f} | {cpu[name] / calls / floor_cpu:.2f} ({ours:.3f} ms)")
+                p50 = percentile(times[name], 50) / percentile(floors[name], 50)
+                p99 = percentile(times[name], 99) / percentile(floors[name], 99)
+                ours = percentile(times[name], 50) * 1e3
+                # CPU time comes in clock ticks (10 ms): a short run may see none.
+                cpu_ratio = f"{cpu[name] / calls / floor_cpu:.2f}" if floor_cpu else "n/a"
+                cells.append(f"{p50:.2f} / {p99:.2f} | {cpu_ratio} ({ours:.3f} ms)")
             lines.append(f"| {size} | {shape} | " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
     finally:

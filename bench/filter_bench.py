@@ -61,7 +61,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 import cluster_gen  # noqa: E402
-from local import cpu_model, free_port  # noqa: E402
+from local import cpu_model, free_port, serve_command  # noqa: E402
 
 OUT = HERE / "out"
 
@@ -410,11 +410,6 @@ def floor_server_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _serve_command() -> list[str]:
-    script = Path(sys.executable).parent / "runtimeclass-extender"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "extender"]
-
-
 def rss_mb(pid: int) -> dict[str, float]:
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -422,6 +417,16 @@ def rss_mb(pid: int) -> dict[str, float]:
         if key in ("VmRSS", "VmHWM"):
             fields[key] = int(value.split()[0]) / 1024
     return fields
+
+
+def write_bodies(bodies: list[bytes], stem: str) -> list[Path]:
+    """The request bodies as files under ``OUT`` (the HTTP client process reads them)."""
+    paths = []
+    for i, body in enumerate(bodies):
+        path = OUT / f"request-{stem}-{i}.json"
+        path.write_bytes(body)
+        paths.append(path)
+    return paths
 
 
 class Server:
@@ -436,7 +441,7 @@ class Server:
             command = [sys.executable, __file__, "--floor-server", str(self.port)]
         else:
             command = [
-                *_serve_command(),
+                *serve_command(),
                 "serve",
                 "--cluster-file",
                 str(cluster_file),
@@ -578,12 +583,7 @@ def measure_mixed(args: argparse.Namespace, size: int, policy: Any, rows: list[d
             "request_mb": len(bodies[2]) / 1e6,
         }
         row.update(measure_inprocess(handle, bodies, iterations, stages))
-        body_files = []
-        for i, body in enumerate(bodies):
-            path = OUT / f"request-{mode}-{size}-{i}.json"
-            path.write_bytes(body)
-            body_files.append(path)
-        row["body_files"] = body_files
+        row["body_files"] = write_bodies(bodies, f"{mode}-{size}")
         rows.append(row)
         del bodies
         gc.collect()
@@ -647,12 +647,7 @@ def measure_shapes(
             "request_mb": len(bodies[0]) / 1e6,
         }
         row.update(measure_inprocess(handle, bodies, args.iterations, stages))
-        body_files = []
-        for i, body in enumerate(bodies):
-            path = OUT / f"request-shape{index}-{size}-{i}.json"
-            path.write_bytes(body)
-            body_files.append(path)
-        row["body_files"] = body_files
+        row["body_files"] = write_bodies(bodies, f"shape{index}-{size}")
         rows.append(row)
     del state, handle, node_objects
     gc.collect()

@@ -54,7 +54,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 import cluster_gen  # noqa: E402
-from local import cpu_model, free_port  # noqa: E402
+from local import cpu_model, cpu_seconds, free_port, serve_command  # noqa: E402
 
 from tests.support.reference_model import answer_names, class_from_api, node_from_api, normalise  # noqa: E402
 
@@ -239,17 +239,6 @@ def memory_mb(pid: int) -> dict[str, float]:
         if key in ("VmRSS", "VmHWM"):
             values[key] = round(int(value.split()[0]) / 1024, 1)
     return values
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (/proc/<pid>/stat fields 14 and 15, in clock ticks)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def serve_command() -> list[str]:
-    script = Path(sys.executable).parent / "runtimeclass-extender"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "extender"]
 
 
 def wait_ready(proc: subprocess.Popen[bytes], port: int, timeout: float = 120) -> None:

@@ -1,8 +1,11 @@
-"""Small helpers the benchmark scripts share: this machine's CPU, a free loopback port."""
+"""Small helpers the benchmark scripts share: this machine's CPU, a free loopback port,
+how to start the extender, and a process's CPU time."""
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 from pathlib import Path
 
 
@@ -23,3 +26,15 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def serve_command() -> list[str]:
+    """How to run ``runtimeclass-extender`` from this environment."""
+    script = Path(sys.executable).parent / "runtimeclass-extender"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "extender"]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (/proc/<pid>/stat fields 14 and 15, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
