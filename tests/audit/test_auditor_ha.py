@@ -6,7 +6,7 @@ over speaking with one summary line, not a repeat of every warning.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,27 +21,17 @@ from tests.support.apiserver import (
     make_pod,
     make_runtime_class,
 )
-from tests.support.replicas import Replica, start_replica
+from tests.support.replicas import Replica, Start, replica_set
 from tests.support.waiting import eventually, stays
 
 GVISOR = {"runtime": "gvisor"}
 MISPLACED = "runtimeclass_extender_misplaced_pods"
 
-Start = Callable[..., Awaitable[Replica]]
-
 
 @pytest.fixture
 async def replicas(fake_apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Start]:
-    started: list[Replica] = []
-
-    async def start(name: str) -> Replica:
-        replica = await start_replica(fake_apiserver, tmp_path, name, requeue=None, audit=True)
-        started.append(replica)
-        return replica
-
-    yield start
-    for replica in started:
-        await replica.stop()
+    async with replica_set(fake_apiserver, tmp_path, requeue=None, audit=True) as start:
+        yield start
 
 
 def running(name: str, node: str) -> dict[str, Any]:

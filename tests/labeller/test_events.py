@@ -4,7 +4,7 @@ and class revision, whichever replica writes."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from tests.support.apiserver import (
     make_pod,
     make_runtime_class,
 )
-from tests.support.replicas import Replica, start_replica
+from tests.support.replicas import Start, replica_set
 from tests.support.waiting import eventually
 
 PREFIX = "runtimeclass.node-restriction.kubernetes.io"
@@ -38,21 +38,10 @@ def posts(server: FakeApiServer) -> int:
     return sum(1 for r in server.requests if r.verb == "post" and r.path.endswith("/events"))
 
 
-Start = Callable[..., Awaitable[Replica]]
-
-
 @pytest.fixture
 async def replicas(fake_apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Start]:
-    started: list[Replica] = []
-
-    async def start(name: str) -> Replica:
-        replica = await start_replica(fake_apiserver, tmp_path, name, requeue=None, events=True)
-        started.append(replica)
-        return replica
-
-    yield start
-    for replica in reversed(started):
-        await replica.stop()
+    async with replica_set(fake_apiserver, tmp_path, requeue=None, events=True) as start:
+        yield start
 
 
 def scarce_cluster(server: FakeApiServer, *, pods: int = 3) -> None:

@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from extender.labeller.labeller import LabelOptions
 from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
 from tests.support.paths import FIXTURES
-from tests.support.replicas import Replica, start_replica
+from tests.support.replicas import Start, replica_set
 from tests.support.waiting import eventually
 
 PREFIX = "runtimeclass.node-restriction.kubernetes.io"
@@ -66,22 +65,10 @@ def in_line(server: FakeApiServer) -> Callable[[], bool]:
     return lambda: actual_labels(server) == expected_labels(server)
 
 
-Start = Callable[..., Awaitable[Replica]]
-
-
 @pytest.fixture
 async def replicas(fake_apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Start]:
-    started: list[Replica] = []
-
-    async def start(name: str, **kwargs: Any) -> Replica:
-        kwargs.setdefault("label", FAST)
-        replica = await start_replica(fake_apiserver, tmp_path, name, requeue=None, **kwargs)
-        started.append(replica)
-        return replica
-
-    yield start
-    for replica in reversed(started):
-        await replica.stop()
+    async with replica_set(fake_apiserver, tmp_path, requeue=None, label=FAST) as start:
+        yield start
 
 
 def pool(server: FakeApiServer, count: int, **labels: str) -> None:

@@ -9,7 +9,7 @@ test durations (lease 1 s, renew 0.6 s, retry 0.1 s); waits are bounded polls.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,26 +19,16 @@ import pytest
 from extender.requeue.planner import class_revision, revision_digest
 from extender.requeue.requeuer import RequeueOptions
 from tests.support.apiserver import PODS, RUNTIME_CLASSES, FakeApiServer, make_pod, make_runtime_class
-from tests.support.replicas import FAST_REQUEUE, SCHED, Replica, nudges, start_replica
+from tests.support.replicas import FAST_REQUEUE, SCHED, Replica, Start, nudges, replica_set
 from tests.support.waiting import eventually
 
 SENT = "runtimeclass_extender_requeue_nudges_sent_total"
 
-Start = Callable[..., Awaitable[Replica]]
-
 
 @pytest.fixture
 async def replicas(fake_apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Start]:
-    started: list[Replica] = []
-
-    async def start(name: str, **kwargs: Any) -> Replica:
-        replica = await start_replica(fake_apiserver, tmp_path, name, **kwargs)
-        started.append(replica)
-        return replica
-
-    yield start
-    for replica in started:
-        await replica.stop()
+    async with replica_set(fake_apiserver, tmp_path) as start:
+        yield start
 
 
 def pending(name: str, runtime_class: str = "gvisor") -> dict[str, Any]:

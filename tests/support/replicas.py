@@ -10,7 +10,8 @@ bench/failover_bench.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,28 @@ async def start_replica(
     replica.tasks.append((asyncio.create_task(elector.run(), name="leader-election"), None))
     replica.tasks.append((asyncio.create_task(watch.run(), name="cluster-watch"), None))
     return replica
+
+
+# Starts one replica by name; keyword arguments are start_replica's options.
+Start = Callable[..., Awaitable[Replica]]
+
+
+@contextlib.asynccontextmanager
+async def replica_set(server: FakeApiServer, directory: Path, **defaults: Any) -> AsyncIterator[Start]:
+    """Starts replicas (``start_replica`` with ``defaults``, which a call may override)
+    and stops every one it started on the way out, the newest first."""
+    started: list[Replica] = []
+
+    async def start(name: str, **options: Any) -> Replica:
+        replica = await start_replica(server, directory, name, **{**defaults, **options})
+        started.append(replica)
+        return replica
+
+    try:
+        yield start
+    finally:
+        for replica in reversed(started):
+            await replica.stop()
 
 
 def nudges(server: FakeApiServer) -> dict[str, list[str]]:
