@@ -14,7 +14,6 @@ is a complete install: both webhooks, with no CRD (cert-manager stays an opt-in)
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
+import cel
 import pytest
 import yaml
 
@@ -44,6 +44,7 @@ from extender.http.tls import admission_tls_files
 from extender.policy_file import load_policy
 from extender.settings import ServeSettings, resolve_serve
 from tests.support.docs import fenced_blocks
+from tests.support.manifests import OVERLAYS, one, render
 from tests.support.paths import DOCS, REPO
 
 DEPLOY = REPO / "deploy"
@@ -69,6 +70,10 @@ EXPECTED_KINDS = {
     ("v1", "Service"),
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
+    # What confines each write RBAC grants whole (every component that writes carries
+    # one; GA since Kubernetes 1.30).
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
 }
 
 # JSON field names of KubeSchedulerConfiguration v1 (staging/src/k8s.io/kube-scheduler/
@@ -149,16 +154,8 @@ Manifest = dict[str, Any]
 # --- rendering ------------------------------------------------------------------------
 
 
-@cache
 def _render(kustomization: str) -> tuple[Manifest, ...]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed: cannot render the kustomizations (kubectl kustomize)")
-    result = subprocess.run(
-        [kubectl, "kustomize", str(DEPLOY / kustomization)], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, f"kubectl kustomize deploy/{kustomization} failed:\n{result.stderr}"
-    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc is not None)
+    return render(kustomization)
 
 
 def _load_file(path: Path) -> list[Manifest]:
@@ -166,9 +163,7 @@ def _load_file(path: Path) -> list[Manifest]:
 
 
 def _one(docs: tuple[Manifest, ...] | list[Manifest], kind: str, name: str | None = None) -> Manifest:
-    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
-    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
-    return found[0]
+    return one(docs, kind, name)
 
 
 def _deployment(docs: tuple[Manifest, ...]) -> Manifest:
@@ -211,6 +206,23 @@ def _scheduler_config(docs: tuple[Manifest, ...]) -> Manifest:
     config_map = _one(docs, "ConfigMap", volume["configMap"]["name"])
     config: Manifest = yaml.safe_load(config_map["data"][config_path.name])
     return config
+
+
+def _scheduler_lease_namespace(docs: tuple[Manifest, ...]) -> str:
+    """Where kube-scheduler keeps its Lease: a leader-election flag overrides --config
+    (ApplyLeaderElectionTo, cmd/kube-scheduler/app/options/options.go), and
+    ``$(VAR)`` in a command expands from the container's environment, here the pod's
+    own namespace from the downward API."""
+    container = _container(docs, "kube-scheduler")
+    flags = [a for a in container["command"] if a.startswith("--leader-elect-resource-namespace=")]
+    if not flags:
+        return str(_scheduler_config(docs)["leaderElection"].get("resourceNamespace", "kube-system"))
+    (flag,) = flags
+    value = flag.split("=", 1)[1]
+    assert value == "$(POD_NAMESPACE)", value
+    (env,) = [e for e in container["env"] if e["name"] == "POD_NAMESPACE"]
+    assert env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    return str(_deployment(docs)["metadata"]["namespace"])
 
 
 def _extender_stanza(docs: tuple[Manifest, ...]) -> Manifest:
@@ -456,7 +468,17 @@ def test_scheduler_rbac_and_leader_election(kustomization: str) -> None:
     }
     assert ("ClusterRoleBinding", None, "ClusterRole", "system:kube-scheduler") in bound
     assert ("ClusterRoleBinding", None, "ClusterRole", "system:volume-scheduler") in bound
-    assert ("RoleBinding", "kube-system", "Role", "extension-apiserver-authentication-reader") in bound
+    # The authentication ConfigMap, by name: a ClusterRole, so that an install into
+    # another namespace (which moves every RoleBinding) keeps it.
+    assert ("ClusterRoleBinding", None, "ClusterRole", "runtimeclass-scheduler-auth-reader") in bound
+    assert _one(docs, "ClusterRole", "runtimeclass-scheduler-auth-reader")["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["extension-apiserver-authentication"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
 
     election = _scheduler_config(docs)["leaderElection"]
     assert election["leaderElect"] is True
@@ -473,7 +495,7 @@ def test_scheduler_rbac_and_leader_election(kustomization: str) -> None:
     lease_role = next(
         d for d in docs if d["kind"] == "Role" and any("leases" in r["resources"] for r in d.get("rules", []))
     )
-    assert lease_role["metadata"]["namespace"] == election["resourceNamespace"]
+    assert lease_role["metadata"]["namespace"] == _scheduler_lease_namespace(docs) == namespace
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -727,24 +749,8 @@ CERT_MANAGER_KINDS = {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v
 
 @cache
 def _render_with(overlay: str, *components: str) -> tuple[Manifest, ...]:
-    """``overlay`` plus ``components``, rendered from an overlay of our own as a user's
-    kustomization would list them (kustomize accepts relative paths only)."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed: cannot render the kustomizations (kubectl kustomize)")
-    with tempfile.TemporaryDirectory() as directory:
-        kustomization = {
-            "apiVersion": "kustomize.config.k8s.io/v1beta1",
-            "kind": "Kustomization",
-            "resources": [os.path.relpath(DEPLOY / overlay, directory)],
-            "components": [os.path.relpath(DEPLOY / c, directory) for c in components],
-        }
-        (Path(directory) / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-        result = subprocess.run(
-            [kubectl, "kustomize", directory], capture_output=True, text=True, check=False
-        )
-    assert result.returncode == 0, f"kubectl kustomize of {overlay} + {components} failed:\n{result.stderr}"
-    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc is not None)
+    """``overlay`` plus ``components``, as a user's kustomization would list them."""
+    return render(overlay, *components)
 
 
 def _webhook(docs: tuple[Manifest, ...]) -> Manifest:
@@ -1285,7 +1291,11 @@ def test_leader_election_wherever_an_acting_part_is_on(
         settings.leader_elect_retry_period,
     ) == (15.0, 10.0, 2.0)
     election = _scheduler_config(docs)["leaderElection"]
-    assert settings.leader_elect_lease_namespace == namespace == election["resourceNamespace"]
+    # Both Leases in the pod's own namespace, whatever the install's: the extender's by
+    # default (POD_NAMESPACE), the scheduler's by its flag.
+    assert settings.leader_elect_lease_namespace is None
+    assert _extender_env(_container(docs, "extender"), docs)["POD_NAMESPACE"] == namespace
+    assert _scheduler_lease_namespace(docs) == namespace
     assert settings.leader_elect_lease_name != election["resourceName"]
     # get/update on that one Lease; create cannot be limited by name in RBAC.
     (role,) = roles
@@ -1333,20 +1343,17 @@ def test_large_cluster_overlay_labels_nodes_and_keeps_the_adaptive_sample() -> N
         "ValidatingAdmissionPolicyBinding",
         "MutatingWebhookConfiguration",
     } <= kinds
-    policy = next(doc for doc in docs if doc["kind"] == "ValidatingAdmissionPolicy")
+    policy = _one(docs, "ValidatingAdmissionPolicy", "runtimeclass-extender-node-labels")
     prefix = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "prefix")
     assert prefix == f"'{settings.node_label_prefix}/'"
     (condition,) = policy["spec"]["matchConditions"]
-    sa = next(
-        doc
-        for doc in docs
-        if doc["kind"] == "ServiceAccount" and doc["metadata"]["name"] == "runtimeclass-extender"
-    )
-    assert (
-        f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
-        in condition["expression"]
-    )
-    binding = next(doc for doc in docs if doc["kind"] == "ValidatingAdmissionPolicyBinding")
+    sa = _one(docs, "ServiceAccount", "runtimeclass-extender")
+    # The policy applies to the extender's own requests, in whatever namespace it runs
+    # (tests/deploy/test_admission_policies.py evaluates every policy in full).
+    for namespace in (sa["metadata"]["namespace"], "other"):
+        user = {"userInfo": {"username": f"system:serviceaccount:{namespace}:{sa['metadata']['name']}"}}
+        assert cel.evaluate(condition["expression"], {"request": user}) is True
+    binding = _one(docs, "ValidatingAdmissionPolicyBinding", "runtimeclass-extender-node-labels")
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     role = next(
         doc
@@ -1358,3 +1365,71 @@ def test_large_cluster_overlay_labels_nodes_and_keeps_the_adaptive_sample() -> N
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
     ]
+
+
+# --- another install namespace --------------------------------------------------------
+
+# Where the default install's namespace may still be named once an overlay of the
+# user's own sets another: the pod webhook's exclusion of it by name (a fallback; the
+# Namespace's label is what excludes the install's own namespace).
+_DEFAULT_NAMESPACE = "runtimeclass-extender"
+
+
+def _namespace_references(doc: Manifest) -> Iterator[str]:
+    """Every namespace a manifest names: its own, its subjects', its webhooks' Service's."""
+    if "namespace" in doc["metadata"]:
+        yield doc["metadata"]["namespace"]
+    for subject in doc.get("subjects", []):
+        if "namespace" in subject:
+            yield subject["namespace"]
+    for hook in doc.get("webhooks", []):
+        service = hook["clientConfig"].get("service")
+        if service is not None:
+            yield service["namespace"]
+
+
+_CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_an_overlay_installs_into_another_namespace(overlay: str) -> None:
+    """The most common customisation, a kustomization with ``namespace: other`` around a
+    shipped overlay, moves everything that depends on the namespace: every object and
+    ServiceAccount subject, the webhooks' Service, both Leases (the extender's defaults
+    to POD_NAMESPACE; kube-scheduler's comes from its flag), the Namespace object with
+    the label that keeps the pod webhook away from it, and the admission policies,
+    whose user match is namespace-independent."""
+    docs = render(overlay, namespace="other")
+    for doc in docs:
+        references = set(_namespace_references(doc))
+        if doc["kind"] in _CLUSTER_SCOPED:
+            # kustomize stamps a namespace on kinds it does not know to be cluster-scoped
+            # (the policies); the API server ignores it.
+            references.discard(doc["metadata"].get("namespace", ""))
+        assert references <= {"other"}, (doc["kind"], doc["metadata"]["name"], references)
+    (namespace,) = [d for d in docs if d["kind"] == "Namespace"]
+    assert namespace["metadata"]["name"] == "other"
+    assert namespace["metadata"]["labels"][WEBHOOK_LABEL] == "ignore"
+    extender = _container(docs, "extender")
+    settings = _serve_settings(extender)
+    assert settings.leader_elect_lease_namespace is None  # POD_NAMESPACE: the pod's
+    assert _extender_env(extender, docs)["POD_NAMESPACE"] == "other"
+    assert _scheduler_lease_namespace(docs) == "other"
+    user = {"userInfo": {"username": "system:serviceaccount:other:runtimeclass-extender"}}
+    policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    assert policies
+    for policy in policies:
+        for condition in policy["spec"]["matchConditions"]:
+            assert cel.evaluate(condition["expression"], {"request": user}) is True, policy["metadata"]["name"]
+    hook = _pod_webhook(docs)
+    selector = {e["key"]: e for e in hook["namespaceSelector"]["matchExpressions"]}
+    assert selector[WEBHOOK_LABEL] == {"key": WEBHOOK_LABEL, "operator": "NotIn", "values": ["ignore"]}
+    assert _DEFAULT_NAMESPACE in selector["kubernetes.io/metadata.name"]["values"]

@@ -1,0 +1,64 @@
+"""The shipped manifests as ``kubectl apply -k`` would apply them: rendered with ``kubectl kustomize``.
+
+One way to render for every test that reads deploy/: a kustomization as it is, or an
+overlay of the user's own around it (extra components, another install namespace), as
+docs/install.md tells operators to write one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.paths import REPO
+
+DEPLOY = REPO / "deploy"
+OVERLAYS = (
+    "overlays/predicate-mode",
+    "overlays/alongside-admission",
+    "overlays/large-cluster",
+    "overlays/tls",
+)
+
+Manifest = dict[str, Any]
+
+
+@cache
+def render(kustomization: str, *components: str, namespace: str | None = None) -> tuple[Manifest, ...]:
+    """``deploy/<kustomization>``, with ``components`` and ``namespace`` added by an
+    overlay of our own when given (kustomize accepts relative paths only)."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: cannot render the kustomizations (kubectl kustomize)")
+    with tempfile.TemporaryDirectory() as directory:
+        target = str(DEPLOY / kustomization)
+        if components or namespace is not None:
+            overlay: Manifest = {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY / kustomization, directory)],
+            }
+            if components:
+                overlay["components"] = [os.path.relpath(DEPLOY / c, directory) for c in components]
+            if namespace is not None:
+                overlay["namespace"] = namespace
+            (Path(directory) / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+            target = directory
+        result = subprocess.run([kubectl, "kustomize", target], capture_output=True, text=True, check=False)
+    what = " + ".join((kustomization, *components)) + (f" in {namespace}" if namespace else "")
+    assert result.returncode == 0, f"kubectl kustomize of {what} failed:\n{result.stderr}"
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc is not None)
+
+
+def one(docs: tuple[Manifest, ...] | list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
