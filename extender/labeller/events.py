@@ -369,7 +369,8 @@ class ClassEvents(LeaderActor):
                 self.counter.labels("failed").inc()
 
     def retrying(self, item: Due, sent: Sent, delay: float) -> None:
-        log.info(
+        # Debug: a refusal was logged once, as a warning, when its streak began.
+        log.debug(
             "event write will be retried",
             extra={
                 "pod": item.pod.name,

@@ -287,7 +287,8 @@ class NodeLabeller(LeaderActor):
                 metrics.errors.labels(reason).inc()
 
     def retrying(self, item: str, sent: Sent, delay: float) -> None:
-        log.info(
+        # Debug: a refusal was logged once, as a warning, when its streak began.
+        log.debug(
             "node label write will be retried",
             extra={"node": item, "status": sent.status, "error": sent.message, "retryIn": round(delay, 3)},
         )

@@ -1,24 +1,41 @@
-"""The leader's writes to the API server: one queue, one pending write per key.
+"""The leader's writes to the API server: one queue, one write per key at a time.
 
-Every leader actor writes the same way, so the mechanics live here once:
+Every leader actor writes the same way, so the mechanics live here once, shaped after
+client-go's workqueue (``util/workqueue``: a dirty set, a processing set, and a
+per-item exponential rate limiter):
 
-- **One pending write per key** (a pod's uid, a node's name): a newer write replaces
-  an older one still waiting, which keeps its place in line; the older one is settled
-  as ``superseded``.
+- **One write per key** (a pod's uid, a node's name), waiting *or* in flight. A newer
+  write replaces an older one still waiting, which keeps its place in line (the older
+  one is settled as ``superseded``); one put while its key is in flight waits until
+  that write has ended, then takes its turn. So two workers never send for one key at
+  once, whatever the concurrency.
 - **A rate limit**: ``TokenBucket``, client-go's QPS/burst limiter, and a bound on
   the writes in flight at once.
-- **Retries** with capped exponential backoff (``retry_delay``) on 409, 429, 5xx,
-  connection errors and timeouts (``write_outcome``); a 429's ``Retry-After`` pauses
-  every write of the queue, not just the one that got it (the API server asks the
-  client to slow down).
-- **Hand-back at the end of a term**: the worker runs only while this replica leads
+- **Backoff per key, remembered.** A write that fails is tried again after a capped
+  exponential delay (``retry_delay``): on 409, 429, 5xx, connection errors and
+  timeouts (``write_outcome``), and also when it was refused (403, 422, another 4xx):
+  the writers are level-triggered, so what is still wrong is come back to once the
+  refusal may have ended (RBAC granted, an admission policy relaxed), never dropped
+  and never hammered. A newer write for a key that is waiting out its delay replaces
+  the waiting one but does not cut the delay short; so a stream of events about one
+  object never turns a refusal into a retry storm. The handler hears of a failure
+  once per streak (``settle(..., "failed")``: at once when refused, after
+  ``max_attempts`` for the retryable kind), then only ``retrying``.
+- **Damping.** A write needed again within ``retry_max`` of its own success (someone
+  keeps undoing it: a GitOps tool reverting a caBundle, another controller fighting
+  over a label) counts as one more failure of its streak, so a fight slows to one
+  write per ``retry_max`` instead of a hot loop.
+- A 429's ``Retry-After`` pauses every write of the queue, not just the one that got
+  it (the API server asks the client to slow down).
+- **Hand-back at the end of a term**: the workers run only while this replica leads
   (``run`` is the actor's ``lead``, or part of it); a write cut short when the term
   ends goes back to the front of the line for the next term, or for whichever replica
   leads next if the queue is rebuilt from what it observes.
 
 What a write *is* stays with its actor (``WriteHandler``): whether it is still due
 (checked before the wait for a token and again after it, since that wait may be
-long), how it is sent, and what each ending means to it (counters, log lines).
+long, and again before every retry), how it is sent, and what each ending means to
+it (counters, log lines).
 """
 
 from __future__ import annotations
@@ -118,8 +135,11 @@ class WriteOptions:
     # Writes per second, with bursts of up to ``burst``.
     rate: float
     burst: int
-    # Attempts per write before it counts as failed; backoff between them.
+    # Attempts at a retryable failure (409, 429, 5xx, no answer) before the handler
+    # hears of it as failed (``retries_exhausted``); it is still retried after that.
     max_attempts: int = 8
+    # Backoff between attempts of one key, doubling up to ``retry_max``, which is also
+    # how long a success is remembered for damping.
     retry_initial: float = 0.5
     retry_max: float = 30.0
     # Writes in flight at once (node-feature-discovery bounds its node updates to 10):
@@ -131,7 +151,7 @@ class WriteHandler(Protocol[T_contra]):
     """What a write means to the actor that queued it."""
 
     def key(self, item: T_contra) -> str:
-        """One pending write per key."""
+        """One write per key, waiting or in flight."""
         ...
 
     def due(self, item: T_contra) -> str | None:
@@ -143,19 +163,30 @@ class WriteHandler(Protocol[T_contra]):
         ...
 
     def settle(self, item: T_contra, outcome: str, *, reason: str = "", sent: Sent | None = None) -> None:
-        """The write has ended: ``sent``, ``deleted``, ``superseded``, a ``due`` reason,
-        or ``failed`` with ``reason`` (``forbidden``, ``rejected``, ``retries_exhausted``)."""
+        """The write has ended: ``sent``, ``deleted``, ``superseded``, a ``due`` reason;
+        or it is ``failed`` with ``reason`` (``forbidden``, ``rejected``,
+        ``retries_exhausted``), said once per streak of failures: it is retried still,
+        while ``due``, and ends later as any other write."""
         ...
 
     def retrying(self, item: T_contra, sent: Sent, delay: float) -> None:
-        """The write will be retried in ``delay`` seconds."""
+        """The write will be tried again in ``delay`` seconds."""
         ...
 
 
 @dataclass
 class _Entry(Generic[T]):
     item: T
+
+
+@dataclass
+class _Streak:
+    """A key's attempts in a row that have not succeeded yet (or that continue a
+    success undone within ``retry_max``)."""
+
     attempts: int = 0
+    # The handler was told of this streak's failure (once per streak).
+    reported: bool = False
 
 
 class WriteQueue(Generic[T]):
@@ -176,42 +207,83 @@ class WriteQueue(Generic[T]):
         self._sleep = sleep
         self._bucket = TokenBucket(options.rate, options.burst, now=clock())
         self._not_before = 0.0  # clock time before which nothing goes out (429)
+        # Ready to go, in line; waiting out a key's backoff; being sent; and put while
+        # their key was being sent (each key in at most one of the four).
         self._waiting: OrderedDict[str, _Entry[T]] = OrderedDict()
+        self._delayed: dict[str, tuple[_Entry[T], asyncio.TimerHandle]] = {}
+        self._sending: set[str] = set()
+        self._dirty: dict[str, _Entry[T]] = {}
+        # Per key: the attempts of a write not yet done; and the last successes, oldest
+        # first, with the attempts they took (damping), forgotten once older than
+        # retry_max, so both maps stay as small as the work at hand.
+        self._streaks: dict[str, _Streak] = {}
+        self._recent: OrderedDict[str, tuple[float, int]] = OrderedDict()
         self._ready = asyncio.Event()
-        self._retries: set[asyncio.TimerHandle] = set()
-        self.in_flight = 0
 
     def __len__(self) -> int:
         """Writes waiting for their turn or for a retry."""
-        return len(self._waiting) + len(self._retries)
+        return len(self._waiting) + len(self._delayed) + len(self._dirty)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._sending)
 
     @property
     def busy(self) -> bool:
-        return len(self) > 0 or self.in_flight > 0
+        return len(self) > 0 or bool(self._sending)
 
     def get(self, key: str) -> T | None:
-        entry = self._waiting.get(key)
+        """The write queued under ``key`` (waiting, delayed or next after the one in flight)."""
+        entry = self._waiting.get(key) or self._dirty.get(key)
+        if entry is None and key in self._delayed:
+            entry = self._delayed[key][0]
         return None if entry is None else entry.item
 
     def put(self, item: T) -> None:
-        """Queue ``item``; one already waiting under its key is superseded."""
+        """Queue ``item``; one already queued under its key is superseded."""
         key = self._handler.key(item)
-        older = self._waiting.get(key)
-        if older is not None:
-            self._handler.settle(older.item, "superseded")
-        self._waiting[key] = _Entry(item)  # an older entry keeps its place in line
+        if key in self._sending:
+            self._replace(self._dirty, key, item)
+            return
+        if key in self._delayed:
+            entry, _ = self._delayed[key]
+            self._handler.settle(entry.item, "superseded")
+            entry.item = item  # the delay stands: a newer write does not cut it short
+            return
+        if key in self._waiting:
+            self._replace(self._waiting, key, item)  # keeps its place in line
+            return
+        delay = self._damping(key)
+        if delay > 0:
+            self._delay(key, _Entry(item), delay)
+            return
+        self._waiting[key] = _Entry(item)
         self._ready.set()
 
+    def _replace(self, line: dict[str, _Entry[T]], key: str, item: T) -> None:
+        older = line.get(key)
+        if older is not None:
+            self._handler.settle(older.item, "superseded")
+            older.item = item
+        else:
+            line[key] = _Entry(item)
+
     def discard(self, key: str) -> T | None:
-        """Take the write waiting under ``key`` out of the queue, unsettled."""
-        entry = self._waiting.pop(key, None)
+        """Take the write queued under ``key`` out of the queue, unsettled (not one in flight)."""
+        entry = self._waiting.pop(key, None) or self._dirty.pop(key, None)
+        if entry is None and key in self._delayed:
+            entry, handle = self._delayed.pop(key)
+            handle.cancel()
+        if key not in self._sending:
+            self._streaks.pop(key, None)
         return None if entry is None else entry.item
 
     def close(self) -> None:
-        """Forget the scheduled retries (their writes are dropped unsettled)."""
-        for handle in self._retries:
+        """Forget the writes waiting out a delay (dropped unsettled)."""
+        for key, (_, handle) in self._delayed.items():
             handle.cancel()
-        self._retries.clear()
+            self._streaks.pop(key, None)
+        self._delayed.clear()
 
     async def run(self) -> None:
         """Send writes until cancelled; a write cut short goes back to the front."""
@@ -228,24 +300,27 @@ class WriteQueue(Generic[T]):
             if not self._waiting:
                 self._ready.clear()
                 continue
-            _, entry = self._waiting.popitem(last=False)
-            self.in_flight += 1
+            key, entry = self._waiting.popitem(last=False)
+            self._sending.add(key)
             try:
-                await self._attempt(entry)
+                await self._attempt(key, entry)
             except asyncio.CancelledError:
-                self._put_back(entry)
+                self._sending.discard(key)
+                self._put_back(key, entry)
                 raise
             except Exception:
-                log.exception("write failed", extra={"key": self._handler.key(entry.item)})
+                log.exception("write failed", extra={"key": key})
                 self._handler.settle(entry.item, "failed", reason="rejected")
-            finally:
-                self.in_flight -= 1
+            self._sending.discard(key)
+            newer = self._dirty.pop(key, None)
+            if newer is not None:
+                self.put(newer.item)  # its turn, behind the backoff the write left
 
-    def _put_back(self, entry: _Entry[T]) -> None:
-        key = self._handler.key(entry.item)
-        if key in self._waiting:
+    def _put_back(self, key: str, entry: _Entry[T]) -> None:
+        newer = self._dirty.pop(key, None)
+        if newer is not None:
             self._handler.settle(entry.item, "superseded")
-            return
+            entry = newer
         self._waiting[key] = entry
         self._waiting.move_to_end(key, last=False)
         self._ready.set()
@@ -261,58 +336,97 @@ class WriteQueue(Generic[T]):
                 return
             await self._sleep(delay)
 
-    async def _attempt(self, entry: _Entry[T]) -> None:
+    async def _attempt(self, key: str, entry: _Entry[T]) -> None:
         handler, item = self._handler, entry.item
         skip = handler.due(item)
         if skip is None:
             await self._wait_for_turn()
             skip = handler.due(item)  # the wait may have been long
         if skip is not None:
+            self._forget(key)  # nothing is wrong any more
             handler.settle(item, skip)
             return
-        entry.attempts += 1
+        streak = self._streaks.setdefault(key, _Streak())
+        streak.attempts += 1
         sent = await handler.send(item)
         outcome = write_outcome(sent.status)
         if outcome is Outcome.DONE:
+            self._succeeded(key, streak)
             handler.settle(item, "sent", sent=sent)
         elif outcome is Outcome.GONE:
+            self._forget(key)
             handler.settle(item, "deleted", sent=sent)
         elif outcome is Outcome.FAIL and (skip := handler.due(item)) is not None:
             # Refused because the object changed meanwhile (a uid guard answering 422
             # rather than 409 counts here too): nothing is wrong.
+            self._forget(key)
             handler.settle(item, skip, sent=sent)
-        elif outcome is Outcome.FAIL:
-            reason = "forbidden" if sent.status == 403 else "rejected"
-            handler.settle(item, "failed", reason=reason, sent=sent)
-        elif entry.attempts >= self.options.max_attempts:
-            handler.settle(item, "failed", reason="retries_exhausted", sent=sent)
         else:
-            options = self.options
-            delay = retry_delay(
-                entry.attempts,
-                initial=options.retry_initial,
-                maximum=options.retry_max,
-                retry_after=sent.retry_after,
-            )
-            if sent.status == 429 and sent.retry_after is not None:
-                # The API server asks every client to slow down, not just this request.
-                self._not_before = max(
-                    self._not_before, self._clock() + min(sent.retry_after, options.retry_max)
-                )
-            handler.retrying(item, sent, delay)
-            self._retry_later(entry, delay)
+            self._failed(key, entry, streak, sent, outcome)
 
-    def _retry_later(self, entry: _Entry[T], delay: float) -> None:
+    def _failed(self, key: str, entry: _Entry[T], streak: _Streak, sent: Sent, outcome: Outcome) -> None:
+        options = self.options
+        delay = retry_delay(
+            streak.attempts,
+            initial=options.retry_initial,
+            maximum=options.retry_max,
+            retry_after=sent.retry_after,
+        )
+        if sent.status == 429 and sent.retry_after is not None:
+            # The API server asks every client to slow down, not just this request.
+            self._not_before = max(self._not_before, self._clock() + min(sent.retry_after, options.retry_max))
+        if not streak.reported and (outcome is Outcome.FAIL or streak.attempts >= options.max_attempts):
+            streak.reported = True
+            reason = (
+                "retries_exhausted"
+                if outcome is Outcome.RETRY
+                else "forbidden"
+                if sent.status == 403
+                else "rejected"
+            )
+            self._handler.settle(entry.item, "failed", reason=reason, sent=sent)
+        self._handler.retrying(entry.item, sent, delay)
+        self._delay(key, entry, delay)
+
+    def _succeeded(self, key: str, streak: _Streak) -> None:
+        """Remember the success for damping; forget successes older than ``retry_max``."""
+        del self._streaks[key]
+        now = self._clock()
+        self._recent[key] = (now, streak.attempts)
+        self._recent.move_to_end(key)
+        while self._recent:
+            oldest, (done_at, _) = next(iter(self._recent.items()))
+            if now - done_at < self.options.retry_max:
+                break
+            del self._recent[oldest]
+
+    def _forget(self, key: str) -> None:
+        self._streaks.pop(key, None)
+        self._recent.pop(key, None)
+
+    def _damping(self, key: str) -> float:
+        """The delay before a write whose key was written successfully so recently
+        that it is being undone: its streak goes on from that success's attempts (0
+        for a key at rest)."""
+        recent = self._recent.pop(key, None)
+        if recent is None:
+            return 0.0
+        done_at, attempts = recent
+        if self._clock() - done_at >= self.options.retry_max:
+            return 0.0
+        self._streaks[key] = _Streak(attempts=attempts)
+        options = self.options
+        return retry_delay(attempts, initial=options.retry_initial, maximum=options.retry_max)
+
+    def _delay(self, key: str, entry: _Entry[T], delay: float) -> None:
         loop = asyncio.get_running_loop()
 
-        def requeue() -> None:
-            self._retries.discard(handle)
-            key = self._handler.key(entry.item)
-            if key in self._waiting:
-                self._handler.settle(entry.item, "superseded")  # a newer write is waiting
+        def due_again() -> None:
+            del self._delayed[key]
+            if key in self._sending:
+                self._replace(self._dirty, key, entry.item)
                 return
             self._waiting[key] = entry
             self._ready.set()
 
-        handle = loop.call_later(delay, requeue)
-        self._retries.add(handle)
+        self._delayed[key] = (entry, loop.call_later(delay, due_again))

@@ -153,16 +153,20 @@ async def test_a_newer_write_supersedes_the_waiting_one_and_keeps_its_place() ->
 @pytest.mark.parametrize(
     ("answers", "settled", "retries"),
     [
-        ([Sent(409), Sent(200)], ("x", "sent", ""), 1),
-        ([Sent(0, "timeout"), Sent(503), Sent(200)], ("x", "sent", ""), 2),
-        ([Sent(404)], ("x", "deleted", ""), 0),
-        ([Sent(403, "forbidden")], ("x", "failed", "forbidden"), 0),
-        ([Sent(422, "invalid")], ("x", "failed", "rejected"), 0),
-        ([Sent(500), Sent(500), Sent(500)], ("x", "failed", "retries_exhausted"), 2),
+        ([Sent(409), Sent(200)], [("x", "sent", "")], 1),
+        ([Sent(0, "timeout"), Sent(503), Sent(200)], [("x", "sent", "")], 2),
+        ([Sent(404)], [("x", "deleted", "")], 0),
+        # Refused: said once, then tried again after a backoff (the writers are
+        # level-triggered: what is still wrong is come back to), here with success.
+        ([Sent(403, "forbidden")], [("x", "failed", "forbidden"), ("x", "sent", "")], 1),
+        ([Sent(422, "invalid")], [("x", "failed", "rejected"), ("x", "sent", "")], 1),
+        ([Sent(422), Sent(422), Sent(403)], [("x", "failed", "rejected"), ("x", "sent", "")], 3),
+        # Retryable, max_attempts times: said once, and still retried.
+        ([Sent(500), Sent(500), Sent(500)], [("x", "failed", "retries_exhausted"), ("x", "sent", "")], 3),
     ],
 )
 async def test_each_answer_ends_the_write_as_kubernetes_means_it(
-    answers: list[Sent], settled: tuple[str, str, str], retries: int
+    answers: list[Sent], settled: list[tuple[str, str, str]], retries: int
 ) -> None:
     handler, clock = Recorder(answers={"x": list(answers)}), Clock()
     queue: WriteQueue[str] = WriteQueue(handler, FAST, clock=clock, sleep=clock.sleep)
@@ -170,8 +174,9 @@ async def test_each_answer_ends_the_write_as_kubernetes_means_it(
     queue.put("x")
     await drained(queue)
     await stopped(task)
-    assert handler.settled == [settled]
+    assert handler.settled == settled
     assert len(handler.retried) == retries
+    assert handler.sent == ["x"] * (retries + 1)
 
 
 async def test_a_refused_write_whose_object_changed_is_a_skip_not_a_failure() -> None:
@@ -284,3 +289,132 @@ async def test_writes_in_flight_are_bounded_by_the_concurrency() -> None:
     await drained(queue)
     await stopped(task)
     assert most == 3 and len(handler.settled) == 10
+
+
+async def test_one_write_per_key_in_flight_whatever_the_concurrency() -> None:
+    """A key put again while its write is in flight waits for that write to end, then
+    takes its turn (client-go's workqueue keeps a processing set for this): ten
+    workers never send for one node twice at once."""
+    clock = Clock()
+    release = asyncio.Event()
+    at_once: dict[str, int] = {}
+    most: dict[str, int] = {}
+
+    class Slow(Recorder):
+        async def send(self, item: str) -> Sent:
+            key = self.key(item)
+            self.sent.append(item)
+            at_once[key] = at_once.get(key, 0) + 1
+            most[key] = max(most.get(key, 0), at_once[key])
+            await release.wait()
+            at_once[key] -= 1
+            return Sent(200)
+
+    handler = Slow()
+    options = WriteOptions(rate=1000.0, burst=100, concurrency=10, retry_initial=0.001, retry_max=0.002)
+    queue: WriteQueue[str] = WriteQueue(handler, options, clock=clock, sleep=clock.sleep)
+    task = await running(queue)
+    queue.put("n@1")
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert (handler.sent, queue.in_flight) == (["n@1"], 1)
+    # Node events arrive while the write is in flight: one next write, the newest.
+    queue.put("n@2")
+    queue.put("n@3")
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert (handler.sent, queue.in_flight, len(queue)) == (["n@1"], 1, 1)
+    assert queue.get("n") == "n@3"
+    release.set()
+    await drained(queue)
+    await stopped(task)
+    assert handler.sent == ["n@1", "n@3"]
+    assert most == {"n": 1}
+    assert handler.settled == [("n@2", "superseded", ""), ("n@1", "sent", ""), ("n@3", "sent", "")]
+
+
+async def test_a_refused_key_waits_out_its_backoff_whatever_the_events() -> None:
+    """The retry storm the queue prevents: three writes refused by admission, twenty
+    events about each of their objects while refused. Every write is said failed once
+    and sent again only as its backoff allows, never once per event."""
+    clock = Clock()
+
+    class Refusing(Recorder):
+        async def send(self, item: str) -> Sent:
+            self.sent.append(item)
+            return Sent(422, "denied by policy")
+
+    handler = Refusing()
+    options = WriteOptions(rate=1000.0, burst=100, concurrency=3, retry_initial=0.05, retry_max=0.2)
+    queue: WriteQueue[str] = WriteQueue(handler, options, clock=clock, sleep=clock.sleep)
+    task = await running(queue)
+    for key in "abc":
+        queue.put(f"{key}@0")
+    for n in range(1, 21):
+        await asyncio.sleep(0.005)  # 0.1 s of events in all, while the backoff runs
+        for key in "abc":
+            queue.put(f"{key}@{n}")
+    await asyncio.sleep(0.01)
+    await stopped(task)
+    queue.close()
+    sends = {key: sum(1 for s in handler.sent if s.startswith(key)) for key in "abc"}
+    # 0.11 s with delays of 0.05 then 0.1: at most two sends of each in that time.
+    assert all(1 <= n <= 2 for n in sends.values()), sends
+    failed = [s for s in handler.settled if s[1] == "failed"]
+    assert sorted(failed) == [(f"{key}@0", "failed", "rejected") for key in "abc"]
+    # The events replaced the write waiting out its delay; only the newest is left.
+    assert {queue.get(key) for key in "ab"} <= {None, "a@20", "b@20"}
+
+
+async def test_a_refused_write_no_longer_due_at_its_retry_is_settled_unsent() -> None:
+    handler, clock = Recorder(answers={"x": [Sent(403, "forbidden")]}), Clock()
+    queue: WriteQueue[str] = WriteQueue(handler, FAST, clock=clock, sleep=clock.sleep)
+    task = await running(queue)
+    queue.put("x")
+    for _ in range(100):
+        if handler.settled:
+            break
+        await asyncio.sleep(0)
+    handler.skip["x"] = "in_sync"  # someone else fixed it meanwhile
+    await drained(queue)
+    await stopped(task)
+    assert handler.sent == ["x"]
+    assert handler.settled == [("x", "failed", "forbidden"), ("x", "in_sync", "")]
+
+
+async def test_a_write_undone_again_and_again_is_damped_not_looped() -> None:
+    """A GitOps tool reverting what the keeper writes: each success undone at once is
+    needed again, and the key backs off as if it had failed, up to retry_max."""
+    clock = Clock()
+    handler = Recorder()
+    sent_at: list[float] = []
+    loop = asyncio.get_running_loop()
+    send = handler.send
+
+    async def timed(item: str) -> Sent:
+        sent_at.append(loop.time())
+        return await send(item)
+
+    handler.send = timed  # type: ignore[method-assign]
+    options = WriteOptions(rate=1000.0, burst=100, retry_initial=0.02, retry_max=0.16)
+    queue: WriteQueue[str] = WriteQueue(handler, options, clock=loop.time, sleep=asyncio.sleep)
+    task = await running(queue)
+    for _ in range(6):
+        count = len(handler.sent)
+        queue.put("bundle")  # reverted: needed again
+        while len(handler.sent) == count:
+            await asyncio.sleep(0.001)
+    await stopped(task)
+    gaps = [round(b - a, 2) for a, b in zip(sent_at, sent_at[1:], strict=False)]
+    # 0.02, 0.04, 0.08, then the cap: never a hot loop.
+    assert gaps[0] >= 0.02 and gaps[1] >= 0.04 and gaps[2] >= 0.08 and all(g >= 0.16 for g in gaps[3:]), gaps
+    # A key left alone for retry_max is at rest again: written without a delay (a
+    # damped one would wait the cap).
+    await asyncio.sleep(0.17)
+    task = await running(queue)
+    before = loop.time()
+    queue.put("bundle")
+    while len(sent_at) == 6:
+        await asyncio.sleep(0.001)
+    await stopped(task)
+    assert sent_at[-1] - before < 0.16

@@ -342,15 +342,20 @@ async def test_a_recreated_pod_is_not_patched_by_the_old_ones_nudge(
     assert running.metric("nudges_sent_total") == 0
 
 
-async def test_forbidden_is_a_failure_not_a_retry(fake_apiserver: FakeApiServer, start: Start) -> None:
+async def test_forbidden_is_counted_once_and_tried_again_once_allowed(
+    fake_apiserver: FakeApiServer, start: Start
+) -> None:
+    """A refused nudge (403: the RBAC was missing for a while) is said once, then tried
+    again with backoff, not dropped: the pod still needs it."""
     fake_apiserver.add(PODS, pending("waiting"))
     running = await start(fake_apiserver)
-    fake_apiserver.fail_next(1, 403, verbs={"patch"}, resource=PODS, message='pods "waiting" is forbidden')
+    fake_apiserver.fail_next(2, 403, verbs={"patch"}, resource=PODS, message='pods "waiting" is forbidden')
     fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor"))
-    await running.settled("gvisor")
-    await eventually(lambda: running.metric("nudges_failed_total", reason="forbidden") == 1)
-    assert patches(fake_apiserver, "waiting") == 1
-    assert running.metric("patch_retries_total") == 0
+    await eventually(lambda: requeued_at(fake_apiserver, "waiting") is not None, what="nudged once allowed")
+    assert running.metric("nudges_failed_total", reason="forbidden") == 1
+    assert running.metric("nudges_sent_total") == 1
+    assert patches(fake_apiserver, "waiting") == 3
+    assert running.metric("patch_retries_total") == 2
 
 
 # --- the rate limit -----------------------------------------------------------------
