@@ -584,6 +584,19 @@ class ServeSettings:
                 f"{LEADER_JITTER_FACTOR:g} x --leader-elect-retry-period "
                 f"(got {self.leader_elect_renew_deadline:g} and {self.leader_elect_retry_period:g})"
             )
+        # What this election needs beyond client-go's checks (extender.leader.election,
+        # "Safety"): a leader that last renewed at t stops acting by t + retry + renew at
+        # the latest, and a follower takes over no earlier than t + lease; only
+        # retry + renew < lease keeps the two from acting at once.
+        renew_and_retry = self.leader_elect_renew_deadline + self.leader_elect_retry_period
+        if renew_and_retry >= self.leader_elect_lease_duration:
+            raise SettingsError(
+                "--leader-elect-renew-deadline plus --leader-elect-retry-period must be less than "
+                "--leader-elect-lease-duration, or a leader cut off from the API server may still act "
+                "when another takes over "
+                f"(got {self.leader_elect_renew_deadline:g} + {self.leader_elect_retry_period:g} >= "
+                f"{self.leader_elect_lease_duration:g})"
+            )
         if self.audit_running_pods and self.cluster_file:
             raise SettingsError(
                 "--audit-running-pods needs a live cluster: it watches running pods through the API "

@@ -7,14 +7,20 @@ deleted while disconnected disappear, and readers see either the old or the new 
 never a mix).
 
 Listeners hear about every change (kind, old, new) after it is applied; caches of
-derived results and the leader's actors hang off them.
+derived results and the leader's actors hang off them. A listener that raises is
+logged with its traceback and the others still hear the change: its bug must not stop
+the reflector that feeds everyone (the cluster state's watch serves ``/filter``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, Protocol, TypeVar
+
+
+log = logging.getLogger("extender.kube.store")
 
 
 class ObjectError(ValueError):
@@ -83,7 +89,10 @@ class Store(Mapping[str, V]):
     def _notify(self, old: V | None, new: V | None) -> None:
         self.generation += 1
         for listener in self._listeners:
-            listener(self.kind, old, new)
+            try:
+                listener(self.kind, old, new)
+            except Exception:
+                log.exception("a store listener failed", extra={"kind": self.kind, "listener": repr(listener)})
 
     def upsert(self, item: V) -> None:
         old = self._items.get(item.name)

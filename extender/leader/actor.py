@@ -15,8 +15,9 @@ after them) must come from one. Each such part is a ``LeaderActor``:
 - ``lead``: what only the Lease holder does, for one **term**. It is started when the
   term starts, cancelled *and awaited* when it ends, before the Lease is handed on;
   it never runs on two replicas at once (see ``extender.leader.election`` for the
-  timing argument). Returning ends the actor's work for that term; raising ends the
-  process's health (``/healthz``), never silently.
+  timing argument). Returning ends the actor's work for that term; raising is a bug
+  that costs this actor only: the runner logs and counts it, and starts the part again
+  after a backoff (``extender.leader.runner``), never ending the process's health.
 - ``drain``: on shutdown, while still leading, a *bounded* wait for what ``lead`` owes
   (writes already planned) to go out, before ``lead`` is cancelled.
 - ``register_metrics``: its counters and gauges, on the app's registry.

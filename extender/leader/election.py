@@ -30,7 +30,8 @@ them this module adds what the library lacks against client-go's
   (``klog.FlushAndExit``); here the replica keeps answering ``/filter`` and keeps its
   caches warm, so a restart would only cost a cold cache.
 - The durations are checked as client-go checks them (``lease > renew > 1.2 x retry``,
-  each positive) by the settings; the library's ``Config`` also insists on at least one
+  each positive) and, beyond that, as the timing argument below needs them
+  (``retry + renew < lease``) by the settings; the library's ``Config`` also insists on at least one
   second each, a unit slip of client-go's ``< 1`` (nanoseconds), which would forbid the
   sub-second durations of tests, so ``Config`` is built without its checks.
 

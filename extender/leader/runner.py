@@ -6,6 +6,15 @@ leader gate (each term, cancelled and awaited when the term ends), or once for t
 whole run when there is no election. Stopping a job drains the actor first (bounded,
 and only while this replica leads: a follower owes nothing), then cancels it.
 
+**A bug costs its actor only.** An actor's ``observe`` or ``lead`` that raises (a bug,
+or a failure its own code did not foresee) is logged with its traceback, counted
+(``runtimeclass_extender_leader_actor_failures_total{actor}``) and started again after
+a capped exponential backoff; its ``lead`` is restarted within the same term. Nothing
+of it reaches the background task that runs it, so ``/healthz`` stays healthy and the
+kubelet never restarts the process that serves ``/filter`` (its kube-scheduler's
+sidecar) because a writer stumbled. A ``lead`` that *returns* has ended its work for
+the term, as the actor shape says.
+
 The runner also answers the questions about all actors at once: what the election
 must wait for before it campaigns (``waiting``: every informer listed, plus whatever
 the caller adds, such as the cluster state), every informer's health (``sources``, for
@@ -14,22 +23,39 @@ the caller adds, such as the cluster state), every informer's health (``sources`
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender import METRIC_PREFIX
+from extender.kube.backoff import Backoff
 from extender.kube.health import SourceStats
 from extender.leader.actor import LeaderActor
 from extender.leader.gate import LeaderGate
 from extender.tasks import run_all
+
+log = logging.getLogger("extender.leader")
 
 # With --leader-elect: 1 on the replica that acts.
 LEADER_GAUGE = METRIC_PREFIX + "leader"
 # With --leader-elect: 1 once the replica campaigns (its caches are listed), 0 while
 # it waits; /readyz's leader.waitingFor says for what.
 CAMPAIGNING_GAUGE = METRIC_PREFIX + "leader_campaigning"
+# An actor's observe or lead that raised and was started again.
+ACTOR_FAILURES = METRIC_PREFIX + "leader_actor_failures"
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """The backoff between restarts of an actor's part that raised."""
+
+    initial: float = 1.0
+    maximum: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -50,10 +76,13 @@ class LeaderRunner:
         gate: LeaderGate | None,
         *,
         also_waiting: Callable[[], list[str]] = list,
+        restart: RestartPolicy | None = None,
     ) -> None:
         self.actors = tuple(actors)
         self.gate = gate
         self._also_waiting = also_waiting
+        self._restart = restart or RestartPolicy()
+        self._failures: Counter | None = None
 
     def waiting(self) -> list[str]:
         """What the campaign still waits for (empty: campaign). A new leader acts at
@@ -67,6 +96,15 @@ class LeaderRunner:
     def register_metrics(self, registry: CollectorRegistry) -> None:
         for actor in self.actors:
             actor.register_metrics(registry)
+        self._failures = Counter(
+            ACTOR_FAILURES,
+            "A leader actor's observe or lead that raised, logged and started again after a backoff "
+            "(the process keeps serving), by actor.",
+            ["actor"],
+            registry=registry,
+        )
+        for actor in self.actors:
+            self._failures.labels(actor.name)
         gate = self.gate
         if gate is None:
             return
@@ -92,17 +130,55 @@ class LeaderRunner:
 
     def _runner_of(self, actor: LeaderActor) -> Callable[[], Awaitable[None]]:
         gate = self.gate
+        observe = self._supervised(actor, "observe", actor.observe)
+        leading = self._supervised(actor, "lead", actor.lead)
 
         async def lead() -> None:
             if gate is None:
-                await actor.lead()
+                await leading()
             else:
-                await gate.while_leading(actor.lead)
+                await gate.while_leading(leading)
 
         async def run() -> None:
-            await run_all(*(informer.run for informer in actor.informers), actor.observe, lead)
+            await run_all(*(informer.run for informer in actor.informers), observe, lead)
 
         return run
+
+    def _supervised(
+        self, actor: LeaderActor, part: str, run: Callable[[], Awaitable[None]]
+    ) -> Callable[[], Awaitable[None]]:
+        """``run`` started again, after a backoff, each time it raises (see the module doc)."""
+        policy = self._restart
+
+        async def supervised() -> None:
+            backoff = Backoff(
+                initial=policy.initial,
+                maximum=policy.maximum,
+                reset_after=policy.maximum * 2,
+                jitter=0.2,
+                rng=random.Random(),
+                clock=time.monotonic,
+            )
+            while True:
+                try:
+                    await run()
+                    return
+                except Exception as exc:
+                    delay = backoff.next()
+                    log.exception(
+                        "leader actor failed; starting it again",
+                        extra={
+                            "actor": actor.name,
+                            "part": part,
+                            "error": repr(exc),
+                            "retryIn": round(delay, 3),
+                        },
+                    )
+                    if self._failures is not None:
+                        self._failures.labels(actor.name).inc()
+                    await asyncio.sleep(delay)
+
+        return supervised
 
     def _drainer_of(self, actor: LeaderActor) -> Callable[[], Awaitable[None]]:
         gate = self.gate

@@ -86,11 +86,38 @@ async def test_leader_election_only_with_the_flag(
     [
         ({"leader_elect_lease_duration": 10.0}, "must be greater than --leader-elect-renew-deadline"),
         ({"leader_elect_renew_deadline": 2.0}, "must be greater than 1.2 x --leader-elect-retry-period"),
+        # Accepted by client-go's checks, yet two leaders could act at once: a leader
+        # that last renewed at t may act until t + 9 + 12, a follower takes over at t + 15.
+        (
+            {
+                "leader_elect_lease_duration": 15.0,
+                "leader_elect_renew_deadline": 12.0,
+                "leader_elect_retry_period": 9.0,
+            },
+            r"renew-deadline plus --leader-elect-retry-period must be less than --leader-elect-lease-duration",
+        ),
+        (
+            {
+                "leader_elect_lease_duration": 15.0,
+                "leader_elect_renew_deadline": 10.0,
+                "leader_elect_retry_period": 5.0,
+            },
+            r"\(got 10 \+ 5 >= 15\)",
+        ),
     ],
 )
-def test_durations_are_checked_as_client_go_checks_them(overrides: dict[str, float], message: str) -> None:
+def test_durations_are_checked_as_the_election_needs_them(overrides: dict[str, float], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         default_serve_settings(**overrides)
+
+
+def test_kube_schedulers_durations_and_the_fast_ones_of_the_tests_are_accepted() -> None:
+    default_serve_settings(
+        leader_elect_lease_duration=15.0, leader_elect_renew_deadline=10.0, leader_elect_retry_period=2.0
+    )
+    default_serve_settings(
+        leader_elect_lease_duration=1.0, leader_elect_renew_deadline=0.6, leader_elect_retry_period=0.1
+    )
 
 
 def test_leader_elect_needs_a_live_cluster(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -10,13 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from extender.http.keys import TASKS
 from extender.http.serve import build_app
 from extender.kube import connect as kube
 from extender.leader import election
+from extender.leader.actor import LeaderActor
 from extender.leader.election import LeaderElector
 from extender.leader.gate import LeaderGate, identity
+from extender.leader.runner import LeaderRunner, RestartPolicy
 from extender.settings import default_serve_settings
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import NODES, PODS, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
@@ -175,3 +178,47 @@ async def test_a_replica_that_cannot_list_pods_says_why_it_does_not_campaign(
     body = await (await client.get("/readyz")).json()
     assert body["leader"]["campaigning"] is True and body["leader"]["waitingFor"] == []
     assert "runtimeclass_extender_leader_campaigning 1.0" in await (await client.get("/metrics")).text()
+
+
+async def test_an_actor_that_raises_costs_only_itself(
+    aiohttp_client: ClientFactory, make_app: AppFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in a writer's loop (the labeller's compare, the events' pass) must never end
+    the background task that serves it: /healthz would turn 503 and the kubelet would
+    restart the sidecar that answers kube-scheduler's /filter. It is logged with its
+    traceback, counted, and the part is started again after a backoff."""
+    caplog.set_level(logging.ERROR, logger="extender.leader")
+    calls = {"observe": 0, "lead": 0}
+
+    class Buggy(LeaderActor):
+        name = "buggy"
+
+        async def observe(self) -> None:
+            calls["observe"] += 1
+            if calls["observe"] == 1:
+                raise KeyError("missing")
+            await asyncio.Event().wait()
+
+        async def lead(self) -> None:
+            calls["lead"] += 1
+            if calls["lead"] <= 2:
+                raise RuntimeError("boom")
+            await asyncio.Event().wait()
+
+    app = make_app()
+    runner = LeaderRunner([Buggy()], None, restart=RestartPolicy(initial=0.01, maximum=0.02))
+    registry = CollectorRegistry()
+    runner.register_metrics(registry)
+    for job in runner.jobs():
+        app.cleanup_ctx.append(app[TASKS].job(job.name, job.run, drain=job.drain))
+    client = await aiohttp_client(app)
+    await eventually(lambda: calls["lead"] == 3 and calls["observe"] == 2, what="both parts restarted")
+    health = await client.get("/healthz")
+    assert (health.status, await health.json()) == (200, {"status": "ok"})
+    failures = registry.get_sample_value(
+        "runtimeclass_extender_leader_actor_failures_total", {"actor": "buggy"}
+    )
+    assert failures == 3
+    logged = [r for r in caplog.records if r.getMessage() == "leader actor failed; starting it again"]
+    assert [getattr(r, "part", "") for r in logged].count("lead") == 2
+    assert all(r.exc_info is not None for r in logged)  # the traceback, for the bug report
