@@ -29,7 +29,7 @@ from extender.http.serve import attach_capture
 from extender.kube.health import SourceStats
 from extender.labeller.events import ClassEvents
 from extender.labeller.labeller import LabelMetrics
-from extender.leader.runner import CAMPAIGNING_GAUGE, LEADER_GAUGE
+from extender.leader.runner import CAMPAIGNING_GAUGE, LEADER_GAUGE, LeaderRunner
 from extender.policy_file import load_policy
 from extender.requeue.metrics import RequeueMetrics
 from policies.objects import NodeView, RuntimeClassView, Taint, Toleration
@@ -388,6 +388,11 @@ async def _exported_names(aiohttp_client: Any, tmp_path: Path) -> set[str]:
     ClassEvents(None, ClusterState(), load_policy(), prefix="example.com").register_metrics(class_events)
     families += list(class_events.collect())
     families += list(_webhook_certificate_registry().collect())
+    runner = CollectorRegistry()
+    LeaderRunner(
+        [ClassEvents(None, ClusterState(), load_policy(), prefix="example.com")], None
+    ).register_metrics(runner)
+    families += list(runner.collect())
     names = {family.name + "_total" if family.type == "counter" else family.name for family in families}
     # Exported only with --audit-running-pods and --leader-elect (serve wires them).
     return names | {MISPLACED_PODS, AUDITED_PODS, LEADER_GAUGE, CAMPAIGNING_GAUGE}
