@@ -19,7 +19,6 @@ import logging
 from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, Protocol, TypeVar
 
-
 log = logging.getLogger("extender.kube.store")
 
 
@@ -92,7 +91,9 @@ class Store(Mapping[str, V]):
             try:
                 listener(self.kind, old, new)
             except Exception:
-                log.exception("a store listener failed", extra={"kind": self.kind, "listener": repr(listener)})
+                log.exception(
+                    "a store listener failed", extra={"kind": self.kind, "listener": repr(listener)}
+                )
 
     def upsert(self, item: V) -> None:
         old = self._items.get(item.name)

@@ -1,14 +1,16 @@
 """Runs the leader actors of one process: what ``serve`` and the multi-replica tests loop over.
 
-For each actor (``extender.leader.actor``) one background job runs, for the life of the
-process, its informers and ``observe`` on every replica, and its ``lead`` through the
-leader gate (each term, cancelled and awaited when the term ends), or once for the
-whole run when there is no election. Stopping a job drains the actor first (bounded,
+Each informer the actors list (``extender.leader.actor``) runs once, as a background job
+of its own, for the life of the process, however many actors read it (the pending pods
+are one informer for the requeuer and the node labeller's events). For each actor one
+background job runs, for the life of the process, its ``observe`` on every replica, and
+its ``lead`` through the leader gate (each term, cancelled and awaited when the term
+ends), or once for the whole run when there is no election. Stopping a job drains the actor first (bounded,
 and only while this replica leads: a follower owes nothing), then cancels it.
 
 **A bug costs its actor only.** An actor's ``observe`` or ``lead`` that raises (a bug,
 or a failure its own code did not foresee) is logged with its traceback, counted
-(``runtimeclass_extender_leader_actor_failures_total{actor}``) and started again after
+(``runtimeclass_extender_actor_failures_total{actor}``) and started again after
 a capped exponential backoff; its ``lead`` is restarted within the same term. Nothing
 of it reaches the background task that runs it, so ``/healthz`` stays healthy and the
 kubelet never restarts the process that serves ``/filter`` (its kube-scheduler's
@@ -29,12 +31,14 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender import METRIC_PREFIX
 from extender.kube.backoff import Backoff
 from extender.kube.health import SourceStats
+from extender.kube.informer import Informer
 from extender.leader.actor import LeaderActor
 from extender.leader.gate import LeaderGate
 from extender.tasks import run_all
@@ -47,7 +51,7 @@ LEADER_GAUGE = METRIC_PREFIX + "leader"
 # it waits; /readyz's leader.waitingFor says for what.
 CAMPAIGNING_GAUGE = METRIC_PREFIX + "leader_campaigning"
 # An actor's observe or lead that raised and was started again.
-ACTOR_FAILURES = METRIC_PREFIX + "leader_actor_failures"
+ACTOR_FAILURES = METRIC_PREFIX + "actor_failures"
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,11 @@ class LeaderRunner:
         restart: RestartPolicy | None = None,
     ) -> None:
         self.actors = tuple(actors)
+        # Every informer once, in the order the actors list them (shared ones are one
+        # object listed by several actors).
+        self.informers: tuple[Informer[Any], ...] = tuple(
+            {id(i): i for actor in self.actors for i in actor.informers}.values()
+        )
         self.gate = gate
         self._also_waiting = also_waiting
         self._restart = restart or RestartPolicy()
@@ -87,11 +96,12 @@ class LeaderRunner:
     def waiting(self) -> list[str]:
         """What the campaign still waits for (empty: campaign). A new leader acts at
         once, so it must never lead on a cold cache."""
-        return [*self._also_waiting(), *(reason for actor in self.actors for reason in actor.waiting())]
+        reasons = [*self._also_waiting(), *(reason for actor in self.actors for reason in actor.waiting())]
+        return list(dict.fromkeys(reasons))  # a shared informer is awaited once
 
     def sources(self) -> list[SourceStats]:
         """Every actor informer's health."""
-        return [informer.stats for actor in self.actors for informer in actor.informers]
+        return [informer.stats for informer in self.informers]
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         for actor in self.actors:
@@ -121,6 +131,9 @@ class LeaderRunner:
         ).set_function(lambda: 1.0 if gate.campaigning else 0.0)
 
     def jobs(self) -> Iterator[Job]:
+        """Each informer's job, then each actor's (stopped in reverse: actors first)."""
+        for informer in self.informers:
+            yield Job(f"{informer.kind}-informer", informer.run, _nothing_to_drain)
         for actor in self.actors:
             yield Job(actor.name, self._runner_of(actor), self._drainer_of(actor))
 
@@ -140,7 +153,7 @@ class LeaderRunner:
                 await gate.while_leading(leading)
 
         async def run() -> None:
-            await run_all(*(informer.run for informer in actor.informers), observe, lead)
+            await run_all(observe, lead)
 
         return run
 
@@ -188,3 +201,7 @@ class LeaderRunner:
                 await actor.drain()
 
         return drain
+
+
+async def _nothing_to_drain() -> None:
+    return None
