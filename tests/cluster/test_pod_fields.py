@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from extender.cluster.objects import ObjectError
+from extender.cluster.pending_pods import pending_pod_from_api
 from extender.cluster.pod_fields import pod_key
 from extender.cluster.pod_views import scheduled_pod_from_api
 from extender.kube.defaults import DEFAULT_SCHEDULER
-from extender.requeue.nudge import pending_pod_from_api
 
 POD: dict[str, Any] = {
     "metadata": {"name": "web-0", "namespace": "shop", "uid": "u-1", "resourceVersion": "42"},

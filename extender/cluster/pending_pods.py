@@ -1,0 +1,177 @@
+"""Unscheduled pods that name a RuntimeClass: one informer for every leader actor that reads them.
+
+The requeuer (which pods to nudge after a class change), the node labeller's events
+(which pods to tell that their class fits no node) and the labeller itself (which
+derived labels a pending pod requires) all read the same pods: those not yet bound
+(``fieldSelector=spec.nodeName=``: a pod that gets bound leaves the watch as DELETED)
+that name a RuntimeClass. One informer serves them all, so each pod event is received
+and decoded once, into one slim view holding what any of them reads (``PendingPod``),
+however many actors are on.
+
+Pods that name no RuntimeClass are not kept (the field is immutable): in a busy
+cluster most pending pods are of no interest to any actor. A pod is decoded strictly
+(``extender.cluster.pod_fields``); its ``nodeSelector`` is read only for the keys under
+the derived-label prefix (``required``), and its annotations only for the requeuer's.
+
+``PendingPods`` indexes the kept pods by RuntimeClass, and counts, for each derived
+label key, the pending pods whose ``nodeSelector`` requires it (the labeller keeps a
+requirement once given out satisfiable).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Required
+
+from pydantic import TypeAdapter, with_config
+from typing_extensions import TypedDict
+
+from extender.cluster.pod_fields import (
+    STRICT_FIELDS,
+    PodMetadataFields,
+    PodSpecFields,
+    decode_pod,
+    pod_identity,
+)
+from extender.kube.store import Store
+
+# The informer's kind (in /healthz, /readyz and the watch metrics' kind label), as the
+# requeuer's informer always named it.
+PENDING_PODS = "pods"
+
+# The requeuer's two annotations (extender.requeue): a nudge's time, and the digest of
+# the class revision it was for. Only the second is read back.
+REQUEUE_ANNOTATION = "runtimeclass-extender.dev/requeued-at"
+REVISION_ANNOTATION = "runtimeclass-extender.dev/requeued-for"
+
+_NONE: frozenset[str] = frozenset()
+
+
+@with_config(STRICT_FIELDS)
+class _Metadata(PodMetadataFields, total=False):
+    annotations: dict[str, str] | None
+    # Presence is what counts (kube-scheduler skips a pod being deleted); any value.
+    deletionTimestamp: Any
+
+
+@with_config(STRICT_FIELDS)
+class _Spec(PodSpecFields, total=False):
+    nodeSelector: dict[str, str] | None
+    # Non-empty holds the pod back from scheduling; the entries are not read.
+    schedulingGates: Any
+
+
+@with_config(STRICT_FIELDS)
+class _PendingPodFields(TypedDict, total=False):
+    metadata: Required[_Metadata]
+    spec: _Spec | None
+
+
+_ADAPTER = TypeAdapter(_PendingPodFields)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """An unscheduled pod that names a RuntimeClass, with what any leader actor reads of it."""
+
+    namespace: str
+    pod_name: str
+    uid: str
+    runtime_class_name: str
+    scheduler_name: str
+    resource_version: str = ""
+    # False for a pod being deleted or held by scheduling gates: kube-scheduler does not
+    # try it, so nothing is failing to schedule and a nudge would change nothing.
+    schedulable: bool = True
+    # REVISION_ANNOTATION's value: the class revision it was last nudged for.
+    requeued_for: str = ""
+    # Its nodeSelector keys under the derived-label prefix (label-nodes).
+    required: frozenset[str] = _NONE
+
+    @property
+    def name(self) -> str:
+        # Stores key objects by ``name``; pods are unique per namespace.
+        return f"{self.namespace}/{self.pod_name}"
+
+
+def pending_pod_converter(label_prefix: str | None) -> Any:
+    """Pod (API JSON) -> ``PendingPod``, reading the nodeSelector keys under
+    ``label_prefix`` ("<prefix>/"; None: none). The converter raises ObjectError."""
+    owned = None if label_prefix is None else label_prefix.rstrip("/") + "/"
+
+    def convert(obj: Any) -> PendingPod:
+        pod = decode_pod(_ADAPTER, obj)
+        metadata, spec = pod["metadata"], pod.get("spec") or {}
+        identity = pod_identity(metadata, spec)
+        selector = spec.get("nodeSelector") or {}
+        required = _NONE
+        if owned is not None and selector:
+            keys = [key for key in selector if key.startswith(owned)]
+            required = frozenset(keys) if keys else _NONE
+        return PendingPod(
+            namespace=identity.namespace,
+            pod_name=identity.pod_name,
+            uid=identity.uid,
+            runtime_class_name=identity.runtime_class_name,
+            scheduler_name=identity.scheduler_name,
+            resource_version=identity.resource_version,
+            schedulable=metadata.get("deletionTimestamp") is None and not spec.get("schedulingGates"),
+            requeued_for=(metadata.get("annotations") or {}).get(REVISION_ANNOTATION, ""),
+            required=required,
+        )
+
+    return convert
+
+
+# Without a label prefix (the requeuer's informer, when it runs alone).
+pending_pod_from_api = pending_pod_converter(None)
+
+
+class PendingPods(Store[PendingPod]):
+    """The pending pods that name a RuntimeClass, indexed by class and by required label."""
+
+    def __init__(self) -> None:
+        super().__init__(PENDING_PODS)
+        self._by_class: dict[str, set[str]] = defaultdict(set)
+        self._required: Counter[str] = Counter()
+        self.add_listener(self._index)
+
+    def upsert(self, item: PendingPod) -> None:
+        if item.runtime_class_name:
+            super().upsert(item)
+        else:
+            self.delete(item.name)  # its class cannot change: it was never ours
+
+    def replace(self, items: Iterable[PendingPod]) -> None:
+        super().replace(pod for pod in items if pod.runtime_class_name)
+
+    def naming(self, class_name: str) -> list[PendingPod]:
+        """The pods naming ``class_name``, in name order."""
+        return [self[key] for key in sorted(self._by_class.get(class_name, ()))]
+
+    def classes(self) -> list[str]:
+        """The classes some pending pod names."""
+        return list(self._by_class)
+
+    def requiring(self, key: str) -> int:
+        """How many pending pods require the derived label ``key``."""
+        return self._required.get(key, 0)
+
+    def required_keys(self) -> frozenset[str]:
+        return frozenset(self._required)
+
+    def _index(self, _kind: str, old: Any, new: Any) -> None:
+        if isinstance(old, PendingPod):
+            names = self._by_class[old.runtime_class_name]
+            names.discard(old.name)
+            if not names:
+                del self._by_class[old.runtime_class_name]
+            self._required.subtract(old.required)
+            for key in old.required:
+                if self._required[key] <= 0:
+                    del self._required[key]
+        if isinstance(new, PendingPod):
+            self._by_class[new.runtime_class_name].add(new.name)
+            self._required.update(new.required)
