@@ -24,6 +24,15 @@ the pod's). A class whose rules select every node (no selector, no annotation, n
 other node rule in the policy) gets no label: requiring it would narrow nothing. A
 class whose annotation is malformed fails closed: its label is on no node.
 
+**A requirement once given out stays satisfiable.** The pod webhook writes the label
+into ``spec.nodeSelector``, which is immutable. If a class later loses its node rules,
+the pods admitted before still require its label, and a kubelet re-admits its running
+pods against their node selectors when it restarts; removing the label would leave
+those pods pending (or rejected) for good, with nothing naming the class. So a class
+without node rules whose label is still *in use* (some node carries it, or some
+pending pod requires it) keeps being labelled, on every node (all pass its rules),
+until the class is deleted (its pods then meet the RuntimeClass-not-found message).
+
 Pure: views and a policy in, label keys and patches out. The leader writes them
 (``extender.labeller``); the pod webhook requires them (``extender.admission``).
 """
@@ -31,7 +40,7 @@ Pure: views and a policy in, label keys and patches out. The leader writes them
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 
 from policies.objects import NodeView, PodView, RuntimeClassView
 from policies.predicates import RuntimeClassExists, RuntimeClassNodeSelector
@@ -48,6 +57,10 @@ _CLASS_ONLY = frozenset({"runtime_class_name"})
 # Predicates whose node rules come from the class itself (selector, annotation): a
 # class without those passes them on every node.
 _PER_CLASS_RULES = (RuntimeClassExists, RuntimeClassNodeSelector)
+
+
+def _never(_key: str) -> bool:
+    return False
 
 
 def label_name(class_name: str) -> str:
@@ -104,9 +117,30 @@ class ClassLabels:
         """Some node passes the class's node rules (stops at the first)."""
         return any(self.passes(runtime_class, node) for node in nodes)
 
-    def labelled(self, runtime_classes: Iterable[RuntimeClassView]) -> dict[str, RuntimeClassView]:
-        """The classes that get a label, by label key."""
-        return {self.key(rc.name): rc for rc in runtime_classes if self.has_node_rules(rc)}
+    def labelled(
+        self, runtime_classes: Iterable[RuntimeClassView], in_use: Callable[[str], bool] = _never
+    ) -> dict[str, RuntimeClassView]:
+        """The classes that get a label, by label key: those with node rules, and those
+        without whose label ``in_use`` says is still required (see the module doc)."""
+        result = {}
+        for rc in runtime_classes:
+            key = self.key(rc.name)
+            if self.has_node_rules(rc) or in_use(key):
+                result[key] = rc
+        return result
+
+    def rules_key(self, runtime_class: RuntimeClassView | None) -> Hashable:
+        """What of a class decides which nodes carry its label (an edit that leaves it
+        as it was, of the class's labels or annotations say, moves no label)."""
+        if runtime_class is None:
+            return None
+        return (
+            tuple(sorted(runtime_class.node_selector.items())),
+            runtime_class.match_expressions,
+            runtime_class.match_fields,
+            runtime_class.selector_error,
+            runtime_class.handler if self._handler_rule else None,
+        )
 
     def passes(self, runtime_class: RuntimeClassView, node: NodeView) -> bool:
         pod = PodView(runtime_class_name=runtime_class.name)
@@ -120,13 +154,23 @@ class ClassLabels:
         """The keys the node should carry."""
         return frozenset(key for key, rc in labelled.items() if self.passes(rc, node))
 
-    def patch(self, node: NodeView, labelled: Mapping[str, RuntimeClassView]) -> dict[str, str | None]:
+    def patch(
+        self,
+        node: NodeView,
+        labelled: Mapping[str, RuntimeClassView],
+        keys: Collection[str] | None = None,
+    ) -> dict[str, str | None]:
         """The labels to set (``"true"``) and remove (``None``) under the prefix, as a
         JSON merge patch of ``metadata.labels`` takes them; empty when in sync. A label
         under the prefix that no class explains (a deleted or renamed class, a value
-        edited by hand) is removed or corrected; nothing outside the prefix is touched."""
-        want = self.desired(node, labelled)
-        have = self.owned(node.labels)
+        edited by hand) is removed or corrected; nothing outside the prefix is touched.
+        With ``keys``, only those label keys are compared (the classes that changed)."""
+        if keys is None:
+            want = self.desired(node, labelled)
+            have = self.owned(node.labels)
+        else:
+            want = frozenset(k for k in keys if k in labelled and self.passes(labelled[k], node))
+            have = {k: v for k in keys if (v := node.labels.get(k)) is not None}
         changes: dict[str, str | None] = {key: None for key in have if key not in want}
         changes.update({key: LABEL_VALUE for key in want if have.get(key) != LABEL_VALUE})
         return changes

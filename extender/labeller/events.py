@@ -9,16 +9,26 @@ class, naming it and saying why::
 
     RuntimeClass "gvisor": 0 of 2000 nodes match scheduling.nodeSelector runtime/pool=b
 
+and when a pod requires the label of a class that was deleted (no node carries it any
+more), one saying so, as the extender itself says it for a pod it is asked about::
+
+    RuntimeClass "gvisor" not found (the pod requires its node label ...)
+
 **At most one write per pod and class revision.** The event's name is derived from the
-pod's uid and the class's resourceVersion, and it is created with POST: a second write
-for the same pair (a new leader, a re-list) gets ``409 AlreadyExists`` and counts as
-done. client-go's recorder dedupes on (type, action, reason, controller, instance,
-regarding, related); this never writes a series at all, so a thousand pending pods are
-a thousand events, each once, at the write queue's rate.
+pod's uid and the revision of what decides the class's nodes
+(``ClassLabels.rules_key``: an edit of the class's labels or annotations is no new
+revision, and writes nothing), and it is created with POST: a second write for the
+same pair (a new leader, a re-list) gets ``409 AlreadyExists`` and counts as done.
+client-go's recorder dedupes on (type, action, reason, controller, instance, regarding,
+related); this never writes a series at all, so a thousand pending pods are a thousand
+events, each once, at the write queue's rate. A write refused (403, 422) is tried
+again with backoff per event, never once per pass.
 
 **Level-triggered**, like every leader actor: at the start of a term and after changes
 (pods, classes, nodes; coalesced to one pass per ``interval``), the pods that should
 carry an event are recomputed from the caches and each one not yet written is queued.
+The pending pods come from the informer every actor that reads them shares
+(``extender.cluster.pending_pods``).
 """
 
 from __future__ import annotations
@@ -27,31 +37,23 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter
-from pydantic import TypeAdapter, with_config
-from typing_extensions import TypedDict
 
 from extender import METRIC_PREFIX
 from extender.cluster.class_labels import ClassLabels
-from extender.cluster.pod_fields import (
-    STRICT_FIELDS,
-    PodMetadataFields,
-    PodSpecFields,
-    decode_pod,
-    pod_identity,
-    pod_key,
-)
+from extender.cluster.class_revisions import revision_digest
+from extender.cluster.pending_pod_informer import PendingPodInformer
+from extender.cluster.pending_pods import PendingPod
 from extender.cluster.state import ClusterState
 from extender.kube.api import send
 from extender.kube.informer import Informer
-from extender.kube.reflector import ReflectorOptions, WatchedResource
-from extender.kube.store import Named, Store
+from extender.kube.store import Named
 from extender.kube.times import format_micro_time
 from extender.leader.actor import LeaderActor
 from extender.leader.gate import LeaderGate
@@ -69,88 +71,24 @@ EVENTS = "/apis/events.k8s.io/v1/namespaces/{namespace}/events"
 REPORTING_CONTROLLER = "runtimeclass-extender.dev/node-labeller"
 ACTION = "Scheduling"
 REASON = "RuntimeClassFitsNoNode"
+NOT_FOUND_REASON = "RuntimeClassNotFound"
+ABSENT_VERSION = "absent"
 MAX_NOTE = 1024
 MAX_SHORT = 128
 MAX_NAME = 253
 EVENT_RESULTS = ("written", "existing", "failed")
 
-WAITING_PODS = "waiting-pods"
-
-
-@with_config(STRICT_FIELDS)
-class _WaitingMetadata(PodMetadataFields, total=False):
-    deletionTimestamp: str | None
-
-
-@with_config(STRICT_FIELDS)
-class _WaitingSpec(PodSpecFields, total=False):
-    schedulingGates: list[Any] | None
-
-
-@with_config(STRICT_FIELDS)
-class _WaitingPodObject(TypedDict, total=False):
-    metadata: _WaitingMetadata
-    spec: _WaitingSpec | None
-
-
-_WAITING_POD = TypeAdapter(_WaitingPodObject)
-
-
-@dataclass(frozen=True, slots=True)
-class WaitingPod:
-    """An unscheduled pod that names a RuntimeClass, as this actor keeps it."""
-
-    namespace: str
-    pod_name: str
-    uid: str
-    runtime_class_name: str
-    # False for a pod being deleted or held by scheduling gates: kube-scheduler does
-    # not try it, so nothing is failing to schedule.
-    schedulable: bool = True
-
-    @property
-    def name(self) -> str:
-        return f"{self.namespace}/{self.pod_name}"
-
-
-def waiting_pod_from_api(obj: Any) -> WaitingPod:
-    """A Pod (API JSON) -> a ``WaitingPod``. Raises ObjectError."""
-    pod = decode_pod(_WAITING_POD, obj)
-    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    identity = pod_identity(metadata, spec)
-    return WaitingPod(
-        namespace=identity.namespace,
-        pod_name=identity.pod_name,
-        uid=identity.uid,
-        runtime_class_name=identity.runtime_class_name,
-        schedulable=metadata.get("deletionTimestamp") is None and not spec.get("schedulingGates"),
-    )
-
-
-class WaitingPods(Store[WaitingPod]):
-    """Only pods that name a RuntimeClass are kept (the field is immutable)."""
-
-    def __init__(self) -> None:
-        super().__init__(WAITING_PODS)
-
-    def upsert(self, item: WaitingPod) -> None:
-        if item.runtime_class_name:
-            super().upsert(item)
-        else:
-            self.delete(item.name)
-
-    def replace(self, items: Iterable[WaitingPod]) -> None:
-        super().replace(pod for pod in items if pod.runtime_class_name)
-
 
 @dataclass(frozen=True, slots=True)
 class Due:
-    """One event to write: on ``pod``, for ``class_name`` at ``class_version``."""
+    """One event to write: on ``pod``, for ``class_name`` at ``class_version`` (the
+    digest of what decides its nodes, or ``ABSENT_VERSION`` for a deleted class)."""
 
-    pod: WaitingPod
+    pod: PendingPod
     class_name: str
     class_version: str
     note: str
+    reason: str = REASON
 
     @property
     def event_name(self) -> str:
@@ -172,7 +110,9 @@ class EventOptions:
     # Longest wait between a change and the pass that looks at it.
     interval: float = 1.0
     request_timeout: float = 10.0
-    reflector: ReflectorOptions | None = None
+    # Longest backoff of one event's write after a failure or a refusal (403 until the
+    # RBAC is granted): an event is worth less than the API server's quiet.
+    retry_max: float = 300.0
 
 
 class ClassEvents(LeaderActor):
@@ -187,6 +127,7 @@ class ClassEvents(LeaderActor):
         policy: Policy,
         *,
         prefix: str,
+        pending: PendingPodInformer | None = None,
         options: EventOptions | None = None,
         gate: LeaderGate | None = None,
         instance: str = "",
@@ -199,21 +140,14 @@ class ClassEvents(LeaderActor):
         self.options = options = options or EventOptions()
         self.labels = ClassLabels(prefix, policy)
         self.instance = (instance or REPORTING_CONTROLLER)[:MAX_SHORT]
-        self.pod_informer: Informer[WaitingPod] = Informer(
-            api,
-            WatchedResource(
-                WAITING_PODS,
-                "/api/v1/pods",
-                waiting_pod_from_api,
-                field_selector="spec.nodeName=",
-                key=pod_key,
-            ),
-            WaitingPods(),
-            options=options.reflector,
-        )
-        self.pods = self.pod_informer.store
+        # The informer of pending pods the actors share (its own when built alone).
+        self.pod_informer = pending or PendingPodInformer(api, label_prefix=prefix)
+        self.pods = self.pod_informer.pods
         self.writes: WriteQueue[Due] = WriteQueue(
-            self, WriteOptions(rate=options.rate, burst=options.burst), clock=clock, sleep=sleep
+            self,
+            WriteOptions(rate=options.rate, burst=options.burst, retry_max=options.retry_max),
+            clock=clock,
+            sleep=sleep,
         )
         # Event names known to exist (written, or found existing), by pod uid: never
         # written again; forgotten when the pod leaves the pending set, so the map stays
@@ -235,7 +169,8 @@ class ClassEvents(LeaderActor):
     def register_metrics(self, registry: CollectorRegistry) -> None:
         self.counter = Counter(
             METRIC_PREFIX + "runtimeclass_events",
-            "Warning events on pending pods whose RuntimeClass fits no node (label-nodes), by "
+            "Warning events on pending pods whose RuntimeClass fits no node, or was deleted while "
+            "they require its label (label-nodes), by "
             "result: written, existing (written before, by this replica or another), failed.",
             ["result"],
             registry=registry,
@@ -247,7 +182,7 @@ class ClassEvents(LeaderActor):
         self._wake.set()
 
     def _forget_gone(self, _kind: str, old: Named | None, new: Named | None) -> None:
-        if isinstance(old, WaitingPod) and (new is None or getattr(new, "uid", None) != old.uid):
+        if isinstance(old, PendingPod) and (new is None or getattr(new, "uid", None) != old.uid):
             self.written.pop(old.uid, None)  # bound, deleted or replaced
 
     async def lead(self) -> None:
@@ -255,7 +190,11 @@ class ClassEvents(LeaderActor):
         await self.state.nodes.wait_synced()
         await self.state.runtime_classes.wait_synced()
         self._wake.set()
-        await run_all(self.writes.run, self._pass_loop)
+        try:
+            await run_all(self.writes.run, self._pass_loop)
+        finally:
+            # The next term, here or elsewhere, recomputes the events owed.
+            self.writes.clear()
 
     async def _pass_loop(self) -> None:
         while True:
@@ -268,8 +207,9 @@ class ClassEvents(LeaderActor):
             await asyncio.sleep(self.options.interval)
 
     def due_events(self) -> list[Due]:
-        """Every pending, schedulable pod of a class with node rules that fit no node."""
-        by_class: dict[str, list[WaitingPod]] = {}
+        """Every pending, schedulable pod of a class with node rules that fit no node,
+        and every one requiring the label of a class that no longer exists."""
+        by_class: dict[str, list[PendingPod]] = {}
         for pod in self.pods.values():
             if pod.schedulable:
                 by_class.setdefault(pod.runtime_class_name, []).append(pod)
@@ -277,17 +217,41 @@ class ClassEvents(LeaderActor):
         due: list[Due] = []
         for class_name, pods in by_class.items():
             runtime_class = self.state.runtime_classes.get(class_name)
-            if runtime_class is None or not self._fits_no_node(runtime_class):
+            if runtime_class is None:
+                key = self.labels.key(class_name)
+                note = self._not_found_note(class_name, key)
+                due.extend(
+                    Due(pod, class_name, ABSENT_VERSION, note, NOT_FOUND_REASON)
+                    for pod in pods
+                    if key in pod.required
+                )
+                continue
+            if not self._fits_no_node(runtime_class):
                 continue
             note = self.note(runtime_class, len(nodes))
-            due.extend(Due(pod, class_name, runtime_class.resource_version, note) for pod in pods)
+            version = self.version(runtime_class)
+            due.extend(Due(pod, class_name, version, note) for pod in pods)
         return due
+
+    def version(self, runtime_class: RuntimeClassView | None) -> str:
+        """The revision of what decides the class's nodes (``ABSENT_VERSION``: deleted)."""
+        if runtime_class is None:
+            return ABSENT_VERSION
+        return revision_digest(self.labels.rules_key(runtime_class))
 
     def _fits_no_node(self, runtime_class: RuntimeClassView) -> bool:
         labels = self.labels
         return labels.has_node_rules(runtime_class) and not labels.fits_any(
             runtime_class, self.state.nodes.values()
         )
+
+    @staticmethod
+    def _not_found_note(class_name: str, key: str) -> str:
+        text = (
+            f'RuntimeClass "{class_name}" not found (the pod requires its node label {key}, which the '
+            "extender removed when the class was deleted; recreate the class, or delete the pod)"
+        )
+        return text if len(text) <= MAX_NOTE else text[: MAX_NOTE - 1] + "…"
 
     def note(self, runtime_class: RuntimeClassView, nodes: int) -> str:
         text = f'RuntimeClass "{runtime_class.name}": 0 of {nodes} nodes match {self.labels.describe(runtime_class)}'
@@ -303,9 +267,9 @@ class ClassEvents(LeaderActor):
         if current is None or current.uid != item.pod.uid or not current.schedulable:
             return "not_pending"
         runtime_class = self.state.runtime_classes.get(item.class_name)
-        if runtime_class is None or runtime_class.resource_version != item.class_version:
+        if self.version(runtime_class) != item.class_version:
             return "class_changed"  # the next pass says what holds now
-        if not self._fits_no_node(runtime_class):
+        if runtime_class is not None and not self._fits_no_node(runtime_class):
             return "fits_now"
         return None
 
@@ -319,7 +283,7 @@ class ClassEvents(LeaderActor):
             "reportingController": REPORTING_CONTROLLER,
             "reportingInstance": self.instance,
             "action": ACTION,
-            "reason": REASON,
+            "reason": item.reason,
             "type": "Warning",
             "note": item.note,
             "regarding": {

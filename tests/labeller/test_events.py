@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from extender.labeller.events import REASON, REPORTING_CONTROLLER, ClassEvents, Due, WaitingPod
+from extender.cluster.pending_pods import PendingPod
+from extender.labeller.events import REASON, REPORTING_CONTROLLER, ClassEvents, Due
 from extender.leader.runner import LeaderRunner
 from extender.policy_file import load_policy
 from tests.support.apiserver import (
@@ -118,11 +119,11 @@ async def test_a_new_leader_writes_no_event_twice(fake_apiserver: FakeApiServer,
 
 
 def test_event_names_are_dns_subdomains_per_pod_and_class_revision() -> None:
-    pod = WaitingPod("default", "x" * 253, "uid-1", "gvisor")
+    pod = PendingPod("default", "x" * 253, "uid-1", "gvisor", SCHED)
     name = Due(pod, "gvisor", "7", "note").event_name
     assert len(name) <= 253 and name.startswith("x") and ".runtimeclass-" in name
     assert Due(pod, "gvisor", "8", "note").event_name != name  # another revision, another event
-    dashed = WaitingPod("default", "a-" * 120 + "b", "uid-2", "gvisor")
+    dashed = PendingPod("default", "a-" * 120 + "b", "uid-2", "gvisor", SCHED)
     assert "-." not in Due(dashed, "gvisor", "7", "note").event_name
 
 
@@ -139,7 +140,7 @@ async def test_the_runner_waits_for_pods_nodes_and_classes(
         assert waiting == [
             "nodes: not listed yet",
             "runtimeclasses: not listed yet",
-            "waiting-pods: not listed yet",
+            "pods: not listed yet",
         ]
     finally:
         await conn.api.close()
