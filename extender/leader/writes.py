@@ -29,8 +29,9 @@ per-item exponential rate limiter):
   it (the API server asks the client to slow down).
 - **Hand-back at the end of a term**: the workers run only while this replica leads
   (``run`` is the actor's ``lead``, or part of it); a write cut short when the term
-  ends goes back to the front of the line for the next term, or for whichever replica
-  leads next if the queue is rebuilt from what it observes.
+  ends goes back to the front of the line. A level-triggered actor then ``clear``s
+  the queue: its next term (here or on whichever replica leads next) recomputes what
+  is owed from what it observes.
 
 What a write *is* stays with its actor (``WriteHandler``): whether it is still due
 (checked before the wait for a token and again after it, since that wait may be
@@ -232,6 +233,10 @@ class WriteQueue(Generic[T]):
     def busy(self) -> bool:
         return len(self) > 0 or bool(self._sending)
 
+    def has(self, key: str) -> bool:
+        """A write is queued under ``key``, or in flight."""
+        return key in self._waiting or key in self._delayed or key in self._dirty or key in self._sending
+
     def get(self, key: str) -> T | None:
         """The write queued under ``key`` (waiting, delayed or next after the one in flight)."""
         entry = self._waiting.get(key) or self._dirty.get(key)
@@ -277,6 +282,14 @@ class WriteQueue(Generic[T]):
         if key not in self._sending:
             self._streaks.pop(key, None)
         return None if entry is None else entry.item
+
+    def clear(self) -> None:
+        """Drop every write queued (unsettled; not those in flight): a level-triggered
+        actor's term is over, and the next one recomputes what is owed from what is."""
+        self.close()
+        self._waiting.clear()
+        self._dirty.clear()
+        self._streaks = {key: streak for key, streak in self._streaks.items() if key in self._sending}
 
     def close(self) -> None:
         """Forget the writes waiting out a delay (dropped unsettled)."""

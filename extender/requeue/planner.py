@@ -6,122 +6,58 @@ unschedulable queue until some unrelated cluster event or the periodic flush (mi
 retries it (kubernetes/kubernetes#127371). Any update to the pod moves it back to the
 active queue at once, so touching one annotation is enough.
 
-This module decides *who* and *when*, with no I/O and no clock of its own:
-- ``PendingPods`` indexes the unscheduled pods the informer reports, by RuntimeClass.
-- ``class_revision`` reduces a RuntimeClass to what scheduling reads; only a change of
-  that (add, delete, selector, tolerations, annotation selector, handler) matters.
-- ``RequeuePlanner`` coalesces changes until flushed, and remembers per pod the last
-  class revision it was nudged for, so a pod is never patched twice for one revision.
-  A class that ends a window as it began (added and deleted again, edited and edited
-  back) is no change at all.
+**Level-triggered.** What a pod needs is derived from what is, never from a log of
+events: each pending pod was last tried against some revision of its class (what
+scheduling reads of it, ``scheduling_revision``), and it needs a nudge exactly when its
+class is now at another one. The revision it was last tried against is, newest first:
 
-The I/O half (informer, timers, PATCH requests) is ``extender.requeue.requeuer``.
+- the one this process last nudged it for (``done``), until the pod shows it;
+- the one its ``REVISION_ANNOTATION`` names (a nudge by any replica, with leader
+  election);
+- else the one its class had when this process first saw the pod: the class's
+  *baseline* (its revision at the first LIST of RuntimeClasses) for a pod of the first
+  LIST of pods (pending since before start, so tried against the classes as they
+  were), and its current revision for a pod that arrives later (created after).
+
+So a class edited and edited back is no change at all; a pod created after a change is
+not nudged for it; a replica that takes the lead over nudges exactly the pods its
+predecessor had not (their annotations say which); and a pod is never nudged twice for
+one revision. This module keeps those revisions and answers who is due, with no I/O and
+no clock of its own; the I/O half (informer, timers, PATCH requests) is
+``extender.requeue.requeuer``.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
-from policies.objects import RuntimeClassView
+from extender.cluster.class_revisions import ABSENT, revision_digest, scheduling_revision
+from extender.cluster.pending_pods import REQUEUE_ANNOTATION, REVISION_ANNOTATION, PendingPod
 
-# The annotation patched onto a pending pod; its value is an RFC 3339 timestamp.
-REQUEUE_ANNOTATION = "runtimeclass-extender.dev/requeued-at"
+__all__ = [
+    "ABSENT",
+    "REQUEUE_ANNOTATION",
+    "REVISION_ANNOTATION",
+    "ClassChange",
+    "Nudge",
+    "PendingPod",
+    "Plan",
+    "RequeuePlanner",
+    "class_revision",
+    "nudged_for",
+    "revision_digest",
+]
 
-# With leader election, the nudge also names the class revision it was for (a digest
-# of ``class_revision``): a replica that takes the lead over reads from the pods which
-# nudges its predecessor already sent, and never sends them again.
-REVISION_ANNOTATION = "runtimeclass-extender.dev/requeued-for"
+# The part of a RuntimeClass that can change a scheduling decision.
+class_revision = scheduling_revision
 
-# The revision of a class that does not exist (never created, or deleted).
-ABSENT: Hashable = ("absent",)
-
-
-@dataclass(frozen=True, slots=True)
-class PendingPod:
-    """What the requeuer keeps of an unscheduled pod: identity and routing, nothing else."""
-
-    namespace: str
-    pod_name: str
-    uid: str
-    runtime_class_name: str
-    scheduler_name: str
-    resource_version: str = ""
-    # False for a pod being deleted or held by scheduling gates: kube-scheduler does not
-    # try it, so a nudge would change nothing.
-    schedulable: bool = True
-    # The value of REVISION_ANNOTATION: the class revision it was last nudged for.
-    requeued_for: str = ""
-
-    @property
-    def name(self) -> str:
-        # Stores key objects by ``name``; pods are unique per namespace.
-        return f"{self.namespace}/{self.pod_name}"
-
-
-def class_revision(runtime_class: RuntimeClassView | None) -> Hashable:
-    """The part of a RuntimeClass that can change a scheduling decision."""
-    if runtime_class is None:
-        return ABSENT
-    return (
-        runtime_class.handler,
-        tuple(sorted(runtime_class.node_selector.items())),
-        runtime_class.tolerations,
-        runtime_class.match_expressions,
-        runtime_class.match_fields,
-        runtime_class.selector_error,
-    )
-
-
-def revision_digest(revision: Hashable) -> str:
-    """A short, stable name of a class revision, the same in every process (``hash``
-    is salted per process; the revision's parts are strings, tuples and frozen
-    dataclasses, whose ``repr`` is stable)."""
-    return hashlib.sha256(repr(revision).encode()).hexdigest()[:16]
+_ABSENT_DIGEST = revision_digest(ABSENT)
 
 
 def nudged_for(pod: PendingPod, revision: Hashable) -> bool:
     """The pod carries the annotation of a nudge for ``revision`` (by any replica)."""
     return bool(pod.requeued_for) and pod.requeued_for == revision_digest(revision)
-
-
-class PendingPods:
-    """Unscheduled pods by RuntimeClass name, for the schedulers this extender serves."""
-
-    def __init__(self, scheduler_names: Iterable[str]) -> None:
-        self.scheduler_names = frozenset(scheduler_names)
-        self._by_key: dict[str, PendingPod] = {}
-        self._by_class: dict[str, set[str]] = defaultdict(set)
-
-    def __len__(self) -> int:
-        return len(self._by_key)
-
-    def get(self, key: str) -> PendingPod | None:
-        return self._by_key.get(key)
-
-    def upsert(self, pod: PendingPod) -> None:
-        self.delete(pod.name)
-        if (
-            not pod.runtime_class_name
-            or pod.scheduler_name not in self.scheduler_names
-            or not pod.schedulable
-        ):
-            return  # not ours to nudge
-        self._by_key[pod.name] = pod
-        self._by_class[pod.runtime_class_name].add(pod.name)
-
-    def delete(self, key: str) -> None:
-        old = self._by_key.pop(key, None)
-        if old is not None:
-            keys = self._by_class[old.runtime_class_name]
-            keys.discard(key)
-            if not keys:
-                del self._by_class[old.runtime_class_name]
-
-    def naming(self, class_name: str) -> list[PendingPod]:
-        return [self._by_key[key] for key in sorted(self._by_class.get(class_name, ()))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,10 +66,14 @@ class Nudge:
     class_name: str
     revision: Hashable
 
+    @property
+    def digest(self) -> str:
+        return revision_digest(self.revision)
+
 
 @dataclass(frozen=True, slots=True)
 class ClassChange:
-    """One RuntimeClass's net change over a coalescing window."""
+    """One RuntimeClass's net change between two plans."""
 
     class_name: str
     before: Hashable
@@ -141,7 +81,10 @@ class ClassChange:
 
     @property
     def kind(self) -> str:
-        """added, deleted or updated (for the log line)."""
+        """added, deleted or updated (for the log line); ``resumed`` for no change in
+        this pass (nudges a new leader finds still owed)."""
+        if self.before == self.after:
+            return "resumed"
         if self.before == ABSENT:
             return "added"
         if self.after == ABSENT:
@@ -151,69 +94,132 @@ class ClassChange:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What a flush decided: the net changes, the nudges due, and those already done."""
+    """What a pass decided: the net changes since the last pass, the nudges due, and the
+    pods of a changed class already nudged for its revision (by another replica)."""
 
     changes: list[ClassChange] = field(default_factory=list)
     nudges: list[Nudge] = field(default_factory=list)
-    # Pods that name a changed class but were already nudged for its new revision.
     already_nudged: list[Nudge] = field(default_factory=list)
 
 
 class RequeuePlanner:
-    """Coalesces RuntimeClass changes and decides which pods to patch at a flush."""
+    """The class revisions this process has seen, what each pending pod was last tried
+    against, and who is due; see the module doc."""
 
-    def __init__(self) -> None:
-        # class name -> revision seen at its latest change, since the last flush.
-        self._changed: dict[str, Hashable] = {}
-        # The revision each class had when last observed (to drop no-op updates).
-        self._known: dict[str, Hashable] = {}
-        # The revision each class had at the last flush (or in the baseline LIST).
-        self._flushed: dict[str, Hashable] = {}
-        # pod uid -> {class name: revision it was last nudged for}.
-        self._nudged: dict[str, dict[str, Hashable]] = {}
+    def __init__(self, scheduler_names: Iterable[str]) -> None:
+        self.scheduler_names = frozenset(scheduler_names)
+        # Each class's revision now, and at the first LIST of RuntimeClasses.
+        self._current: dict[str, Hashable] = {}
+        self._baseline: dict[str, Hashable] | None = None
+        # The revision of each class at the last pass (its net change is what is logged).
+        self._planned: dict[str, Hashable] = {}
+        # Pod uid -> the digest it was first tried against (None: the pod arrived with the
+        # first LIST before the classes' baseline: filled in when it comes).
+        self._first: dict[str, str | None] = {}
+        # Pod uid -> the digest this process nudged it for, until the pod shows it.
+        self._done: dict[str, str] = {}
 
-    def observe(self, class_name: str, revision: Hashable, *, initial: bool = False) -> bool:
-        """Record a class's current revision; True when it changed in a way that matters.
+    # ----- what is observed -------------------------------------------------------------
 
-        ``initial`` marks the first LIST: the classes that exist at start are the
-        baseline, not changes (pods pending since before start were already tried
-        against them).
-        """
-        previous = self._known.get(class_name, ABSENT)
-        self._known[class_name] = revision
+    def observe_class(self, class_name: str, revision: Hashable, *, initial: bool = False) -> bool:
+        """Record a class's revision; True when it changed in a way that matters.
+        ``initial`` marks the first LIST: the baseline, not a change."""
+        previous = self._current.get(class_name, ABSENT)
+        if revision == ABSENT:
+            self._current.pop(class_name, None)
+        else:
+            self._current[class_name] = revision
         if initial:
-            self._flushed[class_name] = revision
-            self._changed.pop(class_name, None)
+            self._planned[class_name] = revision
             return False
-        if previous == revision:
-            return False
-        self._changed[class_name] = revision
-        return True
+        return previous != revision
 
-    def plan(self, pods: PendingPods) -> Plan:
-        """Close the window: the net changes since the last plan and the nudges due."""
-        changed, self._changed = self._changed, {}
-        plan = Plan()
-        nudges: dict[str, Nudge] = {}
-        for class_name, revision in changed.items():
-            before = self._flushed.get(class_name, ABSENT)
-            self._flushed[class_name] = revision
-            if before == revision:
-                continue  # changed and changed back within the window
-            plan.changes.append(ClassChange(class_name, before, revision))
-            for pod in pods.naming(class_name):
-                nudge = Nudge(pod, class_name, revision)
-                if self._nudged.get(pod.uid, {}).get(class_name) == revision or nudged_for(pod, revision):
-                    plan.already_nudged.append(nudge)
-                else:
-                    nudges[pod.uid] = nudge
-        plan.nudges.extend(nudges.values())
-        return plan
+    def baseline_listed(self) -> None:
+        """The first LIST of RuntimeClasses is in: what the pods of the first LIST of
+        pods were tried against."""
+        if self._baseline is None:
+            self._baseline = dict(self._current)
 
-    def done(self, nudge: Nudge) -> None:
-        """The nudge was applied (or is moot): never repeat it for this revision."""
-        self._nudged.setdefault(nudge.pod.uid, {})[nudge.class_name] = nudge.revision
+    def first_seen(self, pod: PendingPod, *, initial: bool) -> None:
+        """A pod appears (``initial``: in the first LIST of pods, pending since before
+        start; else created, or become pending, later)."""
+        if pod.uid in self._first:
+            return
+        # A pod of the first LIST was tried against the classes' baseline, which may not
+        # be listed yet: then it is read when needed (last_tried).
+        self._first[pod.uid] = None if initial else self.digest(pod.runtime_class_name)
+
+    def seen_annotation(self, pod: PendingPod) -> None:
+        """The pod shows a nudge: this process's own record of it is no longer needed."""
+        if self._done.get(pod.uid) == pod.requeued_for:
+            del self._done[pod.uid]
 
     def forget_pod(self, uid: str) -> None:
         """The pod left the pending set (bound or deleted): drop its history."""
-        self._nudged.pop(uid, None)
+        self._first.pop(uid, None)
+        self._done.pop(uid, None)
+
+    def done(self, nudge: Nudge) -> None:
+        """The nudge was applied: the pod was last tried against its revision."""
+        self._done[nudge.pod.uid] = nudge.digest
+
+    # ----- who is due ---------------------------------------------------------------------
+
+    def ours(self, pod: PendingPod) -> bool:
+        """A pod this requeuer nudges: it names a class, one of our schedulers, and
+        kube-scheduler tries it (not being deleted, no scheduling gates)."""
+        return bool(pod.runtime_class_name) and pod.scheduler_name in self.scheduler_names and pod.schedulable
+
+    def last_tried(self, pod: PendingPod) -> str:
+        """The digest of the revision the pod was last tried against (module doc)."""
+        done = self._done.get(pod.uid)
+        if done is not None:
+            return done
+        if pod.requeued_for:
+            return pod.requeued_for
+        first = self._first.get(pod.uid)
+        if first is not None:
+            return first
+        if self._baseline is not None:
+            return revision_digest(self._baseline.get(pod.runtime_class_name, ABSENT))
+        return self.digest(pod.runtime_class_name)  # never due before the classes are listed
+
+    def digest(self, class_name: str) -> str:
+        return revision_digest(self._current.get(class_name, ABSENT))
+
+    def due(self, pod: PendingPod) -> Nudge | None:
+        """The nudge the pod needs now, or None."""
+        if not self.ours(pod):
+            return None
+        revision = self._current.get(pod.runtime_class_name, ABSENT)
+        if self.last_tried(pod) == revision_digest(revision):
+            return None
+        return Nudge(pod, pod.runtime_class_name, revision)
+
+    def plan(self, pods: Iterable[PendingPod]) -> Plan:
+        """A pass over the pending pods: every nudge due, and each class's net change
+        since the last pass (with its pods already nudged for the new revision)."""
+        plan = Plan()
+        changed = {}
+        for name in set(self._current) | set(self._planned):
+            before = self._planned.get(name, ABSENT)
+            after = self._current.get(name, ABSENT)
+            if before != after:
+                changed[name] = ClassChange(name, before, after)
+            if after == ABSENT:
+                self._planned.pop(name, None)
+            else:
+                self._planned[name] = after
+        plan.changes.extend(changed[name] for name in sorted(changed))
+        for pod in pods:
+            nudge = self.due(pod)
+            if nudge is not None:
+                plan.nudges.append(nudge)
+            elif pod.runtime_class_name in changed and self.ours(pod):
+                # Not due although its class changed: nudged for this revision already
+                # (by this process, or another replica before this one led).
+                revision = self._current.get(pod.runtime_class_name, ABSENT)
+                digest = revision_digest(revision)
+                if self._done.get(pod.uid) == digest or pod.requeued_for == digest:
+                    plan.already_nudged.append(Nudge(pod, pod.runtime_class_name, revision))
+        return plan

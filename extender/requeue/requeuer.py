@@ -12,25 +12,25 @@ it::
     Content-Type: application/merge-patch+json
     {"metadata": {"uid": "<uid>", "annotations": {"runtimeclass-extender.dev/requeued-at": "<RFC 3339>"}}}
 
-Nothing else on the pod changes. ``metadata.uid`` is a guard, as in the kubelet's
-status patches: if the pod was deleted and recreated under the same name, the API
-server refuses the patch instead of touching the newcomer.
+Nothing else on the pod changes (an admission policy, deploy/components/
+requeue-pending-pods, refuses anything else from the extender). ``metadata.uid`` is a
+guard, as in the kubelet's status patches: if the pod was deleted and recreated under
+the same name, the API server refuses the patch instead of touching the newcomer.
 
-The parts (decisions are pure, in ``extender.requeue.planner``):
+It is a leader actor (``extender.leader.actor``), level-triggered:
 
-- a pod informer: a ``Reflector`` on ``/api/v1/pods?fieldSelector=spec.nodeName=``,
-  so only unscheduled pods are listed and watched (a pod that gets bound leaves the
-  watch as DELETED), keeping namespace, name, uid, runtimeClassName, schedulerName and
-  resourceVersion of each (``PendingPod``), indexed by class in ``PendingPods``;
-- a listener on the RuntimeClass store (fed by the live cluster's reflector) that tells
-  the ``RequeuePlanner`` each class's scheduling-relevant revision;
-- a coalescing timer: the first change opens a window of ``window`` seconds; when it
-  closes, the planner turns every change seen meanwhile into at most one nudge per pod;
+- every replica follows, from the shared informer of pending pods
+  (``extender.cluster.pending_pods``) and the RuntimeClass store, what each pending pod
+  was last tried against and what its class is now (``extender.requeue.planner``, pure);
+- the leader, at the start of its term and after each RuntimeClass change (coalesced
+  over ``window`` seconds), computes from that state which pods are due a nudge and
+  queues them; nothing is queued from events, and followers queue nothing;
 - one patch worker, the leader's ``WriteQueue`` (``extender.leader.writes``): nudges
-  wait in a queue (one entry per pod uid: a newer nudge replaces an older one still
-  waiting), go out at most ``rate`` per second (token bucket with a small burst), and
-  are retried with capped exponential backoff on 409, 429 (honouring Retry-After,
-  which also pauses every other patch), 5xx, connection errors and timeouts.
+  go out at most ``rate`` per second (token bucket with a small burst), one per pod
+  waiting or in flight, and are tried again with backoff on 409, 429 (honouring
+  Retry-After, which also pauses every other patch), 5xx, connection errors, timeouts
+  and refusals (a 403 until the RBAC is granted); each is computed when sent, from the
+  state at that moment.
 
 Races and how they are closed:
 
@@ -38,29 +38,22 @@ Races and how they are closed:
   start were already tried against those classes. (A class created while the extender
   was down is therefore not noticed as new; such pods wait for the scheduler's own
   periodic retry, as without this feature.)
-- A class change seen before the pod informer's first LIST completes is kept until it
-  has: the window closes only once the informer has synced.
-- A pod bound or deleted after it was planned: before each attempt the worker looks the
-  pod up in the informer's index; absent, it is skipped (``not_pending``). If the
-  informer lags, the PATCH itself answers 404 (``deleted``) or, for a pod recreated
-  under the same name, is refused by the uid guard; the 409 is retried, and the retry
-  finds the new uid in the index and gives up (``recreated``). A bound pod that the
-  informer has not yet dropped may still get its annotation: harmless.
-- Never twice for one class revision: the planner records each pod's last nudged
-  revision, so a re-LIST after a reconnect, or an edit and its undo, patches nothing.
+- A pod bound or deleted before its turn: before each attempt the worker looks the pod
+  up in the informer; absent, it is skipped (``not_pending``). If the informer lags,
+  the PATCH itself answers 404 (``deleted``) or, for a pod recreated under the same
+  name, is refused by the uid guard; the 409 is retried, and the retry finds the new
+  uid and gives up (``recreated``). A bound pod that the informer has not yet dropped
+  may still get its annotation: harmless.
+- Never twice for one class revision: a nudge is for the revision of the moment it is
+  sent, and the planner remembers it until the pod shows it.
 - Two nudges in one second must differ, or the second patch is a no-op the scheduler
   never sees: the timestamp carries microseconds.
-
-It is a leader actor (``extender.leader.actor``). With leader election (``serve
---leader-elect``) every replica runs the informer, the planner and the queue
-(``observe``), so its cache and its plan are warm; only the leader runs the patch
-worker (``lead``). A follower's queue is what the leader
-owes: each nudge also writes ``REVISION_ANNOTATION`` (the digest of the class revision),
-and when a follower's informer shows a pod carrying the digest of its queued nudge, or
-a pod that left the pending set, the follower drops that nudge. A replica that takes
-the lead over therefore patches exactly the pods its predecessor had not, and the same
-check at plan time and before each attempt keeps it from patching a pod twice for one
-revision. A patch cut short by the end of a term goes back to the front of the queue.
+- With leader election (``serve --leader-elect``) each nudge also writes
+  ``REVISION_ANNOTATION`` (the digest of the class revision) and carries the pod's
+  resourceVersion as a precondition: a replica that takes the lead over reads from the
+  pods which nudges its predecessor sent, and a patch that reaches the API server late
+  (sent by a leader just cut off, delivered after its successor nudged the pod) fails
+  with 409 instead of nudging twice.
 """
 
 from __future__ import annotations
@@ -70,11 +63,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import aiohttp
 from prometheus_client import CollectorRegistry
 
+from extender.cluster.pending_pod_informer import PendingPodInformer
+from extender.cluster.pending_pods import PendingPod
 from extender.cluster.state import ClusterState
 from extender.kube.api import send
 from extender.kube.informer import Informer
@@ -84,19 +80,10 @@ from extender.leader.actor import LeaderActor, wait_while
 from extender.leader.gate import LeaderGate
 from extender.leader.writes import Sent, Sleep, WriteOptions, WriteQueue
 from extender.requeue.metrics import RequeueMetrics
-from extender.requeue.nudge import POD_RESOURCE, merge_patch, requeued_at
-from extender.requeue.planner import (
-    ClassChange,
-    Nudge,
-    PendingPod,
-    PendingPods,
-    Plan,
-    RequeuePlanner,
-    class_revision,
-    nudged_for,
-    revision_digest,
-)
+from extender.requeue.nudge import merge_patch, requeued_at
+from extender.requeue.planner import ClassChange, Nudge, Plan, RequeuePlanner, class_revision
 from extender.settings import DEFAULT_REQUEUE_RATE, DEFAULT_REQUEUE_WINDOW, DEFAULT_SCHEDULER_NAMES
+from extender.tasks import run_all
 from policies.objects import RuntimeClassView
 
 log = logging.getLogger("extender.requeue")
@@ -133,6 +120,7 @@ class _Batch:
     sent: int = 0
     skipped: int = 0
     failed: int = 0
+    logged: bool = False
 
     @property
     def finished(self) -> bool:
@@ -141,8 +129,11 @@ class _Batch:
 
 @dataclass
 class _Item:
-    nudge: Nudge
+    uid: str
+    pod_key: str
     batch: _Batch
+    # Said failed (once): a later success no longer counts in the batch.
+    failed: bool = False
 
 
 class Requeuer(LeaderActor):
@@ -160,6 +151,7 @@ class Requeuer(LeaderActor):
         state: ClusterState,
         *,
         options: RequeueOptions | None = None,
+        pending: PendingPodInformer | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         gate: LeaderGate | None = None,
@@ -168,10 +160,10 @@ class Requeuer(LeaderActor):
         # With leader election: patch only while this replica leads (see the module doc).
         self.gate = gate
         self.options = options = options or RequeueOptions()
-        self.pod_informer: Informer[PendingPod] = Informer(api, POD_RESOURCE, options=options.reflector)
-        self.pods = self.pod_informer.store
-        self.pending = PendingPods(options.scheduler_names)
-        self.planner = RequeuePlanner()
+        # The informer of pending pods the actors share (its own when built alone).
+        self.pod_informer = pending or PendingPodInformer(api, options=options.reflector)
+        self.pods = self.pod_informer.pods
+        self.planner = RequeuePlanner(options.scheduler_names)
         self.metrics: RequeueMetrics | None = None
         self.writes: WriteQueue[_Item] = WriteQueue(
             self,
@@ -186,12 +178,19 @@ class Requeuer(LeaderActor):
             sleep=sleep,
         )
         self._changed = asyncio.Event()
+        # The pods the requeuer nudges (ours, schedulable), for the gauge.
+        self._ours = 0
+        # The nudge each pod's write carried, for the planner and the counters.
+        self._sending: dict[str, Nudge] = {}
         self._classes = state.runtime_classes
         self._classes.add_listener(self._class_changed)
         self.pods.add_listener(self._pod_changed)
         if self._classes.synced:  # built late: what exists now is the baseline
             for runtime_class in self._classes.values():
-                self.planner.observe(runtime_class.name, class_revision(runtime_class), initial=True)
+                self.planner.observe_class(runtime_class.name, class_revision(runtime_class), initial=True)
+            self.planner.baseline_listed()
+        for pod in self.pods.values():
+            self._pod_changed(self.pods.kind, None, pod)
 
     # ----- state --------------------------------------------------------------------
 
@@ -215,28 +214,25 @@ class Requeuer(LeaderActor):
             return
         view = new if isinstance(new, RuntimeClassView) else None
         # Store.replace sets synced after notifying: during the first LIST it is False.
-        if self.planner.observe(current.name, class_revision(view), initial=not self._classes.synced):
-            self._changed.set()
+        initial = not self._classes.synced
+        if not initial:
+            self.planner.baseline_listed()  # before this change: the first LIST as it was
+        if self.planner.observe_class(current.name, class_revision(view), initial=initial) and self._leading:
+            self._changed.set()  # a follower plans nothing: its next term starts with a pass
 
     def _pod_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:
-        if isinstance(old, PendingPod) and (new is None or getattr(new, "uid", None) != old.uid):
-            # Bound (it left the spec.nodeName= watch), deleted, or replaced.
-            self.pending.delete(old.name)
-            self.planner.forget_pod(old.uid)
+        if isinstance(old, PendingPod):
+            self._ours -= self.planner.ours(old)
+            if new is None or getattr(new, "uid", None) != old.uid:
+                # Bound (it left the spec.nodeName= watch), deleted, or replaced.
+                self.planner.forget_pod(old.uid)
         if isinstance(new, PendingPod):
-            self.pending.upsert(new)
-        if not self._leading and isinstance(old, PendingPod):
-            self._drop_if_done(old.uid)
-
-    def _drop_if_done(self, uid: str) -> None:
-        """A follower: drop a queued nudge the leader has sent, or whose pod is gone."""
-        item = self.writes.get(uid)
-        if item is None:
-            return
-        skip = self.due(item)
-        if skip is not None:
-            self.writes.discard(uid)
-            self.settle(item, skip)
+            self._ours += self.planner.ours(new)
+            # Store.replace sets synced after notifying: the first LIST's pods are
+            # pending since before start.
+            self.planner.first_seen(new, initial=not self.pods.synced)
+            if new.requeued_for:
+                self.planner.seen_annotation(new)
 
     @property
     def _leading(self) -> bool:
@@ -251,10 +247,10 @@ class Requeuer(LeaderActor):
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         """Count nudges on ``registry`` (the app's, in ``serve``)."""
-        self.metrics = RequeueMetrics(registry, pending=lambda: len(self.pending), queued=lambda: self.queued)
+        self.metrics = RequeueMetrics(registry, pending=lambda: self._ours, queued=lambda: self.queued)
 
     async def observe(self) -> None:
-        """The planner, on every replica, until cancelled."""
+        """Every replica follows the classes and pods through its listeners."""
         log.info(
             "requeueing pending pods on RuntimeClass changes",
             extra={
@@ -263,14 +259,19 @@ class Requeuer(LeaderActor):
                 "rate": self.options.rate,
             },
         )
-        try:
-            await self._plan_loop()
-        finally:
-            self.writes.close()
 
     async def lead(self) -> None:
-        """The patch worker, while this replica leads."""
-        await self.writes.run()
+        """A pass at the start of the term and after each change; the patch worker."""
+        await self._classes.wait_synced()
+        await self.pods.wait_synced()
+        self.planner.baseline_listed()
+        self._changed.set()
+        try:
+            await run_all(self.writes.run, self._plan_loop)
+        finally:
+            # The next term, here or elsewhere, recomputes what is owed from what is.
+            self._changed.clear()
+            self.writes.clear()
 
     async def drain(self) -> None:
         """On shutdown: give the nudges already planned or queued up to
@@ -283,64 +284,108 @@ class Requeuer(LeaderActor):
     async def _plan_loop(self) -> None:
         while True:
             await self._changed.wait()
-            # Coalesce: every change until the window closes joins this plan.
+            # Coalesce: every change until the window closes joins this pass.
             await asyncio.sleep(self.options.window)
-            await self.pods.wait_synced()
             self._changed.clear()
-            try:
-                self._enqueue(self.planner.plan(self.pending))
-            except Exception:
-                log.exception("requeue planning failed")
+            self._enqueue(self.planner.plan(self.pods.values()))
 
     def _enqueue(self, plan: Plan) -> None:
-        batches: dict[str, _Batch] = {}
-        for change in plan.changes:
-            nudges = sum(1 for n in plan.nudges if n.class_name == change.class_name)
-            already = sum(1 for n in plan.already_nudged if n.class_name == change.class_name)
-            batches[change.class_name] = _Batch(change, nudges, already)
+        batches: dict[str, _Batch] = {change.class_name: _Batch(change, 0, 0) for change in plan.changes}
+        fresh = [nudge for nudge in plan.nudges if not self.writes.has(nudge.pod.uid)]
+        for nudge in fresh:
+            batch = batches.get(nudge.class_name)
+            if batch is None:  # owed from before this term: a new leader's leftovers
+                current = nudge.revision
+                batch = batches[nudge.class_name] = _Batch(
+                    ClassChange(nudge.class_name, current, current), 0, 0
+                )
+            batch.total += 1
+        for nudge in plan.already_nudged:
+            batches[nudge.class_name].already_nudged += 1
         if self.metrics is not None and plan.already_nudged:
             self.metrics.skipped.labels("already_nudged").inc(len(plan.already_nudged))
         for batch in batches.values():
-            if batch.total == 0:
+            if batch.total == 0 and batch.change.kind != "resumed":
                 self._log_batch(batch)
-        for nudge in plan.nudges:
-            self.writes.put(_Item(nudge, batches[nudge.class_name]))
+        for nudge in fresh:
+            pod = nudge.pod
+            self.writes.put(_Item(pod.uid, pod.name, batches[nudge.class_name]))
 
     # ----- the writes (extender.leader.writes.WriteHandler) -------------------------
 
     def key(self, item: _Item) -> str:
-        return item.nudge.pod.uid
+        return item.uid
+
+    def due(self, item: _Item) -> str | None:
+        """None if the pod is still pending and due a nudge, else the skip reason."""
+        current = self.pods.get(item.pod_key)
+        if current is None:
+            return "not_pending"
+        if current.uid != item.uid:
+            return "recreated"
+        if self.planner.due(current) is None:
+            return "already_nudged"  # by another replica, or its class changed back
+        return None
+
+    async def send(self, item: _Item) -> Sent:
+        """One PATCH, for the nudge the pod is due now."""
+        pod = self.pods.get(item.pod_key)
+        nudge = self.planner.due(pod) if pod is not None and pod.uid == item.uid else None
+        if pod is None or nudge is None:
+            return Sent(HTTPStatus.OK, "not due")  # settled by due() on the next look
+        self._sending[item.uid] = nudge
+        # Only with leader election: without it the patch stays one annotation, and the
+        # pod's resourceVersion (the informer's, now) is not a precondition.
+        revision = nudge.digest if self.gate is not None else None
+        return await send(
+            self._api,
+            "PATCH",
+            "/api/v1/namespaces/{namespace}/pods/{name}",
+            path_params={"namespace": pod.namespace, "name": pod.pod_name},
+            body=merge_patch(pod, requeued_at(), revision),
+            content_type="application/merge-patch+json",
+            timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
+        )
 
     def settle(self, item: _Item, outcome: str, *, reason: str = "", sent: Sent | None = None) -> None:
-        """Count one nudge's end: sent, skipped (reason) or failed (reason)."""
-        batch, metrics, pod = item.batch, self.metrics, item.nudge.pod
-        if outcome == "sent":
-            log.debug("requeued pod", extra={"pod": pod.name, "runtimeClass": item.nudge.class_name})
-            batch.sent += 1
-            self.planner.done(item.nudge)
+        """Count one nudge's end: sent, skipped (reason) or failed (reason, once per
+        streak: it is tried again while due, and its later end is counted too)."""
+        if outcome == "failed":
+            self._failed(item, reason, sent)
+            return
+        nudge = self._sending.pop(item.uid, None)
+        if outcome == "sent" and nudge is None:
+            outcome = "already_nudged"  # nothing was due when its turn came: no PATCH
+        batch, metrics = item.batch, self.metrics
+        if outcome == "sent" and nudge is not None:
+            log.debug("requeued pod", extra={"pod": item.pod_key, "runtimeClass": nudge.class_name})
+            self.planner.done(nudge)
             if metrics is not None:
                 metrics.sent.inc()
-        elif outcome == "failed":
-            status, message = (sent.status, sent.message) if sent is not None else (0, "")
-            if reason == "retries_exhausted":
-                log.warning(
-                    "giving up requeueing pod", extra={"pod": pod.name, "status": status, "error": message}
-                )
-            elif sent is not None:
-                log.warning(
-                    "cannot requeue pod"
-                    + (": grant the requeue ClusterRole (patch pods)" if status == 403 else ""),
-                    extra={"pod": pod.name, "status": status, "error": message},
-                )
-            batch.failed += 1
-            if metrics is not None:
-                metrics.failed.labels(reason).inc()
+            batch.sent += not item.failed
         else:
-            batch.skipped += 1
+            batch.skipped += not item.failed
             if metrics is not None:
                 metrics.skipped.labels(outcome).inc()
         if batch.finished:
             self._log_batch(batch)
+
+    def _failed(self, item: _Item, reason: str, sent: Sent | None) -> None:
+        status, message = (sent.status, sent.message) if sent is not None else (0, "")
+        hint = ": grant the requeue ClusterRole (patch pods)" if status == 403 else ""
+        what = (
+            "requeueing pod keeps failing" if reason == "retries_exhausted" else "cannot requeue pod" + hint
+        )
+        log.warning(
+            what + "; trying again with backoff",
+            extra={"pod": item.pod_key, "status": status, "error": message},
+        )
+        item.failed = True
+        item.batch.failed += 1
+        if self.metrics is not None:
+            self.metrics.failed.labels(reason).inc()
+        if item.batch.finished:
+            self._log_batch(item.batch)
 
     def retrying(self, item: _Item, sent: Sent, delay: float) -> None:
         if self.metrics is not None:
@@ -348,7 +393,7 @@ class Requeuer(LeaderActor):
         log.info(
             "requeue patch will be retried",
             extra={
-                "pod": item.nudge.pod.name,
+                "pod": item.pod_key,
                 "status": sent.status,
                 "error": sent.message,
                 "retryIn": round(delay, 3),
@@ -357,9 +402,10 @@ class Requeuer(LeaderActor):
 
     def _log_batch(self, batch: _Batch) -> None:
         change = batch.change
-        # A follower's batch ends as the leader's patches arrive: the leader's line says it.
-        log.log(
-            logging.INFO if self._leading else logging.DEBUG,
+        if batch.logged:
+            return
+        batch.logged = True
+        log.info(
             "RuntimeClass %s: requeued %d pending pod(s)",
             change.kind,
             batch.sent,
@@ -371,35 +417,4 @@ class Requeuer(LeaderActor):
                 "skipped": batch.skipped + batch.already_nudged,
                 "failed": batch.failed,
             },
-        )
-
-    def due(self, item: _Item) -> str | None:
-        """None if the pod is still pending as planned, else the skip reason."""
-        pod = item.nudge.pod
-        current = self.pending.get(pod.name)
-        if current is None:
-            return "not_pending"
-        if current.uid != pod.uid:
-            return "recreated"
-        if nudged_for(current, item.nudge.revision):
-            return "already_nudged"  # by another replica, before this one led
-        return None
-
-    async def send(self, item: _Item) -> Sent:
-        """One PATCH."""
-        pod = item.nudge.pod
-        # Only with leader election: without it the patch stays one annotation.
-        revision = None
-        if self.gate is not None:
-            revision = revision_digest(item.nudge.revision)
-            # The pod as the informer has it now: its resourceVersion is the precondition.
-            pod = self.pending.get(pod.name) or pod
-        return await send(
-            self._api,
-            "PATCH",
-            "/api/v1/namespaces/{namespace}/pods/{name}",
-            path_params={"namespace": pod.namespace, "name": pod.pod_name},
-            body=merge_patch(pod, requeued_at(), revision),
-            content_type="application/merge-patch+json",
-            timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
         )

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from extender.cli import main
 from extender.cluster.objects import ObjectError
+from extender.cluster.pending_pods import pending_pod_from_api
 from extender.cluster.pod_views import pod_key
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch, runtime_class_resource
@@ -32,7 +33,6 @@ from extender.kube.times import MICRO_TIME_FORMAT
 from extender.leader.runner import LeaderRunner
 from extender.logs import TextFormatter
 from extender.requeue.metrics import RequeueMetrics
-from extender.requeue.nudge import pending_pod_from_api
 from extender.requeue.planner import REQUEUE_ANNOTATION
 from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import SERVE_SETTINGS
@@ -428,7 +428,7 @@ async def test_a_pod_bound_while_waiting_for_its_turn_is_skipped(
     await eventually(lambda: bool(fake_time.sleeps), what="second waiting for a token")
     # The scheduler binds it meanwhile: it leaves the spec.nodeName= watch.
     fake_apiserver.modify(PODS, "second", {"spec": {"nodeName": "node-1"}})
-    await eventually(lambda: running.requeuer.pending.get("default/second") is None, what="informer")
+    await eventually(lambda: running.requeuer.pods.get("default/second") is None, what="informer")
     fake_time.release.set()
     await running.settled("gvisor")
     assert patches(fake_apiserver, "second") == 0
