@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from extender.admission import RoutingConfig
-from extender.audit.auditor import Auditor
+from extender.audit.auditor import AuditOptions
 from extender.capture.writer import CaptureWriter
 from extender.certificates.serving import SwitchingContext
 from extender.cluster.annotations import SelectorErrorLog
@@ -44,6 +44,7 @@ from extender.cluster.class_labels import ClassLabels
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.state import ClusterState
+from extender.http.actors import ActorOptions, leader_actors
 from extender.http.admission import PATHS as ADMISSION_PATHS
 from extender.http.admission_listener import AdmissionListener, admission_listener, create_admission_app
 from extender.http.app import create_app
@@ -71,13 +72,12 @@ from extender.http.tls import (
 )
 from extender.kube.health import SourceStats, waiting_report
 from extender.kube.incluster import own_namespace
-from extender.labeller.events import ClassEvents
-from extender.labeller.labeller import LabelOptions, NodeLabeller
-from extender.leader.actor import LeaderActor
+from extender.labeller.events import EventOptions
+from extender.labeller.labeller import LabelOptions
 from extender.leader.gate import ElectionOptions, LeaderGate, identity
 from extender.leader.runner import LeaderRunner
 from extender.policy_file import load_policy
-from extender.requeue.requeuer import RequeueOptions, Requeuer
+from extender.requeue.requeuer import RequeueOptions
 from extender.settings import ServeSettings, SettingsError
 from extender.startup_checks import configuration_warnings
 from extender.tasks import on_shutdown
@@ -118,6 +118,21 @@ def leader_gate_for(settings: ServeSettings) -> LeaderGate:
     )
 
 
+def actor_options(settings: ServeSettings) -> ActorOptions:
+    """Which leader actors the settings turn on (``extender.http.actors``)."""
+    return ActorOptions(
+        requeue=requeue_options(settings) if settings.requeue_pending_pods else None,
+        audit=AuditOptions() if settings.audit_running_pods else None,
+        label=(
+            LabelOptions(prefix=settings.node_label_prefix, rate=settings.label_nodes_rate)
+            if settings.label_nodes
+            else None
+        ),
+        # Pods the label rules out hear why from an event: FailedScheduling cannot say.
+        events=EventOptions() if settings.label_nodes else None,
+    )
+
+
 def leader_runner(
     settings: ServeSettings,
     live: LiveCluster,
@@ -129,23 +144,14 @@ def leader_runner(
     """The leader actors the settings ask for, built before the watch starts (they hear
     the first LISTs), behind a gate with ``leader-elect``."""
     gate = leader_gate_for(settings) if settings.leader_elect else None
-    actors: list[LeaderActor] = []
-    if settings.requeue_pending_pods:
-        actors.append(Requeuer(live.api, state, options=requeue_options(settings), gate=gate))
-    if settings.audit_running_pods:
-        actors.append(Auditor(live.api, state, gate=gate))
-    if settings.label_nodes:
-        options = LabelOptions(prefix=settings.node_label_prefix, rate=settings.label_nodes_rate)
-        actors.append(NodeLabeller(live.api, state, policy, options=options, gate=gate))
-        # Pods the label rules out hear why from an event: FailedScheduling cannot say.
-        instance = gate.identity if gate is not None else ""
-        actors.append(
-            ClassEvents(
-                live.api, state, policy, prefix=settings.node_label_prefix, gate=gate, instance=instance
-            )
-        )
-    if keeper is not None:
-        actors.append(keeper)
+    actors = leader_actors(
+        live.api,
+        state,
+        policy,
+        actor_options(settings),
+        gate=gate,
+        others=(keeper,) if keeper is not None else (),
+    )
 
     def cluster_state_waiting() -> list[str]:
         # Campaign on warm caches only: a new leader acts at once, never cold.

@@ -216,7 +216,7 @@ async def test_an_actor_that_raises_costs_only_itself(
     health = await client.get("/healthz")
     assert (health.status, await health.json()) == (200, {"status": "ok"})
     failures = registry.get_sample_value(
-        "runtimeclass_extender_leader_actor_failures_total", {"actor": "buggy"}
+        "runtimeclass_extender_actor_failures_total", {"actor": "buggy"}
     )
     assert failures == 3
     logged = [r for r in caplog.records if r.getMessage() == "leader actor failed; starting it again"]

@@ -19,20 +19,19 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from extender.audit.auditor import AuditOptions, Auditor
+from extender.cluster.pending_pods import REQUEUE_ANNOTATION, REVISION_ANNOTATION
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch, runtime_class_resource
+from extender.http.actors import ActorOptions, leader_actors
 from extender.kube import connect as kube
 from extender.kube.health import waiting_report
 from extender.labeller.events import ClassEvents, EventOptions
 from extender.labeller.labeller import LabelOptions, NodeLabeller
-from extender.leader.actor import LeaderActor
 from extender.leader.election import LeaderElector
 from extender.leader.gate import ElectionOptions, LeaderGate, identity
 from extender.leader.runner import LeaderRunner
 from extender.policy_file import load_policy
-from extender.requeue.planner import REQUEUE_ANNOTATION, REVISION_ANNOTATION
 from extender.requeue.requeuer import RequeueOptions, Requeuer
-from extender.settings import DEFAULT_NODE_LABEL_PREFIX
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import PODS, FakeApiServer
 from tests.support.proxy import TcpProxy
@@ -47,9 +46,7 @@ FAST_ELECTION = ElectionOptions(
     retry_period=0.1,
 )
 FAST_REFLECTOR = fast_reflector(page_size=50)
-FAST_EVENTS = EventOptions(
-    rate=1000.0, burst=100, interval=0.05, request_timeout=2.0, reflector=FAST_REFLECTOR
-)
+FAST_EVENTS = EventOptions(rate=1000.0, burst=100, interval=0.05, request_timeout=2.0, retry_max=0.5)
 SCHED = "runtimeclass-scheduler"
 FAST_REQUEUE = RequeueOptions(
     scheduler_names=(SCHED,),
@@ -122,26 +119,24 @@ async def start_replica(
     state = ClusterState()
     gate = LeaderGate(identity({"POD_NAME": name}), election)
     registry = CollectorRegistry()
-    requeuer = Requeuer(conn.api, state, options=requeue, gate=gate) if requeue is not None else None
-    auditor = (
-        Auditor(conn.api, state, options=AuditOptions(reflector=FAST_REFLECTOR), gate=gate) if audit else None
+    # As serve builds them (extender.http.actors), at test speed.
+    actors = leader_actors(
+        conn.api,
+        state,
+        load_policy(),
+        ActorOptions(
+            requeue=requeue,
+            audit=AuditOptions(reflector=FAST_REFLECTOR) if audit else None,
+            label=label,
+            events=FAST_EVENTS if events else None,
+            pending_reflector=FAST_REFLECTOR,
+        ),
+        gate=gate,
     )
-    labeller = (
-        NodeLabeller(conn.api, state, load_policy(), options=label, gate=gate) if label is not None else None
-    )
-    class_events = (
-        ClassEvents(
-            conn.api,
-            state,
-            load_policy(),
-            prefix=DEFAULT_NODE_LABEL_PREFIX,
-            options=FAST_EVENTS,
-            gate=gate,
-            instance=gate.identity,
-        )
-        if events
-        else None
-    )
+    requeuer = next((a for a in actors if isinstance(a, Requeuer)), None)
+    auditor = next((a for a in actors if isinstance(a, Auditor)), None)
+    labeller = next((a for a in actors if isinstance(a, NodeLabeller)), None)
+    class_events = next((a for a in actors if isinstance(a, ClassEvents)), None)
     # Every kind with the audit, the labeller or the events; the requeuer reads
     # RuntimeClasses only.
     every_kind = audit or labeller is not None or class_events is not None
@@ -149,9 +144,6 @@ async def start_replica(
     watch = ClusterWatch(
         conn.api, state, options=FAST_REFLECTOR, **({"resources": resources} if resources else {})
     )
-    actors: list[LeaderActor] = [
-        actor for actor in (auditor, requeuer, labeller, class_events) if actor is not None
-    ]
     runner = LeaderRunner(
         actors, gate, also_waiting=lambda: [r for s in watch.stats if (r := waiting_report(s)) is not None]
     )
