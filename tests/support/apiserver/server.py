@@ -33,6 +33,8 @@ import orjson
 import yaml
 from aiohttp import web
 
+from tests.support.apiserver.objects import status_object
+
 JsonObj = dict[str, Any]
 
 
@@ -87,39 +89,6 @@ MUTATING_WEBHOOKS = ResourceType(
     "MutatingWebhookConfiguration",
     merge_keys=(("webhooks", "name"),),
 )
-
-_REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    409: "Conflict",
-    410: "Expired",
-    415: "UnsupportedMediaType",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
-
-
-def status_object(
-    code: int, message: str, *, reason: str | None = None, details: JsonObj | None = None
-) -> JsonObj:
-    """A meta/v1 Status, as the API server sends for every error."""
-    status: JsonObj = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason if reason is not None else _REASONS.get(code, ""),
-        "code": code,
-    }
-    if details:
-        status["details"] = details
-    return status
 
 
 class RecordedRequest(NamedTuple):
