@@ -54,7 +54,8 @@ from then on every request is, and a refusal is a 403 worded as kube-apiserver w
 Loaded ValidatingAdmissionPolicies run on every write that passes (CREATE for POST,
 UPDATE for PUT and every PATCH, DELETE; on the object and its subresources), for every
 user the policy matches (the administrator too, as on a real server), and deny with the
-422 (or the validation's reason) a real server sends.
+422 (or the validation's reason) a real server sends; an expression the ``cel`` package
+cannot evaluate is answered with a 500 naming it rather than with a guess.
 
 resourceVersions come from one global counter shared by every resource, like etcd's
 revision. Watching or listing from a resourceVersion older than the compaction point

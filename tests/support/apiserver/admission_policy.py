@@ -48,9 +48,12 @@ Mirrored from the Kubernetes source (staging/src/k8s.io/apiserver/pkg/admission/
   ``request.options``, ``authorizer``, ``paramKind``/``paramRef`` (refused when loaded).
 
 The ``cel`` package, with its cel-go-like extension functions (``cel.stdlib``: the
-strings, lists, math, sets and base64 libraries Kubernetes' CEL environment also has):
-a missing map key raises KeyError, reported as CEL's ``no such key: <key>``; other
-evaluation errors keep the package's own wording. Where it falls short of a real
+strings, lists, math, sets and base64 libraries Kubernetes' CEL environment also has),
+treats the JSON as CEL does: None is ``null``, ``has(m.k)`` is false for an absent key
+and true for one whose value is null, ``k in m`` tests a map's keys, an error in one
+operand of ``||``/``&&`` is absorbed when the other decides. A missing map key raises
+KeyError, reported as CEL's ``no such key: <key>``; other evaluation errors keep the
+package's own wording. Where it falls short of a real
 server, the fake says so instead of deciding: it cannot parse CEL's optional syntax
 (``obj.?field.orValue(x)``), so a policy using it is refused when loaded, naming the
 expression (write ``has()`` instead); and an expression that calls a function it lacks
