@@ -23,6 +23,7 @@ from tests.support.apiserver import (
     PODS,
     VALIDATING_WEBHOOKS,
     FakeApiServer,
+    ResourceType,
     admission_policy,
     make_node,
     make_pod,
@@ -379,13 +380,28 @@ async def test_a_dry_run_is_admitted_like_the_write_and_says_so(fake_apiserver: 
     assert (await send(fake_apiserver, "PATCH", path, fake_apiserver.token, patch))[0] == 200
 
 
-async def test_the_webhook_configurations_are_exempt(fake_apiserver: FakeApiServer) -> None:
+async def test_webhook_configurations_are_admitted_policies_are_not(fake_apiserver: FakeApiServer) -> None:
+    """Only the policy resources escape API-defined policies (plugin/policy/generic/
+    plugin.go), not webhook configurations, whose exemption is from webhooks only."""
     fake_apiserver.apply(deny_all())
     assert fake_apiserver.token is not None
     hook = {"metadata": {"name": "h"}, "webhooks": []}
     path = VALIDATING_WEBHOOKS.collection_path()
     status, _, _ = await send(
         fake_apiserver, "POST", path, fake_apiserver.token, hook, content_type="application/json"
+    )
+    assert status == 422
+    policies = ResourceType(
+        "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy"
+    )
+    fake_apiserver.register(policies)
+    status, _, _ = await send(
+        fake_apiserver,
+        "POST",
+        policies.collection_path(),
+        fake_apiserver.token,
+        {"metadata": {"name": "p"}, "spec": {}},
+        content_type="application/json",
     )
     assert status == 201
 

@@ -7,9 +7,11 @@ Mirrored from the Kubernetes source (staging/src/k8s.io/apiserver/pkg/admission/
 - Which policies run (plugin/policy/validating/dispatcher.go ``Dispatch``): every policy
   that has a binding (``spec.policyName``) and whose ``matchConstraints`` match, then each
   of its bindings whose ``matchResources`` match (none: every request the policy
-  matches). Writes of the admission configuration kinds themselves (webhook
-  configurations, policies, bindings) are exempt (plugin/webhook/predicates/rules/
-  rules.go ``IsExemptAdmissionConfigurationResource``).
+  matches). Writes of the policy resources themselves (validating and mutating
+  admission policies and their bindings) are exempt, webhook configurations are not
+  (plugin/policy/generic/plugin.go ``Dispatch``: ``admissionResources``; the
+  webhooks' own exemption, rules.go ``IsExemptAdmissionConfigurationResource``,
+  does not apply to policies).
 - Matching (plugin/policy/matching/matching.go ``Matches``, rules.go ``Matcher``):
   ``namespaceSelector`` (ignored for cluster-scoped requests; labels of the request's
   Namespace), ``objectSelector`` (the new or the old object's labels), then
@@ -79,13 +81,12 @@ JsonObj = dict[str, Any]
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-_EXEMPT_KINDS = (
-    "ValidatingWebhookConfiguration",
-    "MutatingWebhookConfiguration",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-    "MutatingAdmissionPolicy",
-    "MutatingAdmissionPolicyBinding",
+# plugin/policy/generic/plugin.go admissionResources: never admitted by API-defined policies.
+_EXEMPT_RESOURCES = (
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
+    "mutatingadmissionpolicies",
+    "mutatingadmissionpolicybindings",
 )
 # apiserver/pkg/apis/cel/config.go MaxEvaluatedMessageExpressionSizeBytes.
 _MAX_MESSAGE_BYTES = 5 * 1024
@@ -436,7 +437,7 @@ def _denial_status(
 
 def admit(policies: Policies, attributes: AdmissionAttributes) -> Verdict:
     """Run every loaded policy on a write (dispatcher.go ``Dispatch``)."""
-    if attributes.kind[0] == "admissionregistration.k8s.io" and attributes.kind[2] in _EXEMPT_KINDS:
+    if attributes.group == "admissionregistration.k8s.io" and attributes.resource in _EXEMPT_RESOURCES:
         return Verdict(None)
     context: JsonObj = {
         "object": attributes.object,
