@@ -818,7 +818,9 @@ class FakeApiServer:
         user = self.user_info(user_name)
         if self.rbac is not None:
             # A list or watch is authorized with the name its fieldSelector pins.
-            selected = rbac.name_from_field_selector(query.get("fieldSelector", "")) if not name else ""
+            authorized_name = name or ""
+            if verb in ("list", "watch"):
+                authorized_name = rbac.name_from_field_selector(query.get("fieldSelector", ""))
             attributes = rbac.Attributes(
                 user=user,
                 verb=rbac.request_verb(request.method, name or "", watch=is_watch),
@@ -827,7 +829,7 @@ class FakeApiServer:
                 resource=rtype.plural,
                 subresource=subresource,
                 namespace=namespace or "",
-                name=name or (selected if verb in ("list", "watch") else ""),
+                name=authorized_name,
             )
             decision = rbac.authorize(self.rbac, attributes)
             if not decision.allowed:
