@@ -18,6 +18,8 @@ import pytest
 import yaml
 
 from tests.support.apiserver import (
+    CONFIGMAPS,
+    ENDPOINT_SLICES,
     LEASES,
     NODES,
     PODS,
@@ -537,3 +539,154 @@ async def test_a_token_of_its_own_names_the_user_of_each_request(
     async with aiohttp.ClientSession(headers=AUTH) as session:
         await get_json(session, nodes_url(fake_apiserver))
     assert fake_apiserver.requests[-1].user == ""
+
+
+async def test_delete_one_object_with_preconditions(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    node = fake_apiserver.add(NODES, make_node("n1"))
+    url = nodes_url(fake_apiserver) + "/n1"
+    for preconditions, cause in [
+        ({"uid": "other"}, f"UID in precondition: other, UID in object meta: {node['metadata']['uid']}"),
+        (
+            {"resourceVersion": "999"},
+            "ResourceVersion in precondition: 999, ResourceVersion in object meta: 1",
+        ),
+    ]:
+        async with http.delete(url, json={"kind": "DeleteOptions", "preconditions": preconditions}) as resp:
+            body = orjson.loads(await resp.read())
+        assert_status(body, 409, "Conflict")
+        assert body["message"] == f'Operation cannot be fulfilled on nodes "n1": Precondition failed: {cause}'
+    assert fake_apiserver.get(NODES, "n1") is not None
+    async with http.delete(url, json={"preconditions": {"uid": node["metadata"]["uid"]}}) as resp:
+        assert resp.status == 200
+        body = orjson.loads(await resp.read())
+    # store.go finalizeDelete: a Success Status naming what was deleted.
+    assert body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": "n1", "kind": "nodes", "uid": node["metadata"]["uid"]},
+    }
+    assert fake_apiserver.get(NODES, "n1") is None
+    assert fake_apiserver.changes(NODES)[-1][0] == "DELETED"
+    async with http.delete(url) as resp:
+        assert_status(orjson.loads(await resp.read()), 404, "NotFound")
+
+
+async def test_status_subresource_writes_change_the_status_only(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    fake_apiserver.add(PODS, make_pod("p1"))
+    url = fake_apiserver.url + PODS.collection_path("default") + "/p1/status"
+    patch = {"metadata": {"labels": {"a": "b"}}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+    async with http.patch(
+        url, data=orjson.dumps(patch), headers={"Content-Type": "application/merge-patch+json"}
+    ) as resp:
+        assert resp.status == 200
+    pod = fake_apiserver.get(PODS, "p1", namespace="default")
+    assert pod is not None
+    assert pod["status"] == {"phase": "Running"}
+    assert "labels" not in pod["metadata"] and "nodeName" not in pod["spec"]
+    pod["status"] = {"phase": "Succeeded"}
+    pod["spec"]["nodeName"] = "n2"
+    async with http.put(url, json=pod) as resp:
+        assert resp.status == 200
+    status, got = await get_json(http, url)
+    assert status == 200
+    assert got["status"] == {"phase": "Succeeded"} and "nodeName" not in got["spec"]
+    async with http.patch(
+        nodes_url(fake_apiserver) + "/n1/eviction",
+        data=b"{}",
+        headers={"Content-Type": "application/merge-patch+json"},
+    ) as resp:
+        assert resp.status == 404  # nodes have no eviction subresource
+
+
+async def test_pod_binding_and_eviction(fake_apiserver: FakeApiServer, http: aiohttp.ClientSession) -> None:
+    fake_apiserver.add(PODS, make_pod("p1"))
+    url = fake_apiserver.url + PODS.collection_path("default") + "/p1"
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p1"}, "target": {"name": "n1"}}
+    async with http.post(url + "/binding", json=binding) as resp:
+        assert resp.status == 201
+        assert orjson.loads(await resp.read())["status"] == "Success"
+    pod = fake_apiserver.get(PODS, "p1", namespace="default")
+    assert pod is not None and pod["spec"]["nodeName"] == "n1"
+    async with http.post(url + "/binding", json=binding) as resp:
+        body = orjson.loads(await resp.read())
+    assert_status(body, 409, "Conflict")
+    assert (
+        body["message"]
+        == 'Operation cannot be fulfilled on pods/binding "p1": pod p1 is already assigned to node "n1"'
+    )
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "p1", "namespace": "default"},
+    }
+    async with http.post(url + "/eviction", json=eviction) as resp:
+        assert resp.status == 201
+    assert fake_apiserver.get(PODS, "p1", namespace="default") is None
+    async with http.post(url + "/eviction", json=eviction) as resp:
+        assert resp.status == 404
+
+
+async def test_dry_run_writes_answer_but_store_nothing(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    fake_apiserver.add(NODES, make_node("n1"))
+    fake_apiserver.add(PODS, make_pod("p1"))
+    before_rv, before_changes = fake_apiserver.resource_version, len(fake_apiserver.changes(NODES))
+    dry = {"dryRun": "All"}
+    merge = {"Content-Type": "application/merge-patch+json"}
+    node_url = nodes_url(fake_apiserver) + "/n1"
+    async with http.post(nodes_url(fake_apiserver), json=make_node("n2"), params=dry) as resp:
+        assert resp.status == 201
+        created = orjson.loads(await resp.read())
+    assert created["metadata"]["name"] == "n2" and "resourceVersion" not in created["metadata"]
+    async with http.patch(
+        node_url, data=b'{"metadata":{"labels":{"a":"b"}}}', headers=merge, params=dry
+    ) as resp:
+        assert resp.status == 200
+        patched = orjson.loads(await resp.read())
+    assert patched["metadata"]["labels"]["a"] == "b" and patched["metadata"]["resourceVersion"] == "1"
+    async with http.put(node_url, json=make_node("n1", labels={"c": "d"}), params=dry) as resp:
+        assert resp.status == 200
+    async with http.delete(node_url, params=dry) as resp:
+        assert resp.status == 200
+    async with http.delete(node_url, json={"dryRun": ["All"]}) as resp:
+        assert resp.status == 200
+    pod_url = fake_apiserver.url + PODS.collection_path("default") + "/p1"
+    async with http.post(pod_url + "/eviction", json={"metadata": {"name": "p1"}}, params=dry) as resp:
+        assert resp.status == 201
+    assert fake_apiserver.resource_version == before_rv
+    assert len(fake_apiserver.changes(NODES)) == before_changes
+    assert fake_apiserver.get(NODES, "n2") is None
+    node = fake_apiserver.get(NODES, "n1")
+    assert node is not None and "a" not in node["metadata"]["labels"]
+    assert fake_apiserver.get(PODS, "p1", namespace="default") is not None
+    # A taken name is still taken in a dry run.
+    async with http.post(nodes_url(fake_apiserver), json=make_node("n1"), params=dry) as resp:
+        assert resp.status == 409
+    async with http.delete(node_url, params={"dryRun": "Some"}) as resp:
+        body = orjson.loads(await resp.read())
+    assert_status(body, 422, "Invalid")
+    assert (
+        body["message"]
+        == 'DeleteOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: "Some": supported values: "All"'
+    )
+
+
+async def test_configmaps_and_endpointslices_are_served(
+    http: aiohttp.ClientSession, fake_apiserver: FakeApiServer
+) -> None:
+    for rtype, obj in [
+        (CONFIGMAPS, {"metadata": {"name": "c"}, "data": {"k": "v"}}),
+        (ENDPOINT_SLICES, {"metadata": {"name": "e"}, "addressType": "IPv4", "endpoints": []}),
+    ]:
+        async with http.post(fake_apiserver.url + rtype.collection_path("ns"), json=obj) as resp:
+            assert resp.status == 201
+        status, listed = await get_json(http, fake_apiserver.url + rtype.collection_path("ns"))
+        assert status == 200 and listed["kind"] == f"{rtype.kind}List"
+        assert [i["metadata"]["name"] for i in listed["items"]] == [obj["metadata"]["name"]]

@@ -5,7 +5,8 @@ the parts of the API the extender (and its tests) speak, faithfully enough that 
 production client code runs unmodified against it through an ordinary kubeconfig file.
 
 What it serves (any registered resource, cluster-scoped or namespaced; by default Nodes,
-RuntimeClasses, Pods, Leases, Secrets and both webhook configuration kinds):
+RuntimeClasses, Pods, Leases, Secrets, Events, ConfigMaps, EndpointSlices and both
+webhook configuration kinds):
 
 - ``GET <collection>``: LIST, ordered by namespace/name, with ``limit``/``continue``
   pagination served from a snapshot taken at the first page (like an etcd read at the
@@ -32,7 +33,29 @@ RuntimeClasses, Pods, Leases, Secrets and both webhook configuration kinds):
   ``PUT <collection>/<name>`` replaces, with a ``metadata.resourceVersion`` in the body
   as the precondition (409 ``Conflict`` when stale), as leader election's Leases
   (``coordination.k8s.io/v1``, registered by default) are written.
+- ``DELETE <collection>/<name>``: deletes at once (emits ``DELETED``) and answers a
+  Success ``Status`` naming it; a DeleteOptions body's ``preconditions`` (``uid``,
+  ``resourceVersion``) are checked (409 on a mismatch).
+- Subresources: ``GET``/``PUT``/``PATCH <collection>/<name>/status`` of nodes and pods
+  (a write changes ``status`` only); ``POST .../pods/<name>/eviction`` (deletes the pod)
+  and ``POST .../pods/<name>/binding`` (sets ``spec.nodeName``; 409 if already bound),
+  both 201.
+- ``?dryRun=All`` on any write (or ``dryRun: [All]`` in DeleteOptions): authorized and
+  admitted as the write itself, answered as it would be, nothing stored, no event.
 - Errors are ``Status`` objects (``kind: Status``, ``code``, ``reason``, ``message``).
+
+Authentication, RBAC and ValidatingAdmissionPolicies, as kube-apiserver 1.36 enforces
+them (``rbac.py`` and ``admission_policy.py`` say what is mirrored from where). The
+default token is ``kubernetes-admin`` in ``system:masters``, which RBAC always allows; a
+token of ``token_for``/``write_kubeconfig(user_name=...)`` is that user, and a
+ServiceAccount's user name (``system:serviceaccount:<ns>:<name>``) brings that
+ServiceAccount's groups. Nothing is authorized until RBAC manifests are ``apply``-ed;
+from then on every request is, and a refusal is a 403 worded as kube-apiserver words it.
+Loaded ValidatingAdmissionPolicies run on every write that passes (CREATE for POST,
+UPDATE for PUT and every PATCH, DELETE; on the object and its subresources), for every
+user the policy matches (the administrator too, as on a real server), and deny with the
+422 (or the validation's reason) a real server sends; an expression the ``cel`` package
+cannot evaluate is answered with a 500 naming it rather than with a guess.
 
 resourceVersions come from one global counter shared by every resource, like etcd's
 revision. Watching or listing from a resourceVersion older than the compaction point
@@ -68,13 +91,35 @@ Test controls (plain methods; the data survives ``stop``/``start``)::
     server.requests                             # (verb, path, query) of every request
     await server.wait_for_watchers(NODES, 1)    # a bounded wait for connected watches
 
+Authorization and admission controls::
+
+    server.apply(yaml.safe_load_all(text))      # Roles, ClusterRoles and bindings turn RBAC
+                                                #   on; ValidatingAdmissionPolicies and
+                                                #   bindings run on writes; objects of
+                                                #   registered kinds are stored; the rest
+                                                #   (e.g. ServiceAccounts) is returned.
+                                                #   ValueError, nothing loaded, for what the
+                                                #   fake cannot run (CEL ``.?`` syntax...)
+    sa = rbac.service_account("ns", "name")     # "system:serviceaccount:ns:name"
+    token = server.token_for(sa)                # a bearer token of that user; with
+    server.token_for("ann", groups=["ops"])     #   groups of its own for other users
+    server.write_kubeconfig(path, user_name=sa) # the same, as a kubeconfig file
+    server.user_info(sa)                        # the UserInfo (name, groups) it authenticates as
+    server.rbac = None                          # RBAC off again (allow everything)
+    server.admission_policies = admission_policy.Policies()  # no policies again
+    rbac.authorize(server.rbac, rbac.Attributes(...))  # the decision, without HTTP
+    admission_policy.admit(server.admission_policies, admission_policy.AdmissionAttributes(...))
+
 The pytest fixtures ``fake_apiserver`` (started, stopped at teardown) and
 ``fake_kubeconfig`` (a kubeconfig file for it) live in ``tests.support.apiserver.fixtures``;
 tests/conftest.py registers them for every test.
 """
 
+from tests.support.apiserver import admission_policy, rbac
 from tests.support.apiserver.objects import make_node, make_pod, make_runtime_class
 from tests.support.apiserver.server import (
+    CONFIGMAPS,
+    ENDPOINT_SLICES,
     EVENTS,
     LEASES,
     MUTATING_WEBHOOKS,
@@ -89,6 +134,8 @@ from tests.support.apiserver.server import (
 )
 
 __all__ = [
+    "CONFIGMAPS",
+    "ENDPOINT_SLICES",
     "EVENTS",
     "LEASES",
     "MUTATING_WEBHOOKS",
@@ -99,8 +146,10 @@ __all__ = [
     "VALIDATING_WEBHOOKS",
     "FakeApiServer",
     "ResourceType",
+    "admission_policy",
     "make_node",
     "make_pod",
     "make_runtime_class",
+    "rbac",
     "status_object",
 ]

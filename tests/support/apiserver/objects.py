@@ -1,9 +1,50 @@
-"""Builders for the API objects tests put into the fake API server (plain dicts)."""
+"""Builders for the API objects tests put into the fake API server (plain dicts), and
+for the ``Status`` objects it answers errors with."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+def status_object(
+    code: int, message: str, *, reason: str | None = None, details: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A meta/v1 Status, as the API server sends for every error.
+
+    Keys come in the order of the Go type's fields (apimachinery/pkg/apis/meta/v1/types.go
+    ``Status``: kind, apiVersion, metadata, status, message, reason, details, code), so a
+    body can be compared byte for byte with one a real server wrote. ``details`` should
+    likewise list name, group, kind, uid, causes, retryAfterSeconds in that order.
+    """
+    status: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason if reason is not None else _REASONS.get(code, ""),
+    }
+    if details:
+        status["details"] = dict(details)
+    status["code"] = code
+    return status
 
 
 def make_node(

@@ -16,6 +16,26 @@ Faithfulness notes (what a real kube-apiserver does, and where this one is simpl
 - Watch bookmarks carry only kind, apiVersion and metadata.resourceVersion, and are
   written only when no event is queued for that watcher, so a bookmark never claims a
   resourceVersion whose events have not been sent yet.
+- A request goes through the steps of kube-apiserver's handler chain in its order
+  (staging/src/k8s.io/apiserver/pkg/server/config.go ``DefaultBuildHandlerChain``):
+  authentication (401), then an injected failure (where priority and fairness would
+  answer 429), then authorization (403, ``rbac.py``), then the handler. Paths the fake
+  does not serve are 404 before all of that (a real server authorizes them first).
+- In a write, admission (``admission_policy.py``) sees the object as it will be stored,
+  after the checks a real server makes before it: 404 for a missing object, 409 for a
+  failed uid or resourceVersion precondition (store.go ``Update``, and storage
+  ``Preconditions.Check`` for DELETE, come first), but before the 409 AlreadyExists of a
+  create (storage's, after admission). A PATCH is admitted as an UPDATE of the patched
+  object; a status write as an UPDATE of the ``status`` subresource whose object is the
+  old one with the new status (the status strategies' ``PrepareForUpdate``).
+- Writes of ``pods/eviction`` and ``pods/binding`` are served just enough to be
+  authorized and admitted as real ones are (CREATE of that subresource, with the posted
+  Eviction or Binding as ``object``): eviction deletes the pod (no disruption budgets),
+  binding sets ``spec.nodeName``. DELETE is immediate (no graceful deletion, no
+  finalizers) for every resource, pods included.
+- A dry run (``dryRun=All``) is authorized and admitted with ``request.dryRun`` true,
+  and answered as the write would be (a create without a resourceVersion, an update
+  with the old one); nothing is stored and no resourceVersion is used.
 """
 
 from __future__ import annotations
@@ -33,6 +53,9 @@ import orjson
 import yaml
 from aiohttp import web
 
+from tests.support.apiserver import admission_policy, rbac
+from tests.support.apiserver.objects import status_object
+
 JsonObj = dict[str, Any]
 
 
@@ -48,6 +71,9 @@ class ResourceType:
     # Top-level lists a strategic merge patch merges item by item, by this key (the
     # Go type's ``patchMergeKey``); every other list is replaced whole.
     merge_keys: tuple[tuple[str, str], ...] = ()
+    # Subresources served under ``<collection>/<name>/<subresource>``: "status" (GET,
+    # PUT, PATCH: changes the status only), and for pods "eviction" and "binding" (POST).
+    subresources: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -64,9 +90,11 @@ class ResourceType:
         return f"{root}/{self.plural}"
 
 
-NODES = ResourceType("", "v1", "nodes", "Node")
+NODES = ResourceType("", "v1", "nodes", "Node", subresources=("status",))
 RUNTIME_CLASSES = ResourceType("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass")
-PODS = ResourceType("", "v1", "pods", "Pod", namespaced=True)
+PODS = ResourceType("", "v1", "pods", "Pod", namespaced=True, subresources=("status", "eviction", "binding"))
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", namespaced=True)
+ENDPOINT_SLICES = ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", namespaced=True)
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 SECRETS = ResourceType("", "v1", "secrets", "Secret", namespaced=True)
 EVENTS = ResourceType("events.k8s.io", "v1", "events", "Event", namespaced=True)
@@ -87,39 +115,6 @@ MUTATING_WEBHOOKS = ResourceType(
     "MutatingWebhookConfiguration",
     merge_keys=(("webhooks", "name"),),
 )
-
-_REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    409: "Conflict",
-    410: "Expired",
-    415: "UnsupportedMediaType",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
-
-
-def status_object(
-    code: int, message: str, *, reason: str | None = None, details: JsonObj | None = None
-) -> JsonObj:
-    """A meta/v1 Status, as the API server sends for every error."""
-    status: JsonObj = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason if reason is not None else _REASONS.get(code, ""),
-        "code": code,
-    }
-    if details:
-        status["details"] = details
-    return status
 
 
 class RecordedRequest(NamedTuple):
@@ -316,6 +311,8 @@ class FakeApiServer:
             VALIDATING_WEBHOOKS,
             MUTATING_WEBHOOKS,
             EVENTS,
+            CONFIGMAPS,
+            ENDPOINT_SLICES,
         ),
         host: str = "127.0.0.1",
         port: int = 0,
@@ -348,6 +345,14 @@ class FakeApiServer:
         self.requests: list[RecordedRequest] = []
         # More bearer tokens, each authenticating a user of its own (``RecordedRequest.user``).
         self.users: dict[str, str] = {}
+        # Groups of those users beyond the ones every user of their kind has (see
+        # ``rbac.user_info``), by user name.
+        self.groups: dict[str, tuple[str, ...]] = {}
+        # RBAC authorization: None (the default) allows every request; ``apply`` of any
+        # Role, ClusterRole or binding turns it on.
+        self.rbac: rbac.Rbac | None = None
+        # ValidatingAdmissionPolicies and their bindings, run on every write.
+        self.admission_policies = admission_policy.Policies()
 
     # ----- setup -------------------------------------------------------------------
 
@@ -419,14 +424,32 @@ class FakeApiServer:
                 self._stamp(obj)
                 objects[key] = obj
 
-    def write_kubeconfig(self, path: str | Path, *, context: str = "fake", user_name: str = "") -> Path:
+    def token_for(self, user_name: str, *, groups: Iterable[str] = ()) -> str:
+        """A bearer token that authenticates as ``user_name``: a ServiceAccount's user
+        name (``system:serviceaccount:<ns>:<name>``) has that ServiceAccount's groups,
+        any user ``groups`` too, and every user ``system:authenticated``."""
+        token = f"token-of-{user_name}"
+        self.users[token] = user_name
+        self.groups[user_name] = tuple(groups)
+        return token
+
+    def user_info(self, user_name: str) -> rbac.UserInfo:
+        """Who a request of ``user_name`` (``RecordedRequest.user``) is: "" is the
+        default token's user, an administrator (``rbac.ADMIN``, in ``system:masters``)."""
+        if not user_name:
+            return rbac.ADMIN
+        return rbac.user_info(user_name, self.groups.get(user_name, ()))
+
+    def write_kubeconfig(
+        self, path: str | Path, *, context: str = "fake", user_name: str = "", groups: Iterable[str] = ()
+    ) -> Path:
         """An ordinary kubeconfig file pointing at this server (with its token; with
-        ``user_name``, a token of that user's own, so its requests can be told apart)."""
+        ``user_name``, a token of that user's own, so its requests can be told apart and
+        authorized as that user, with ``groups`` as in ``token_for``)."""
         path = Path(path)
         token = self.token
         if user_name:
-            token = f"token-of-{user_name}"
-            self.users[token] = user_name
+            token = self.token_for(user_name, groups=groups)
         user: JsonObj = {"token": token} if token else {}
         config = {
             "apiVersion": "v1",
@@ -438,6 +461,50 @@ class FakeApiServer:
         }
         path.write_text(yaml.safe_dump(config), encoding="utf-8")
         return path
+
+    # ----- authorization and admission ------------------------------------------------
+
+    def apply(self, manifests: Iterable[Mapping[str, Any] | None]) -> list[JsonObj]:
+        """Load manifests as ``kubectl apply`` would, e.g. ``yaml.safe_load_all`` of a file.
+
+        Roles, ClusterRoles, RoleBindings and ClusterRoleBindings (rbac.authorization.k8s.io/v1)
+        go to RBAC, which from then on authorizes every request (``rbac.py``);
+        ValidatingAdmissionPolicies and their bindings (admissionregistration.k8s.io/v1) go
+        to admission, which runs them on every write (``admission_policy.py``); each
+        replaces one of its kind and name loaded before. A manifest of a registered
+        resource's kind is stored (``put``); any other (a ServiceAccount, say) is returned,
+        with nothing done. All or nothing: a manifest the fake cannot load (a policy
+        expression the ``cel`` package cannot parse, a ClusterRole aggregationRule) raises
+        ValueError naming it, and nothing is loaded.
+        """
+        docs = [dict(doc) for doc in manifests if doc]
+        staged_rbac = self.rbac.copy() if self.rbac is not None else rbac.Rbac()
+        staged_policies = self.admission_policies.copy()
+        to_store: list[tuple[ResourceType, JsonObj]] = []
+        ignored: list[JsonObj] = []
+        loads_rbac = False
+        for doc in docs:
+            api_version, kind = doc.get("apiVersion"), doc.get("kind")
+            if api_version == rbac.RBAC_API_VERSION and kind in rbac.RBAC_KINDS:
+                staged_rbac.add(doc)
+                loads_rbac = True
+            elif api_version == admission_policy.API_VERSION and kind in admission_policy.POLICY_KINDS:
+                staged_policies.add(doc)
+            else:
+                rtype = next(
+                    (r for r in self._resources.values() if (r.api_version, r.kind) == (api_version, kind)),
+                    None,
+                )
+                if rtype is None:
+                    ignored.append(doc)
+                else:
+                    to_store.append((rtype, doc))
+        if loads_rbac:
+            self.rbac = staged_rbac
+        self.admission_policies = staged_policies
+        for rtype, doc in to_store:
+            self.put(rtype, doc)
+        return ignored
 
     # ----- object controls ------------------------------------------------------------
 
@@ -475,6 +542,19 @@ class FakeApiServer:
     def add(self, resource: ResourceType | str, obj: Mapping[str, Any]) -> JsonObj:
         """Create an object (KeyError if it exists); emits ADDED. Returns it as stored."""
         rtype = self._resource(resource)
+        new = self._prepared_for_create(rtype, obj)
+        meta = new["metadata"]
+        key = self._key(rtype, meta["name"], meta.get("namespace"))
+        if key in self._objects[rtype.key]:
+            raise KeyError(f"{rtype.plural} {meta['name']!r} already exists")
+        self._stamp(new)
+        self._objects[rtype.key][key] = new
+        self._emit(rtype, "ADDED", new, None)
+        return copy.deepcopy(new)
+
+    @staticmethod
+    def _prepared_for_create(rtype: ResourceType, obj: Mapping[str, Any]) -> JsonObj:
+        """A copy of ``obj`` as it will be stored, but for its resourceVersion."""
         new = copy.deepcopy(dict(obj))
         meta = new.setdefault("metadata", {})
         if not meta.get("name"):
@@ -483,16 +563,10 @@ class FakeApiServer:
             meta["namespace"] = meta.get("namespace") or "default"
         else:
             meta.pop("namespace", None)
-        key = self._key(rtype, meta["name"], meta.get("namespace"))
-        if key in self._objects[rtype.key]:
-            raise KeyError(f"{rtype.plural} {meta['name']!r} already exists")
         new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
-        self._stamp(new)
-        self._objects[rtype.key][key] = new
-        self._emit(rtype, "ADDED", new, None)
-        return copy.deepcopy(new)
+        return new
 
     def modify(
         self,
@@ -515,14 +589,22 @@ class FakeApiServer:
             new = _merge_patch(old, dict(change))
         return self._replace(rtype, key, old, new)
 
-    def _replace(self, rtype: ResourceType, key: tuple[str, str], old: JsonObj, new: JsonObj) -> JsonObj:
-        new = copy.deepcopy(new)
-        meta = new.setdefault("metadata", {})
+    @staticmethod
+    def _as_replacement(rtype: ResourceType, old: JsonObj, new: Mapping[str, Any]) -> JsonObj:
+        """A copy of ``new`` as it will replace ``old``, but for its resourceVersion."""
+        replacement = copy.deepcopy(dict(new))
+        meta = replacement.setdefault("metadata", {})
         # Identity fields are not the caller's to change.
         for field_name in ("name", "namespace", "uid", "creationTimestamp"):
             if field_name in old["metadata"]:
                 meta[field_name] = old["metadata"][field_name]
-        new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
+        replacement["kind"], replacement["apiVersion"] = rtype.kind, rtype.api_version
+        return replacement
+
+    def _replace(
+        self, rtype: ResourceType, key: tuple[str, str], old: JsonObj, new: Mapping[str, Any]
+    ) -> JsonObj:
+        new = self._as_replacement(rtype, old, new)
         self._stamp(new)
         self._objects[rtype.key][key] = new
         self._emit(rtype, "MODIFIED", new, old)
@@ -664,7 +746,7 @@ class FakeApiServer:
 
     # ----- HTTP ---------------------------------------------------------------------
 
-    def _route(self, path: str) -> tuple[ResourceType, str | None, str | None] | None:
+    def _route(self, path: str) -> _Route | None:
         parts = [p for p in path.split("/") if p]
         if len(parts) >= 2 and parts[0] == "api":
             group, version, rest = "", parts[1], parts[2:]
@@ -675,12 +757,15 @@ class FakeApiServer:
         namespace = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
-        if not 1 <= len(rest) <= 2:
+        if not 1 <= len(rest) <= 3:
             return None
         rtype = self._resources.get((group, version, rest[0]))
         if rtype is None or (namespace is not None and not rtype.namespaced):
             return None
-        return rtype, namespace, rest[1] if len(rest) == 2 else None
+        subresource = rest[2] if len(rest) == 3 else ""
+        if subresource and subresource not in rtype.subresources:
+            return None
+        return _Route(rtype, namespace, rest[1] if len(rest) >= 2 else None, subresource)
 
     def _injected_failure(self, request: RecordedRequest, rtype: ResourceType) -> web.Response | None:
         verb = request.verb
@@ -709,7 +794,7 @@ class FakeApiServer:
         if route is None:
             self.requests.append(RecordedRequest(request.method, request.path, query))
             return _status_response(status_object(404, "the server could not find the requested resource"))
-        rtype, namespace, name = route
+        rtype, namespace, name, subresource = route
         if request.method == "GET":
             verb = "get" if name else ("watch" if is_watch else "list")
         elif request.method == "PATCH" and name:
@@ -718,7 +803,8 @@ class FakeApiServer:
             verb = request.method.lower()
         authorization = request.headers.get("Authorization", "")
         bearer = authorization.removeprefix("Bearer ")
-        self.requests.append(RecordedRequest(verb, request.path, query, self.users.get(bearer, "")))
+        user_name = self.users.get(bearer, "")
+        self.requests.append(RecordedRequest(verb, request.path, query, user_name))
         if (
             self.token is not None
             and authorization != f"Bearer {self.token}"
@@ -728,25 +814,75 @@ class FakeApiServer:
         failure = self._injected_failure(self.requests[-1], rtype)
         if failure is not None:
             return failure
+        # Authorization: the one place every request is checked (rbac.py).
+        user = self.user_info(user_name)
+        if self.rbac is not None:
+            # A list or watch is authorized with the name its fieldSelector pins.
+            authorized_name = name or ""
+            if verb in ("list", "watch"):
+                authorized_name = rbac.name_from_field_selector(query.get("fieldSelector", ""))
+            attributes = rbac.Attributes(
+                user=user,
+                verb=rbac.request_verb(request.method, name or "", watch=is_watch),
+                api_group=rtype.group,
+                api_version=rtype.version,
+                resource=rtype.plural,
+                subresource=subresource,
+                namespace=namespace or "",
+                name=authorized_name,
+            )
+            decision = rbac.authorize(self.rbac, attributes)
+            if not decision.allowed:
+                return _status_response(rbac.forbidden_status(attributes, decision.reason))
+        write = _Write(user, rtype, namespace, subresource, dry_run=query.get("dryRun") == "All")
         try:
-            if verb == "list":
-                return self._list(rtype, namespace, query)
-            if verb == "watch":
-                return await self._watch(request, rtype, namespace, query)
-            if verb == "get":
-                assert name is not None
-                return self._get(rtype, namespace, name)
-            if verb == "patch":
-                assert name is not None
-                return await self._patch(request, rtype, namespace, name)
-            if verb == "post" and name is None:
-                return await self._create(request, rtype, namespace)
-            if verb == "put" and name is not None:
-                return await self._update(request, rtype, namespace, name)
+            if request.method in ("POST", "PUT", "PATCH", "DELETE") and query.get("dryRun", "All") != "All":
+                return self._unsupported_dry_run(request.method, query["dryRun"])
+            response = await self._handle(request, verb, write, name, query)
         except _BadRequest as exc:
             return _status_response(status_object(400, str(exc)))
+        for warning in write.warnings:
+            # apiserver/pkg/warning: "299 - <quoted text>".
+            response.headers.add("Warning", "299 - " + orjson.dumps(warning).decode())
+        return response
+
+    async def _handle(
+        self, request: web.Request, verb: str, write: _Write, name: str | None, query: Mapping[str, str]
+    ) -> web.StreamResponse:
+        rtype, namespace, subresource = write.rtype, write.namespace, write.subresource
+        if verb == "list" and not subresource:
+            return self._list(rtype, namespace, query)
+        if verb == "watch" and not subresource:
+            return await self._watch(request, rtype, namespace, query)
+        if name is not None:
+            if verb == "get" and subresource in ("", "status"):
+                return self._get(rtype, namespace, name)
+            if verb == "patch" and subresource in ("", "status"):
+                return await self._patch(request, write, name)
+            if verb == "put" and subresource in ("", "status"):
+                return await self._update(request, write, name)
+            if verb == "delete" and not subresource:
+                return await self._delete(request, write, name)
+            if verb == "post" and subresource in ("eviction", "binding"):
+                return await self._create_pod_subresource(request, write, name)
+        elif verb == "post":
+            return await self._create(request, write)
         return _status_response(
             status_object(405, f"the server does not allow this method on the requested resource ({verb})")
+        )
+
+    @staticmethod
+    def _unsupported_dry_run(method: str, value: str) -> web.Response:
+        # The options' validation (apimachinery/pkg/apis/meta/v1/validation: ValidateDryRun).
+        options = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "PatchOptions"}.get(
+            method, "DeleteOptions"
+        )
+        return _status_response(
+            status_object(
+                422,
+                f'{options}.meta.k8s.io "" is invalid: dryRun: Unsupported value: "{value}": supported values: "All"',
+                reason="Invalid",
+            )
         )
 
     def _selector(self, query: Mapping[str, str]) -> _Selector:
@@ -861,13 +997,72 @@ class FakeApiServer:
             raise _BadRequest(f"the body is not a {rtype.kind} object")
         return body
 
-    async def _create(self, request: web.Request, rtype: ResourceType, namespace: str | None) -> web.Response:
+    def _admit(
+        self,
+        write: _Write,
+        operation: str,
+        name: str,
+        new: JsonObj | None,
+        old: JsonObj | None,
+        kind: tuple[str, str, str] | None = None,
+    ) -> web.Response | None:
+        """Validating admission of a write (admission_policy.py): the denial to answer
+        with, or None. Every write passes here once its object is known and before
+        anything is stored."""
+        if not self.admission_policies:
+            return None
+        rtype = write.rtype
+        try:
+            verdict = admission_policy.admit(
+                self.admission_policies,
+                admission_policy.AdmissionAttributes(
+                    operation=operation,
+                    user=write.user,
+                    group=rtype.group,
+                    version=rtype.version,
+                    resource=rtype.plural,
+                    kind=kind or (rtype.group, rtype.version, rtype.kind),
+                    subresource=write.subresource,
+                    namespace=write.namespace or "",
+                    name=name,
+                    object=copy.deepcopy(new),
+                    old_object=copy.deepcopy(old),
+                    dry_run=write.dry_run,
+                    namespace_object=self._namespace_object(write.namespace),
+                ),
+            )
+        except admission_policy.UnsupportedExpression as exc:
+            # Not a decision a real server would make: say so, loudly.
+            return _status_response(status_object(500, str(exc)))
+        write.warnings.extend(verdict.warnings)
+        return _status_response(verdict.denial) if verdict.denial is not None else None
+
+    def _namespace_object(self, namespace: str | None) -> JsonObj | None:
+        """The CEL ``namespaceObject``: the stored Namespace if ``namespaces`` is a
+        registered resource holding it, else one as a new namespace is (with the
+        ``kubernetes.io/metadata.name`` label every namespace gets); without kind and
+        apiVersion, as cel.go ``CreateNamespaceObject`` builds it."""
+        if not namespace:
+            return None
+        rtype = self._resources.get(("", "v1", "namespaces"))
+        stored = self._objects[rtype.key].get(("", namespace)) if rtype is not None else None
+        if stored is not None:
+            return {k: copy.deepcopy(v) for k, v in stored.items() if k not in ("kind", "apiVersion")}
+        return {
+            "metadata": {"name": namespace, "labels": {"kubernetes.io/metadata.name": namespace}},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        }
+
+    async def _create(self, request: web.Request, write: _Write) -> web.Response:
         """POST to a collection: 201 with the stored object, 409 AlreadyExists for a
         taken name (registry/generic/registry/store.go ``Create``: storage.KeyExists
-        becomes ``errors.NewAlreadyExists``). The server sets uid, resourceVersion and
-        creationTimestamp; a resourceVersion in the body is refused, as in ``Create``
-        (``BeforeCreate`` requires it empty: "resourceVersion should not be set on
-        objects to be created")."""
+        becomes ``errors.NewAlreadyExists``, after admission). The server sets uid,
+        resourceVersion and creationTimestamp; a resourceVersion in the body is refused,
+        as in ``Create`` (``BeforeCreate`` requires it empty: "resourceVersion should not
+        be set on objects to be created"). A dry run answers the object as it would be
+        stored, without a resourceVersion, and stores nothing."""
+        rtype, namespace = write.rtype, write.namespace
         body = await self._body_object(request, rtype)
         meta = body.setdefault("metadata", {})
         if rtype.namespaced:
@@ -888,55 +1083,87 @@ class FakeApiServer:
                 )
             )
         meta.pop("uid", None)
+        new = self._prepared_for_create(rtype, body)
+        denial = self._admit(write, "CREATE", name, new, None)
+        if denial is not None:
+            return denial
         if self._key(rtype, name, namespace) in self._objects[rtype.key]:
             return _status_response(
                 status_object(
                     409,
-                    f'{rtype.plural}.{rtype.group} "{name}" already exists'
-                    if rtype.group
-                    else f'{rtype.plural} "{name}" already exists',
+                    f'{_qualified(rtype)} "{name}" already exists',
                     reason="AlreadyExists",
                     details={"name": name, "group": rtype.group, "kind": rtype.plural},
                 )
             )
-        stored = self.add(rtype, body)
+        stored = new if write.dry_run else self.add(rtype, new)
         return web.Response(status=201, body=orjson.dumps(stored), content_type="application/json")
 
-    async def _update(
-        self, request: web.Request, rtype: ResourceType, namespace: str | None, name: str
-    ) -> web.Response:
-        """PUT of a whole object: optimistic concurrency on ``metadata.resourceVersion``
-        (store.go ``Update``: a stale one is ``errors.NewConflict`` "the object has been
-        modified; please apply your changes to the latest version and try again"). An
-        absent object is 404 here: Leases, like most resources, do not allow create on
-        update (``AllowCreateOnUpdate`` false). A PUT without a resourceVersion is an
+    def _conflict(self, rtype: ResourceType, name: str, cause: str) -> web.Response:
+        # errors.NewConflict: "Operation cannot be fulfilled on <resource[.group]> ...".
+        details: JsonObj = {"name": name}
+        if rtype.group:
+            details["group"] = rtype.group
+        details["kind"] = rtype.plural
+        return _status_response(
+            status_object(
+                409,
+                f'Operation cannot be fulfilled on {_qualified(rtype)} "{name}": {cause}',
+                details=details,
+            )
+        )
+
+    def _commit_update(self, write: _Write, name: str, old: JsonObj, new: JsonObj) -> web.Response:
+        """The end of every update (PUT and PATCH, of the object or its status): the new
+        object as it will be stored goes through admission as an UPDATE, then is stored
+        (200 with it) or, in a dry run, only answered (with the old resourceVersion)."""
+        rtype = write.rtype
+        if write.subresource == "status":
+            # The status strategies' PrepareForUpdate: only the status changes.
+            status = new.get("status")
+            new = {k: v for k, v in old.items() if k != "status"}
+            if status is not None:
+                new["status"] = status
+        replacement = self._as_replacement(rtype, old, new)
+        denial = self._admit(write, "UPDATE", name, replacement, old)
+        if denial is not None:
+            return denial
+        if write.dry_run:
+            replacement["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            stored = replacement
+        else:
+            stored = self._replace(rtype, self._key(rtype, name, write.namespace), old, replacement)
+        return web.Response(body=orjson.dumps(stored), content_type="application/json")
+
+    async def _update(self, request: web.Request, write: _Write, name: str) -> web.Response:
+        """PUT of a whole object (or of its status): optimistic concurrency on
+        ``metadata.resourceVersion`` (store.go ``Update``: a stale one is
+        ``errors.NewConflict`` "the object has been modified; please apply your changes to
+        the latest version and try again", checked before admission). An absent object is
+        404 here: Leases, like most resources, do not allow create on update
+        (``AllowCreateOnUpdate`` false). A PUT without a resourceVersion is an
         unconditional update, as for these resources on a real server."""
+        rtype = write.rtype
         body = await self._body_object(request, rtype)
         meta = body.setdefault("metadata", {})
         if meta.get("name") not in (None, name):
             raise _BadRequest("the name of the object does not match the name on the URL")
-        key = self._key(rtype, name, namespace)
-        old = self._objects[rtype.key].get(key)
+        old = self._objects[rtype.key].get(self._key(rtype, name, write.namespace))
         if old is None:
             return _not_found(rtype, name)
         wanted_rv = meta.get("resourceVersion")
         if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
-            return _status_response(
-                status_object(
-                    409,
-                    f'Operation cannot be fulfilled on {rtype.plural}.{rtype.group} "{name}": the object has been '
-                    "modified; please apply your changes to the latest version and try again",
-                    details={"name": name, "group": rtype.group, "kind": rtype.plural},
-                )
+            return self._conflict(
+                rtype,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
             )
-        stored = self._replace(rtype, key, old, body)
-        return web.Response(body=orjson.dumps(stored), content_type="application/json")
+        return self._commit_update(write, name, old, body)
 
-    async def _patch(
-        self, request: web.Request, rtype: ResourceType, namespace: str | None, name: str
-    ) -> web.Response:
+    async def _patch(self, request: web.Request, write: _Write, name: str) -> web.Response:
         # Built-in kinds take both (the API server's patch handler, staging/src/k8s.io/
         # apiserver/pkg/endpoints/handlers/patch.go, also JSON patch and apply).
+        rtype = write.rtype
         if request.content_type not in (
             "application/merge-patch+json",
             "application/strategic-merge-patch+json",
@@ -954,38 +1181,118 @@ class FakeApiServer:
             raise _BadRequest(f"error decoding patch: {exc}") from None
         if not isinstance(patch, dict):
             raise _BadRequest("a merge patch must be a JSON object")
-        key = self._key(rtype, name, namespace)
-        old = self._objects[rtype.key].get(key)
+        old = self._objects[rtype.key].get(self._key(rtype, name, write.namespace))
         if old is None:
             return _not_found(rtype, name)
         wanted_uid = (patch.get("metadata") or {}).get("uid")
         if wanted_uid is not None and wanted_uid != old["metadata"].get("uid"):
             # A uid in the patch is a precondition (the kubelet's status patches rely on
             # it): the object was deleted and recreated under the same name.
-            return _status_response(
-                status_object(
-                    409,
-                    f'Operation cannot be fulfilled on {rtype.plural} "{name}": Precondition failed: '
-                    f"UID in precondition: {wanted_uid}, UID in object meta: {old['metadata'].get('uid')}",
-                    details={"name": name, "kind": rtype.plural},
-                )
+            return self._conflict(
+                rtype,
+                name,
+                f"Precondition failed: UID in precondition: {wanted_uid}, UID in object meta: {old['metadata'].get('uid')}",
             )
         wanted_rv = (patch.get("metadata") or {}).get("resourceVersion")
         if wanted_rv is not None and wanted_rv != old["metadata"]["resourceVersion"]:
-            return _status_response(
-                status_object(
-                    409,
-                    f'Operation cannot be fulfilled on {rtype.plural} "{name}": the object has been modified; '
-                    "please apply your changes to the latest version and try again",
-                    details={"name": name, "kind": rtype.plural},
-                )
+            return self._conflict(
+                rtype,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
             )
         if request.content_type == "application/strategic-merge-patch+json":
             new = _strategic_merge_patch(old, patch, dict(rtype.merge_keys))
         else:
             new = _merge_patch(old, patch)
-        stored = self._replace(rtype, key, old, new)
-        return web.Response(body=orjson.dumps(stored), content_type="application/json")
+        return self._commit_update(write, name, old, new)
+
+    async def _delete(self, request: web.Request, write: _Write, name: str) -> web.Response:
+        """DELETE of one object, with the DeleteOptions body's ``preconditions`` (uid,
+        resourceVersion: 409 on a mismatch, storage ``Preconditions.Check``, before
+        admission) and ``dryRun``. Deletion is immediate (no graceful deletion, no
+        finalizers) and answered as store.go ``finalizeDelete`` does for a resource that
+        does not return the deleted object: a Success Status naming it."""
+        rtype = write.rtype
+        raw = await request.read()
+        options: Any = {}
+        if raw.strip():
+            try:
+                options = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise _BadRequest(f"error decoding DeleteOptions: {exc}") from None
+            if not isinstance(options, dict):
+                raise _BadRequest("the body is not a DeleteOptions object")
+        dry_run = options.get("dryRun") or []
+        if dry_run not in ([], ["All"]):
+            return self._unsupported_dry_run("DELETE", ",".join(map(str, dry_run)))
+        write.dry_run = write.dry_run or dry_run == ["All"]
+        old = self._objects[rtype.key].get(self._key(rtype, name, write.namespace))
+        if old is None:
+            return _not_found(rtype, name)
+        preconditions = options.get("preconditions") or {}
+        for field_name, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            wanted = preconditions.get(field_name)
+            if wanted is not None and wanted != old["metadata"].get(field_name):
+                return self._conflict(
+                    rtype,
+                    name,
+                    f"Precondition failed: {label} in precondition: {wanted}, "
+                    f"{label} in object meta: {old['metadata'].get(field_name, '')}",
+                )
+        denial = self._admit(write, "DELETE", name, None, old)
+        if denial is not None:
+            return denial
+        if not write.dry_run:
+            self.delete(rtype, name, namespace=write.namespace)
+        details: JsonObj = {"name": name}
+        if rtype.group:
+            details["group"] = rtype.group
+        details["kind"] = rtype.plural
+        details["uid"] = old["metadata"].get("uid", "")
+        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def _create_pod_subresource(self, request: web.Request, write: _Write, name: str) -> web.Response:
+        """POST of a pod's ``eviction`` (policy/v1 Eviction: the pod is deleted; no
+        disruption budgets) or ``binding`` (v1 Binding: ``spec.nodeName`` is set to the
+        target's name, 409 if the pod is already bound, as the pod registry's
+        ``assignPod``), each admitted as a CREATE of that subresource with the posted
+        object. 201 with a Success Status."""
+        rtype = write.rtype
+        body = await self._body_object(request, rtype)
+        kind = ("policy", "v1", "Eviction") if write.subresource == "eviction" else ("", "v1", "Binding")
+        body["kind"], body["apiVersion"] = kind[2], f"{kind[0]}/{kind[1]}" if kind[0] else kind[1]
+        old = self._objects[rtype.key].get(self._key(rtype, name, write.namespace))
+        if old is None:
+            return _not_found(rtype, name)
+        target = (body.get("target") or {}).get("name") if write.subresource == "binding" else None
+        if write.subresource == "binding" and not target:
+            return _status_response(
+                status_object(
+                    422, f'Binding "{name}" is invalid: target.name: Required value', reason="Invalid"
+                )
+            )
+        denial = self._admit(write, "CREATE", name, body, None, kind=kind)
+        if denial is not None:
+            return denial
+        if write.subresource == "binding" and old["spec"].get("nodeName"):
+            return _status_response(
+                status_object(
+                    409,
+                    f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned '
+                    f'to node "{old["spec"]["nodeName"]}"',
+                    details={"name": name, "kind": "pods/binding"},
+                )
+            )
+        if not write.dry_run:
+            if write.subresource == "eviction":
+                self.delete(rtype, name, namespace=write.namespace)
+            else:
+                self.modify(
+                    rtype, name, lambda pod: pod["spec"].update(nodeName=target), namespace=write.namespace
+                )
+        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+        return web.Response(status=201, body=orjson.dumps(body), content_type="application/json")
 
     async def _watch(
         self, request: web.Request, rtype: ResourceType, namespace: str | None, query: Mapping[str, str]
@@ -1095,6 +1402,30 @@ class FakeApiServer:
 
 class _BadRequest(ValueError):
     pass
+
+
+class _Route(NamedTuple):
+    rtype: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str
+
+
+@dataclass(eq=False)
+class _Write:
+    """Who writes what: what admission is told of a request besides its objects."""
+
+    user: rbac.UserInfo
+    rtype: ResourceType
+    namespace: str | None
+    subresource: str
+    dry_run: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+def _qualified(rtype: ResourceType) -> str:
+    # schema.GroupResource.String(): "pods", "leases.coordination.k8s.io".
+    return f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
 
 
 def _without_type(obj: JsonObj) -> JsonObj:
