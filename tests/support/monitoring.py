@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.docs import page, section
 from tests.support.paths import MONITORING
 
 PROMETHEUS_RULE = MONITORING / "prometheusrule.yaml"
@@ -74,10 +76,15 @@ def tool(name: str) -> str:
 
 def generator() -> ModuleType:
     """deploy/components/monitoring/generate_dashboard.py, imported (it is a script, not a
-    module of a package)."""
-    spec = importlib.util.spec_from_file_location("generate_dashboard", GENERATOR)
+    module of a package), as importlib's recipe for a source file does: registered in
+    sys.modules first, where its dataclasses look their module up."""
+    name = "deploy_monitoring_generate_dashboard"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, GENERATOR)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -100,3 +107,20 @@ def queries(board: dict[str, Any]) -> list[tuple[str, str]]:
 
 def variables(board: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {variable["name"]: variable for variable in board["templating"]["list"]}
+
+
+def documented_metrics() -> dict[str, set[str]]:
+    """docs/metrics.md's table of every metric: name -> its labels."""
+    table = section(page("metrics.md"), "## Metrics")
+    return {
+        match.group(1): set(re.findall(r"`(\w+)`", match.group(2)))
+        for match in re.finditer(
+            r"^\| `(runtimeclass_extender_\w+)` \| \w+ \| ([^|]*) \|", table, re.MULTILINE
+        )
+    }
+
+
+def family(series: str) -> str:
+    """The metric a series name belongs to, as the docs table names it (a histogram's
+    ``_bucket``, ``_sum`` and ``_count`` are its own name)."""
+    return re.sub(r"_(bucket|sum|count)$", "", series)

@@ -587,18 +587,21 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description="Write the monitoring component's Grafana dashboard.")
     parser.add_argument(
-        "--check", action="store_true", help="exit 1 if dashboard.json is not what this writes"
+        "--output", type=Path, default=OUTPUT, help="where to write it (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the output file is not what this writes"
     )
     args = parser.parse_args(argv)
     text = render()
     if args.check:
-        if OUTPUT.read_text(encoding="utf-8") != text:
-            print(f"{OUTPUT} is stale: run {Path(__file__).name} to regenerate it", file=sys.stderr)
+        if not args.output.is_file() or args.output.read_text(encoding="utf-8") != text:
+            print(f"{args.output} is stale: run {Path(__file__).name} to regenerate it", file=sys.stderr)
             return 1
         return 0
-    OUTPUT.write_text(text, encoding="utf-8")
+    args.output.write_text(text, encoding="utf-8")
     return 0
 
 
