@@ -43,8 +43,6 @@ from grafana_foundation_sdk.models.dashboard import (
 OUTPUT = Path(__file__).resolve().with_name("dashboard.json")
 UID = "runtimeclass-extender"
 TITLE = "RuntimeClass extender"
-# Every panel and query reads the data source the viewer picks.
-DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 RATE = "[$__rate_interval]"
 # The labels the PodMonitor adds, narrowed by the dashboard's variables.
 SCOPE = 'namespace="$namespace", pod=~"$pod"'
@@ -55,10 +53,15 @@ HALF = 12
 HEIGHT = 8
 
 
-def m(metric: str, *matchers: str, by_class: bool = False) -> str:
+def m(metric: str, *, by_class: bool = False) -> str:
     """``metric`` with the dashboard's scope (and its RuntimeClass filter) as matchers."""
-    parts = [SCOPE, *([CLASS] if by_class else []), *matchers]
-    return f"runtimeclass_extender_{metric}{{{', '.join(parts)}}}"
+    matchers = f"{SCOPE}, {CLASS}" if by_class else SCOPE
+    return f"runtimeclass_extender_{metric}{{{matchers}}}"
+
+
+def datasource() -> DataSourceRef:
+    """The data source the viewer picks: every panel, query and variable reads it."""
+    return DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class Panel:
     kind: Literal["timeseries", "stat"] = "timeseries"
     width: int = THIRD
     height: int = HEIGHT
-    # Stat panels only: value -> (text, color), e.g. {"1": ("trusted", "green")}.
+    # Stat panels only: (value, text, color), e.g. ("1", "trusted", "green").
     mappings: tuple[tuple[str, str, str], ...] = ()
     # Stat panels only: (from value, color) steps, the first from minus infinity.
     thresholds: tuple[tuple[float | None, str], ...] = ()
@@ -89,14 +92,17 @@ class Row:
     panels: tuple[Panel, ...]
 
 
-def rate(metric: str, by: str, *matchers: str, by_class: bool = False) -> str:
+def _summed(function: str, metric: str, by: str, by_class: bool) -> str:
     grouping = f"sum by ({by}) " if by else "sum "
-    return f"{grouping}(rate({m(metric, *matchers, by_class=by_class)}{RATE}))"
+    return f"{grouping}({function}({m(metric, by_class=by_class)}{RATE}))"
 
 
-def increase(metric: str, by: str, *matchers: str, by_class: bool = False) -> str:
-    grouping = f"sum by ({by}) " if by else "sum "
-    return f"{grouping}(increase({m(metric, *matchers, by_class=by_class)}{RATE}))"
+def rate(metric: str, by: str, *, by_class: bool = False) -> str:
+    return _summed("rate", metric, by, by_class)
+
+
+def increase(metric: str, by: str, *, by_class: bool = False) -> str:
+    return _summed("increase", metric, by, by_class)
 
 
 def quantile(q: float, metric: str) -> str:
@@ -462,7 +468,7 @@ ROWS: tuple[Row, ...] = (
 def _target(query: Query, ref_id: str) -> prometheus.Dataquery:
     return (
         prometheus.Dataquery()
-        .datasource(DATASOURCE)
+        .datasource(datasource())
         .expr(query.expr)
         .legend_format(query.legend)
         .range()
@@ -509,7 +515,7 @@ def _panel(spec: Panel, panel_id: int) -> timeseries.Panel | stat.Panel:
         )
         if spec.stepped:
             built.line_interpolation(common.LineInterpolation.STEP_AFTER)
-    built.id(panel_id).title(spec.title).description(spec.description).datasource(DATASOURCE)
+    built.id(panel_id).title(spec.title).description(spec.description).datasource(datasource())
     built.unit(spec.unit).span(spec.width).height(spec.height)
     for index, query in enumerate(spec.queries):
         built.with_target(_target(query, chr(ord("A") + index)))
@@ -521,7 +527,7 @@ def _variables() -> list[Builder[VariableModel]]:
         variable = (
             dashboard.QueryVariable(name)
             .label(label)
-            .datasource(DATASOURCE)
+            .datasource(datasource())
             .query(query)
             .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
             .sort(VariableSort.ALPHABETICAL_ASC)
