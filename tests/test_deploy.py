@@ -8,7 +8,9 @@ a separate role to list/watch/patch pods; with the audit component, one to list/
 them; with the webhooks' self-managed certificates, one Secret and the two webhook
 configurations by name), the profile name matches the sample workload, each mode's
 plugin set, the TLS files are mounted where the configuration says, and every overlay
-is a complete install: both webhooks, with no CRD (cert-manager stays an opt-in).
+is a complete install: both webhooks, with no CRD (cert-manager stays an opt-in). The
+monitoring component, opt-in too, renders on its own and beside an overlay, which it
+leaves as it was: its PodMonitor scrapes the extender's metrics port.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from extender.policy_file import load_policy
 from extender.settings import ServeSettings, resolve_serve
 from tests.support.docs import fenced_blocks
 from tests.support.manifests import OVERLAYS, one, render
-from tests.support.paths import DOCS, REPO
+from tests.support.paths import DOCS, MONITORING, REPO
 
 DEPLOY = REPO / "deploy"
 KUSTOMIZATIONS = ["base", "overlays/predicate-mode", "overlays/alongside-admission", "overlays/tls"]
@@ -1433,3 +1435,116 @@ def test_an_overlay_installs_into_another_namespace(overlay: str) -> None:
     selector = {e["key"]: e for e in hook["namespaceSelector"]["matchExpressions"]}
     assert selector[WEBHOOK_LABEL] == {"key": WEBHOOK_LABEL, "operator": "NotIn", "values": ["ignore"]}
     assert _DEFAULT_NAMESPACE in selector["kubernetes.io/metadata.name"]["values"]
+
+
+# --- deploy/components/monitoring (opt-in: no overlay includes it) ----------------------
+
+MONITORING_COMPONENT = "components/monitoring"
+SHIPPED_OVERLAYS = [*WEBHOOK_OVERLAYS, "overlays/large-cluster"]
+DASHBOARD_CONFIGMAP = "runtimeclass-extender-dashboard"
+
+
+def _monitoring_resources(docs: tuple[Manifest, ...] | list[Manifest]) -> list[Manifest]:
+    return [
+        d
+        for d in docs
+        if d["apiVersion"].startswith("monitoring.coreos.com/")
+        or (d["kind"] == "ConfigMap" and d["metadata"]["name"] == DASHBOARD_CONFIGMAP)
+    ]
+
+
+def test_monitoring_component_renders_on_its_own() -> None:
+    """The PodMonitor, the PrometheusRule as its file holds it, and the dashboard as a
+    ConfigMap Grafana's sidecar loads: labelled grafana_dashboard "1", a stable name, the
+    committed JSON as it is."""
+    docs = _render(MONITORING_COMPONENT)
+    assert sorted((d["apiVersion"], d["kind"]) for d in docs) == [
+        ("monitoring.coreos.com/v1", "PodMonitor"),
+        ("monitoring.coreos.com/v1", "PrometheusRule"),
+        ("v1", "ConfigMap"),
+    ]
+    assert all(d["metadata"]["namespace"] == "runtimeclass-extender" for d in docs)
+    assert all(d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "runtimeclass-extender" for d in docs)
+    rule = _one(docs, "PrometheusRule")
+    (shipped,) = _load_file(MONITORING / "prometheusrule.yaml")
+    assert rule["spec"] == shipped["spec"] and rule["metadata"]["name"] == shipped["metadata"]["name"]
+    config_map = _one(docs, "ConfigMap", DASHBOARD_CONFIGMAP)
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    (key,) = config_map["data"]
+    assert key.endswith(".json")
+    assert config_map["data"][key] == (MONITORING / "dashboard.json").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("overlay", SHIPPED_OVERLAYS)
+def test_no_shipped_overlay_includes_the_monitoring_component(overlay: str) -> None:
+    """Opt-in: the CRDs it needs are not in every cluster."""
+    assert _monitoring_resources(_render(overlay)) == []
+
+
+@pytest.mark.parametrize("overlay", ["overlays/predicate-mode", "overlays/large-cluster"])
+def test_monitoring_component_adds_its_resources_and_changes_nothing_else(overlay: str) -> None:
+    plain = _render(overlay)
+    docs = _render_with(overlay, MONITORING_COMPONENT)
+    added = _monitoring_resources(docs)
+    assert [d for d in docs if d not in added] == list(plain)
+    assert sorted(d["kind"] for d in added) == ["ConfigMap", "PodMonitor", "PrometheusRule"]
+
+
+@pytest.mark.parametrize("overlay", ["overlays/predicate-mode", "overlays/tls"])
+def test_pod_monitor_scrapes_the_extenders_metrics(overlay: str) -> None:
+    """The PodMonitor picks the scheduler's pods in their namespace, scrapes the extender
+    container's port `http`, which is the probe listener serving /metrics, and names the
+    job as the alerts expect."""
+    docs = _render_with(overlay, MONITORING_COMPONENT)
+    monitor = _one(docs, "PodMonitor")
+    deployment = _deployment(docs)
+    assert monitor["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert monitor["spec"].get("namespaceSelector") is None  # its own namespace
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    extender = _container(docs, "extender")
+    port = _container_port(extender, endpoint["port"])
+    assert port == _serve_settings(extender).probe_port
+    assert endpoint.get("scheme", "http") == "http"
+    probe_routes = {
+        (route.method, route.resource.canonical)
+        for route in create_probe_app(create_app(state=ClusterState(), policy=load_policy())).router.routes()
+        if route.resource is not None
+    }
+    assert ("GET", endpoint["path"]) in probe_routes and endpoint["path"] == "/metrics"
+    # No other container exposes a port of that name.
+    named = [
+        c["name"]
+        for c in deployment["spec"]["template"]["spec"]["containers"]
+        for p in c.get("ports", [])
+        if p.get("name") == endpoint["port"]
+    ]
+    assert named == ["extender"]
+    # The job is the value of the pod label jobLabel names: the job RuntimeClassExtenderDown watches.
+    job = pod_labels[monitor["spec"]["jobLabel"]]
+    (down,) = [
+        r
+        for r in _one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
+        if r.get("alert") == "RuntimeClassExtenderDown"
+    ]
+    assert f'up{{job="{job}"}}' in down["expr"]
+
+
+def test_the_documented_monitoring_overlay_labels_what_prometheus_selects() -> None:
+    """docs/metrics.md's overlay (rendered by test_docs_overlay_renders_with_kubectl):
+    its patch puts the release label on the PodMonitor and the PrometheusRule only."""
+    (kustomization,) = [block for page, block in _docs_overlays() if page == "metrics.md"]
+    with tempfile.TemporaryDirectory(dir=REPO) as directory:
+        (Path(directory) / "kustomization.yaml").write_text(kustomization)
+        kubectl = shutil.which("kubectl")
+        if kubectl is None:
+            pytest.skip("kubectl is not installed: cannot render the kustomizations (kubectl kustomize)")
+        result = subprocess.run(
+            [kubectl, "kustomize", directory], capture_output=True, text=True, check=False
+        )
+    assert result.returncode == 0, result.stderr
+    docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
+    labelled = {d["kind"] for d in docs if "release" in d["metadata"].get("labels", {})}
+    assert labelled == {"PodMonitor", "PrometheusRule"}
+    assert len(_monitoring_resources(docs)) == 3

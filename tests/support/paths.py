@@ -8,6 +8,8 @@ REPO = Path(__file__).resolve().parents[2]
 TESTS_DATA = REPO / "tests" / "data"
 EXAMPLES = REPO / "deploy" / "examples"
 EXAMPLE_CLUSTER = EXAMPLES / "cluster.yaml"
+# The opt-in monitoring component: PodMonitor, PrometheusRule, Grafana dashboard.
+MONITORING = REPO / "deploy" / "components" / "monitoring"
 # The six-node cluster the captured kube-scheduler requests came from.
 CAPTURE_CLUSTER = TESTS_DATA / "capture-cluster.yaml"
 # AdmissionReviews captured from a real kube-apiserver (tests/data/admission/README.md).
