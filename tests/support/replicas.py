@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,12 +110,17 @@ async def start_replica(
     label: LabelOptions | None = None,
     events: bool = False,
     election: ElectionOptions = FAST_ELECTION,
+    user: str = "",
+    lease_namespace: str | None = None,
 ) -> Replica:
+    """``user``: the identity its requests carry (a ServiceAccount's user name, which the
+    server authorizes when RBAC is loaded); the server's administrator by default."""
     proxy = TcpProxy(server.host, server.port)
     await proxy.start()
-    conn = await kube.connect(
-        kubeconfig=str(proxy.write_kubeconfig(directory / f"{name}.kubeconfig", server.token))
-    )
+    token = server.token_for(user) if user else server.token
+    conn = await kube.connect(kubeconfig=str(proxy.write_kubeconfig(directory / f"{name}.kubeconfig", token)))
+    if lease_namespace is not None:
+        election = replace(election, namespace=lease_namespace)
     state = ClusterState()
     gate = LeaderGate(identity({"POD_NAME": name}), election)
     registry = CollectorRegistry()

@@ -343,6 +343,8 @@ class FakeApiServer:
         self._stalled_resources: set[str] = set()
         self._runner: web.AppRunner | None = None
         self.requests: list[RecordedRequest] = []
+        # Each request with the HTTP status it was answered (a watch once it ends).
+        self.answers: list[tuple[RecordedRequest, int]] = []
         # More bearer tokens, each authenticating a user of its own (``RecordedRequest.user``).
         self.users: dict[str, str] = {}
         # Groups of those users beyond the ones every user of their kind has (see
@@ -788,6 +790,13 @@ class FakeApiServer:
         return None
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        # _handle records the request before its first await: it is at this index.
+        index = len(self.requests)
+        response = await self._serve(request)
+        self.answers.append((self.requests[index], response.status))
+        return response
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
         route = self._route(request.path)
         is_watch = query.get("watch") in ("1", "true")
