@@ -4,6 +4,8 @@ and class revision, whichever replica writes."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -144,3 +146,70 @@ async def test_the_runner_waits_for_pods_nodes_and_classes(
         ]
     finally:
         await conn.api.close()
+
+
+async def test_an_edit_of_the_class_that_decides_nothing_writes_no_event(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    """Events are keyed by the revision of what decides the class's nodes, not by its
+    resourceVersion: a label or annotation edit of the class is no new revision."""
+    scarce_cluster(fake_apiserver)
+    a = await replicas("a")
+    await eventually(lambda: len(events(fake_apiserver)) == 3, what="three events")
+    written = posts(fake_apiserver)
+    for n in range(3):
+        fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", {"metadata": {"labels": {"edit": str(n)}}})
+    await eventually(
+        lambda: (
+            a.state.runtime_classes["gvisor"].resource_version
+            == fake_apiserver.get(RUNTIME_CLASSES, "gvisor")["metadata"]["resourceVersion"]
+        ),  # type: ignore[index]
+        what="the edits seen",
+    )
+    await asyncio.sleep(0.3)  # several passes (interval 0.05 s)
+    assert posts(fake_apiserver) == written
+    assert len(events(fake_apiserver)) == 3
+
+
+async def test_refused_events_are_tried_again_with_backoff_not_on_every_pass(
+    fake_apiserver: FakeApiServer, replicas: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three events refused (403: the RBAC is missing) while twenty node updates each
+    start a pass: each event is said failed once and tried again as its backoff allows,
+    not once per pass (it was 63 POSTs and 63 warnings)."""
+    caplog.set_level(logging.WARNING, logger="extender.labeller")
+    scarce_cluster(fake_apiserver)
+    fake_apiserver.fail_next(10_000, 403, verbs={"post"}, resource=EVENTS, message="events is forbidden")
+    a = await replicas("a")
+    await eventually(lambda: posts(fake_apiserver) >= 3, what="the first attempts")
+    for n in range(20):
+        fake_apiserver.modify(NODES, f"n{n % 4}", {"metadata": {"labels": {"tick": str(n)}}})
+        await asyncio.sleep(0.02)
+    # 0.4 s of passes, and the test options' backoff is 0.5 s: at most two attempts of
+    # each so far (one, unless the machine is slow).
+    assert posts(fake_apiserver) <= 6
+    failed = a.metric("runtimeclass_extender_runtimeclass_events_total", result="failed")
+    assert failed == 3
+    assert len([r for r in caplog.records if r.getMessage().startswith("cannot write the event")]) == 3
+    fake_apiserver.clear_failures()
+    await eventually(lambda: len(events(fake_apiserver)) == 3, timeout=5.0, what="written once allowed")
+
+
+async def test_a_pod_requiring_the_label_of_a_deleted_class_hears_it_is_not_found(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    """kube-scheduler rules every node out by the label (the extender is never asked),
+    so the message the extender would give, RuntimeClass not found, comes as an event."""
+    for i in range(2):
+        fake_apiserver.add(NODES, make_node(f"n{i}"))
+    key = f"{PREFIX}/gvisor"
+    requiring = make_pod("requiring", runtime_class="gvisor", scheduler_name=SCHED)
+    requiring["spec"]["nodeSelector"] = {key: "true"}
+    fake_apiserver.add(PODS, requiring)
+    fake_apiserver.add(PODS, make_pod("not-requiring", runtime_class="gvisor", scheduler_name=SCHED))
+    await replicas("a")
+    await eventually(lambda: len(events(fake_apiserver)) == 1, what="one event")
+    (event,) = events(fake_apiserver)
+    assert event["regarding"]["name"] == "requiring" and event["reason"] == "RuntimeClassNotFound"
+    assert event["note"].startswith('RuntimeClass "gvisor" not found (the pod requires its node label ')
+    assert key in event["note"]

@@ -9,16 +9,26 @@ from ``expected_labels`` below, a reference written from the raw API objects
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from extender.labeller.labeller import LabelOptions
-from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
+from tests.support.apiserver import (
+    NODES,
+    PODS,
+    RUNTIME_CLASSES,
+    FakeApiServer,
+    make_node,
+    make_pod,
+    make_runtime_class,
+)
 from tests.support.paths import FIXTURES
 from tests.support.replicas import Start, replica_set
 from tests.support.waiting import eventually
@@ -202,12 +212,14 @@ async def test_a_new_leader_resumes_without_churn(fake_apiserver: FakeApiServer,
     assert node_patches(fake_apiserver) == patched + 1
 
 
-async def test_a_write_the_admission_policy_denies_is_counted_and_logged_not_retried(
+async def test_a_write_the_admission_policy_denies_is_said_once_and_tried_again_with_backoff(
     fake_apiserver: FakeApiServer, replicas: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The ValidatingAdmissionPolicy's answer as kube-apiserver 1.36.2 gave it
     (tests/data/fixtures/kube-apiserver/node-patch-denied-by-admission-policy.json):
-    422, which no retry can change."""
+    422. That patch cannot succeed as it is, but what is still wrong may be written
+    once the refusal ends (a policy fixed, a prefix aligned): counted and logged once,
+    then come back to with backoff, never once per event of the node."""
     denied = json.loads(
         (FIXTURES / "kube-apiserver" / "node-patch-denied-by-admission-policy.json").read_text()
     )
@@ -215,11 +227,157 @@ async def test_a_write_the_admission_policy_denies_is_counted_and_logged_not_ret
     pool(fake_apiserver, 1, sandbox="gvisor")
     fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "gvisor"}))
     fake_apiserver.fail_next(
-        1, denied["httpStatus"], verbs={"patch"}, resource=NODES, message=denied["response"]["message"]
+        3, denied["httpStatus"], verbs={"patch"}, resource=NODES, message=denied["response"]["message"]
     )
-    a = await replicas("a")
+    a = await replicas("a", label=replace(FAST, retry_initial=0.05, retry_max=0.2))
     errors = "runtimeclass_extender_node_label_write_errors_total"
-    await eventually(lambda: a.metric(errors, reason="rejected") == 1, what="the denial counted")
-    assert node_patches(fake_apiserver) == 1  # not retried
+    await eventually(in_line(fake_apiserver), what="labelled once allowed")
+    assert a.metric(errors, reason="rejected") == 1  # one streak, said once
+    assert node_patches(fake_apiserver) == 4  # three refused, then the one that went through
     (record,) = [r for r in caplog.records if r.getMessage().startswith("cannot label node")]
     assert getattr(record, "status", 0) == 422 and "denied request" in getattr(record, "error", "")
+
+
+async def test_refused_for_a_while_then_exactly_right_without_flapping(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    """Node writes refused for a while during a relabel (an admission policy denying
+    the extender's updates, say), then allowed: every node ends with exactly the right
+    labels within the backoff's cap of the refusal's end, with no node event to prompt
+    it, and no label is set and removed again on the way."""
+    pool(fake_apiserver, 12, sandbox="a")
+    pool(fake_apiserver, 12, sandbox="b")
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "a"}))
+    a = await replicas("a", label=replace(FAST, retry_initial=0.05, retry_max=0.3))
+    await eventually(in_line(fake_apiserver), what="labelled")
+    written = len(fake_apiserver.changes(NODES))
+    fake_apiserver.fail_next(10_000, 422, verbs={"patch"}, resource=NODES, message="denied by policy")
+    fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", {"scheduling": {"nodeSelector": {"sandbox": "b"}}})
+    await eventually(lambda: node_patches(fake_apiserver) >= 24 + 24, what="every move refused")
+    assert actual_labels(fake_apiserver) != expected_labels(fake_apiserver)
+    fake_apiserver.clear_failures()
+    await eventually(in_line(fake_apiserver), timeout=5.0, what="in line after the refusal")
+    # Each node changed once: 24 moves, no flapping.
+    moved = fake_apiserver.changes(NODES)[written:]
+    assert len(moved) == 24 and len({obj["metadata"]["name"] for _, obj, _ in moved}) == 24
+    assert a.metric("runtimeclass_extender_node_label_write_errors_total", reason="rejected") == 24
+
+
+async def test_a_class_that_loses_its_rules_keeps_its_label_while_pods_require_it(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    """A pod admitted with the class's label in its (immutable) nodeSelector must stay
+    schedulable: when its class loses its node rules, the label is not removed but put
+    on every node (all can run the class now). Deleting the class removes it."""
+    pool(fake_apiserver, 2, sandbox="gvisor")
+    pool(fake_apiserver, 2)
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "gvisor"}))
+    key = f"{PREFIX}/gvisor"
+    waiting = make_pod("waiting", runtime_class="gvisor", scheduler_name="runtimeclass-scheduler")
+    waiting["spec"]["nodeSelector"] = {key: "true"}
+    fake_apiserver.add(PODS, waiting)
+    a = await replicas("a")
+    await eventually(in_line(fake_apiserver), what="labelled")
+    assert sum(key in labels for labels in actual_labels(fake_apiserver).values()) == 2
+
+    fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", lambda obj: obj.pop("scheduling", None))
+    await eventually(
+        lambda: all(labels.get(key) == "true" for labels in actual_labels(fake_apiserver).values()),
+        what="the label on every node",
+    )
+    # A node joining later gets it too.
+    fake_apiserver.add(NODES, make_node("late"))
+    await eventually(lambda: actual_labels(fake_apiserver)["late"].get(key) == "true", what="on the new node")
+
+    fake_apiserver.delete(RUNTIME_CLASSES, "gvisor")
+    await eventually(
+        lambda: all(labels == {} for labels in actual_labels(fake_apiserver).values()), what="removed"
+    )
+    assert a.labeller is not None
+
+
+async def test_a_class_without_rules_whose_label_nobody_uses_gets_none(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    pool(fake_apiserver, 2, sandbox="gvisor")
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "other"}))
+    await replicas("a")
+    await eventually(in_line(fake_apiserver), what="in line")
+    fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", lambda obj: obj.pop("scheduling", None))
+    await eventually(in_line(fake_apiserver), what="still none")
+    await asyncio.sleep(0.3)
+    assert all(labels == {} for labels in actual_labels(fake_apiserver).values())
+    assert node_patches(fake_apiserver) == 0
+
+
+async def test_an_edit_that_moves_no_label_compares_nothing(
+    fake_apiserver: FakeApiServer, replicas: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A class's labels or annotations edited: nothing decides its nodes differently,
+    so no pass over the nodes and no log line (at 15,000 nodes a compare is work)."""
+    caplog.set_level(logging.INFO, logger="extender.labeller")
+    pool(fake_apiserver, 3, sandbox="gvisor")
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "gvisor"}))
+    a = await replicas("a")
+    await eventually(in_line(fake_apiserver), what="labelled")
+    assert a.labeller is not None
+    compared: list[int] = []
+    compare = a.labeller._compare
+
+    async def counting(names: list[str], keys: set[str] | None, changed: set[str]) -> None:
+        compared.append(len(names))
+        await compare(names, keys, changed)
+
+    a.labeller._compare = counting  # type: ignore[method-assign]
+    fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", {"metadata": {"labels": {"team": "infra"}}})
+    await eventually(
+        lambda: (
+            a.state.runtime_classes["gvisor"].resource_version
+            == fake_apiserver.get(RUNTIME_CLASSES, "gvisor")["metadata"]["resourceVersion"]
+        ),  # type: ignore[index]
+        what="the edit seen",
+    )
+    await asyncio.sleep(0.2)
+    assert compared == []
+    fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", {"scheduling": {"nodeSelector": {"sandbox": "x"}}})
+    await eventually(in_line(fake_apiserver), what="moved")
+    assert compared and compared[0] == 3
+
+
+async def test_a_compare_of_many_nodes_yields_the_loop(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    """A term's first compare of every node against every class runs in slices: other
+    work (here a ticker standing for /filter calls and Lease renewals) runs in between
+    (bench/label_stall_bench.py measures the longest stall)."""
+    for i in range(400):
+        fake_apiserver.add(NODES, make_node(f"n{i}", labels={"pool": str(i % 4)}))
+    for c in range(5):
+        fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class(f"rc{c}", node_selector={"pool": str(c % 4)}))
+    ticks = 0
+    compares: list[int] = []
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        a = await replicas("a", label=replace(FAST, slice_seconds=0.0))
+        assert a.labeller is not None
+        compare = a.labeller._compare
+
+        async def counting(names: list[str], keys: set[str] | None, changed: set[str]) -> None:
+            before = ticks
+            await compare(names, keys, changed)
+            compares.append(ticks - before)
+
+        a.labeller._compare = counting  # type: ignore[method-assign]
+        await eventually(in_line(fake_apiserver), timeout=20.0, what="labelled")
+    finally:
+        task.cancel()
+    # The first compare (400 nodes, a slice each 16 nodes) let the ticker run at least
+    # once per slice.
+    assert compares and compares[0] >= 400 // 16
