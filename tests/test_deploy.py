@@ -1430,7 +1430,9 @@ def test_an_overlay_installs_into_another_namespace(overlay: str) -> None:
     assert policies
     for policy in policies:
         for condition in policy["spec"]["matchConditions"]:
-            assert cel.evaluate(condition["expression"], {"request": user}) is True, policy["metadata"]["name"]
+            assert cel.evaluate(condition["expression"], {"request": user}) is True, policy["metadata"][
+                "name"
+            ]
     hook = _pod_webhook(docs)
     selector = {e["key"]: e for e in hook["namespaceSelector"]["matchExpressions"]}
     assert selector[WEBHOOK_LABEL] == {"key": WEBHOOK_LABEL, "operator": "NotIn", "values": ["ignore"]}

@@ -97,6 +97,8 @@ class ClassLabels:
         # judges every class's nodes: then every class has node rules.
         self._policy_has_node_rules = any(not isinstance(p, _PER_CLASS_RULES) for p in self._rules)
         self._handler_rule = any(p.name == "RuntimeHandler" for p in self._rules)
+        # The pod a class's node rules are judged with (they read nothing else of it).
+        self._pods: dict[str, PodView] = {}
 
     def has_node_rules(self, runtime_class: RuntimeClassView) -> bool:
         return bool(
@@ -143,8 +145,16 @@ class ClassLabels:
         )
 
     def passes(self, runtime_class: RuntimeClassView, node: NodeView) -> bool:
-        pod = PodView(runtime_class_name=runtime_class.name)
-        return all(rule.check(pod, runtime_class, node).fits for rule in self._rules)
+        # A full compare runs this for every node and class (300,000 times at 15,000
+        # nodes x 20 classes): the class's pod is made once, and the rules are looped
+        # plainly (a generator for all() made it twice as slow).
+        pod = self._pods.get(runtime_class.name)
+        if pod is None:
+            pod = self._pods[runtime_class.name] = PodView(runtime_class_name=runtime_class.name)
+        for rule in self._rules:  # noqa: SIM110
+            if not rule.check(pod, runtime_class, node).fits:
+                return False
+        return True
 
     def owned(self, labels: Mapping[str, str]) -> dict[str, str]:
         """The node's labels under the prefix."""

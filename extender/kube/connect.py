@@ -172,12 +172,28 @@ async def connect(
             _refresh_expiring_exec_tokens(loader, configuration)
             source = f"kubeconfig {paths}" + (f" (context {context})" if context else "")
         api = ApiClient(configuration=configuration)
+        _trust_the_environment_only_for_a_proxy(api, environ)
     except KubeConfigError:
         raise
     except (ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
         # One line: exec-plugin failures carry the plugin's (multi-line) stderr.
         raise KubeConfigError(f"{where}: {' '.join(str(exc).split())}") from None
     return Connection(api=api, source=source, host=str(configuration.host))
+
+
+def _trust_the_environment_only_for_a_proxy(api: Any, environ: Mapping[str, str]) -> None:
+    """kubernetes-asyncio's session trusts the environment (for HTTPS_PROXY and the
+    like, which client-go honours too); aiohttp then also looks up ~/.netrc for every
+    request, in a worker thread (``ClientSession._request``), although these requests
+    carry their own Authorization header. That thread hop is paid by every LIST, watch
+    and write, and a burst of writes (a relabel) then holds the event loop behind the
+    threads. So the session trusts the environment only when it names a proxy."""
+    # The variables urllib.request.getproxies_environment (and so aiohttp) reads.
+    proxies = [
+        k for k, v in environ.items() if v and k.lower().endswith("_proxy") and k.lower() != "no_proxy"
+    ]
+    if not proxies:
+        api.rest_client.pool_manager._trust_env = False
 
 
 def _refresh_expiring_exec_tokens(loader: Any, configuration: Any) -> None:

@@ -100,6 +100,10 @@ class ReflectorOptions:
     backoff_max: float = 30.0
     backoff_reset_after: float = 120.0
     backoff_jitter: float = 1.0
+    # Longest run of applying events before the loop is handed back: a burst of events
+    # (every node relabelled, a class's pool drained) arrives in large chunks, and
+    # /filter, the webhooks and the Lease renewals must not wait behind a whole chunk.
+    slice_seconds: float = 0.002
 
 
 class ShortWatch(Exception):
@@ -297,15 +301,20 @@ class Reflector:
             started = self._clock()
             received = 0
             buffer = bytearray()
+            loop = asyncio.get_running_loop()
             async for chunk in response.content.iter_any():
                 buffer += chunk
                 start = 0
+                slice_ends = loop.time() + options.slice_seconds
                 while (end := buffer.find(b"\n", start)) >= 0:
                     line = bytes(buffer[start:end])
                     start = end + 1
                     if line.strip():
                         received += 1
                         self.handle_event(orjson.loads(line))
+                        if loop.time() >= slice_ends:
+                            await asyncio.sleep(0)
+                            slice_ends = loop.time() + options.slice_seconds
                 del buffer[:start]
             if buffer.strip():
                 received += 1

@@ -14,8 +14,11 @@ writes them, as a leader actor (``extender.leader.actor``):
   changes to one node is one patch, and a new leader finds nothing to do where its
   predecessor finished: no churn on hand-over.
 - **Never stalls the loop.** A compare of every node (15,000 nodes x 20 classes is
-  300,000 rule checks) runs in slices of at most ``slice_seconds``, yielding between
-  them: ``/filter``, the webhooks and the Lease renewals are served in between.
+  300,000 rule checks, about 0.4 s of CPU) runs in slices of at most
+  ``slice_seconds``, each followed by a pause three times as long: ``/filter``, the
+  webhooks and the Lease renewals are served in between, and a request, which needs a
+  few turns of the loop, waits out at most a slice or two
+  (bench/label_stall_bench.py measures it).
 - **A requirement once given out stays satisfiable** (class_labels): a class that
   lost its node rules keeps its label on every node while some node carries it or a
   pending pod requires it. The labeller counts, on every replica, the nodes carrying
@@ -87,9 +90,9 @@ class LabelOptions:
     retry_max: float = 30.0
     # Longest wait on shutdown for planned writes to go out.
     drain_timeout: float = 5.0
-    # Longest run of comparing before the loop is handed back (requests wait that long
-    # at most behind a relabel).
-    slice_seconds: float = 0.002
+    # Longest run of comparing before the loop is handed back, for three times as long
+    # (a request waits that long at most behind a slice of a relabel).
+    slice_seconds: float = 0.0005
 
 
 class LabelMetrics:
@@ -301,15 +304,17 @@ class NodeLabeller(LeaderActor):
         slice_ends = loop.time() + self.options.slice_seconds
         moves = {name: [0, 0] for name in changed}
         nodes, labelled = self.state.nodes, self.labelled()
-        for count, name in enumerate(names, 1):
+        for name in names:
             node = nodes.get(name)
             if node is not None:
                 patch = self.labels.patch(node, labelled, keys)
                 if patch:
                     self.writes.put(name)
                     self._count_moves(patch, changed, moves)
-            if count % 16 == 0 and loop.time() >= slice_ends:
-                await asyncio.sleep(0)
+            if loop.time() >= slice_ends:
+                # Three times as long for everything else: a request needs a few turns
+                # of the loop, and each would otherwise wait out a slice of the compare.
+                await asyncio.sleep(3 * self.options.slice_seconds)
                 # What changed meanwhile is compared again by its own event; the writes
                 # are computed when sent.
                 slice_ends = loop.time() + self.options.slice_seconds

@@ -71,8 +71,12 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 class TokenBucket:
-    """A rate limit of ``rate`` per second with bursts of up to ``burst`` (client-go's
-    flowcontrol.NewTokenBucketRateLimiter, which rest clients use for QPS/Burst).
+    """A rate limit of ``rate`` per second with bursts of up to ``burst``, as client-go's
+    rest clients apply QPS/Burst (flowcontrol.NewTokenBucketRateLimiter over
+    golang.org/x/time/rate): each caller *reserves* the next token and waits until its
+    time, so callers waiting together are spaced at the rate rather than all woken at
+    once to race for one token (a herd that would also batch their work into one turn
+    of the event loop).
 
     ``now`` is any monotonic clock in seconds, passed in by the caller.
     """
@@ -86,13 +90,12 @@ class TokenBucket:
         self._stamp = now
 
     def take(self, now: float) -> float:
-        """Take a token and return 0.0, or return the seconds until one is available."""
+        """Reserve a token: 0.0 when one is there, else the seconds until the reserved one
+        is (the caller then waits that long, and has it)."""
         self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.rate)
         self._stamp = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return 0.0
-        return (1.0 - self._tokens) / self.rate
+        self._tokens -= 1.0
+        return 0.0 if self._tokens >= 0.0 else -self._tokens / self.rate
 
 
 class Outcome(Enum):
@@ -339,15 +342,11 @@ class WriteQueue(Generic[T]):
         self._ready.set()
 
     async def _wait_for_turn(self) -> None:
-        while True:
-            now = self._clock()
-            if now < self._not_before:
-                await self._sleep(self._not_before - now)
-                continue
-            delay = self._bucket.take(now)
-            if delay <= 0:
-                return
-            await self._sleep(delay)
+        while (now := self._clock()) < self._not_before:
+            await self._sleep(self._not_before - now)
+        delay = self._bucket.take(now)
+        if delay > 0:
+            await self._sleep(delay)  # the token reserved is this write's when it wakes
 
     async def _attempt(self, key: str, entry: _Entry[T]) -> None:
         handler, item = self._handler, entry.item

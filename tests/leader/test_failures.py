@@ -215,9 +215,7 @@ async def test_an_actor_that_raises_costs_only_itself(
     await eventually(lambda: calls["lead"] == 3 and calls["observe"] == 2, what="both parts restarted")
     health = await client.get("/healthz")
     assert (health.status, await health.json()) == (200, {"status": "ok"})
-    failures = registry.get_sample_value(
-        "runtimeclass_extender_actor_failures_total", {"actor": "buggy"}
-    )
+    failures = registry.get_sample_value("runtimeclass_extender_actor_failures_total", {"actor": "buggy"})
     assert failures == 3
     logged = [r for r in caplog.records if r.getMessage() == "leader actor failed; starting it again"]
     assert [getattr(r, "part", "") for r in logged].count("lead") == 2

@@ -24,13 +24,17 @@ from extender.leader.writes import (
 )
 
 
-def test_token_bucket_allows_a_burst_then_the_rate() -> None:
+def test_token_bucket_allows_a_burst_then_the_rate_each_caller_its_own_slot() -> None:
+    """golang.org/x/time/rate's Reserve, which client-go's limiter waits on: callers
+    waiting together get successive slots, not one shared wake-up."""
     bucket = TokenBucket(rate=10.0, burst=2, now=0.0)
     assert bucket.take(0.0) == 0.0
     assert bucket.take(0.0) == 0.0
+    # Two more callers at once: one token in 0.1 s, the next in 0.2 s.
     assert bucket.take(0.0) == pytest.approx(0.1)
-    assert bucket.take(0.05) == pytest.approx(0.05)  # half a token has accrued
-    assert bucket.take(0.1) == 0.0
+    assert bucket.take(0.0) == pytest.approx(0.2)
+    # 0.15 s later a fifth caller waits behind the two slots still reserved.
+    assert bucket.take(0.15) == pytest.approx(0.15)
     # Idle time refills up to the burst, not beyond.
     assert [bucket.take(100.0) for _ in range(3)] == [0.0, 0.0, pytest.approx(0.1)]
     with pytest.raises(ValueError):

@@ -42,6 +42,7 @@ SHIPPED_RBAC = (
     "deploy/components/leader-election/rbac.yaml",
 )
 
+
 def shipped_policy_documents() -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(POLICY_FILE.read_text()) if d]
 
@@ -61,7 +62,9 @@ def test_a_policy_the_cel_package_cannot_parse_is_refused_naming_the_expression(
     with pytest.raises(ValueError) as refused:
         fake_apiserver.apply([policy, *(d for d in documents if d is not policy)])
     message = str(refused.value)
-    assert f'ValidatingAdmissionPolicy "{policy["metadata"]["name"]}": spec.variables[1].expression' in message
+    assert (
+        f'ValidatingAdmissionPolicy "{policy["metadata"]["name"]}": spec.variables[1].expression' in message
+    )
     assert "oldObject.metadata.?labels.orValue({})" in message
     # Nothing of it is loaded: not the policy, not its binding.
     assert not fake_apiserver.admission_policies
