@@ -25,6 +25,8 @@ import pytest
 import trustme
 import yaml
 
+from extender.kube.api import request_json
+from extender.kube.connect import connect
 from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
 from tests.support.paths import REPO
 
@@ -445,3 +447,46 @@ async def test_kubeconfig_list_merges_as_kubectl_does(fake_apiserver: FakeApiSer
     out, err = await asyncio.wait_for(process.communicate(), COMMAND_TIMEOUT_SECONDS)
     assert process.returncode == 0, err.decode()
     assert b"runc-merged" in out
+
+
+@pytest.mark.parametrize(
+    ("environ", "trusted"),
+    [
+        ({}, False),
+        ({"NO_PROXY": "10.0.0.0/8"}, False),
+        ({"HTTPS_PROXY": "http://proxy.example:3128"}, True),
+        ({"http_proxy": "http://proxy.example:3128"}, True),
+        ({"HTTPS_PROXY": ""}, False),
+    ],
+)
+async def test_the_session_trusts_the_environment_only_to_find_a_proxy(
+    fake_apiserver: FakeApiServer, tmp_path: Path, environ: dict[str, str], trusted: bool
+) -> None:
+    """aiohttp reads ~/.netrc in a worker thread for every request of a session that
+    trusts the environment (ClientSession._request), a cost every LIST, watch and write
+    would pay for nothing: the requests carry their own Authorization header. Only a
+    proxy, which client-go also takes from the environment, is worth it."""
+    kubeconfig = fake_apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    conn = await connect(kubeconfig=str(kubeconfig), environ=environ, home=tmp_path)
+    try:
+        assert conn.api.rest_client.pool_manager.trust_env is trusted
+        if not trusted:
+            # Requests still go through (and nothing runs in the executor for them).
+            fake_apiserver.add(NODES, make_node("n1"))
+            loop = asyncio.get_running_loop()
+            calls: list[Any] = []
+            original = loop.run_in_executor
+
+            def counting(*args: Any) -> Any:
+                calls.append(args)
+                return original(*args)
+
+            loop.run_in_executor = counting  # type: ignore[method-assign]
+            try:
+                nodes = await request_json(conn.api, "GET", "/api/v1/nodes")
+            finally:
+                loop.run_in_executor = original  # type: ignore[method-assign]
+            assert [n["metadata"]["name"] for n in nodes["items"]] == ["n1"]
+            assert calls == []
+    finally:
+        await conn.api.close()
