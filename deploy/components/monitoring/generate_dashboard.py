@@ -240,7 +240,7 @@ ROWS: tuple[Row, ...] = (
             ),
             Panel(
                 "Nudges sent, skipped and failed",
-                "Pending pods patched after a change of their RuntimeClass, nudges skipped and given up "
+                "Pending pods patched after a change of their RuntimeClass, nudges skipped and failing "
                 "by reason, and retried patches. failed: forbidden means missing RBAC "
                 "(RuntimeClassExtenderRequeueFailures).",
                 (
@@ -267,12 +267,12 @@ ROWS: tuple[Row, ...] = (
                 ),
             ),
             Panel(
-                "Node label writes pending and given up",
-                "Label writes waiting for their turn, a retry or in flight, and writes given up by reason "
+                "Node label writes pending and failing",
+                "Label writes waiting for their turn, a retry or in flight, and failing writes by reason "
                 "(RuntimeClassExtenderNodeLabelWritesFailing).",
                 (
                     Query(f"max({m('node_label_writes_pending')})", "pending"),
-                    Query(increase("node_label_write_errors_total", "reason"), "given up: {{reason}}"),
+                    Query(increase("node_label_write_errors_total", "reason"), "failing: {{reason}}"),
                 ),
             ),
             Panel(
