@@ -72,7 +72,12 @@ WITH_COMPONENTS = [
         {"mode": "alongside-admission", "auditRunningPods.enabled": "true"},
         namespace=OTHER,
     ),
-    Case("predicate-mode + monitoring", "overlays/predicate-mode", (MONITORING,), {"monitoring.enabled": "true"}),
+    Case(
+        "predicate-mode + monitoring",
+        "overlays/predicate-mode",
+        (MONITORING,),
+        {"monitoring.enabled": "true"},
+    ),
     Case(
         "large-cluster + monitoring in other",
         "overlays/large-cluster",
@@ -80,7 +85,12 @@ WITH_COMPONENTS = [
         {"labelNodes.enabled": "true", "monitoring.enabled": "true"},
         namespace=OTHER,
     ),
-    Case("predicate-mode + cert-manager", "overlays/predicate-mode", CERT_MANAGER, {"certManager.enabled": "true"}),
+    Case(
+        "predicate-mode + cert-manager",
+        "overlays/predicate-mode",
+        CERT_MANAGER,
+        {"certManager.enabled": "true"},
+    ),
     Case(
         "alongside-admission + cert-manager",
         "overlays/alongside-admission",
@@ -154,7 +164,9 @@ def test_every_overlay_is_a_case_in_both_namespaces() -> None:
 
 def test_every_opt_in_component_is_a_case() -> None:
     """Every component no shipped overlay includes is compared with the chart's part."""
-    shipped = {component for overlay in ("base", *(c.overlay for c in SHIPPED)) for component in _listed(overlay)}
+    shipped = {
+        component for overlay in ("base", *(c.overlay for c in SHIPPED)) for component in _listed(overlay)
+    }
     components = {
         str(path.parent.relative_to(DEPLOY)) for path in DEPLOY.glob("components/**/kustomization.yaml")
     }
@@ -344,7 +356,7 @@ def test_a_changed_scheduler_configuration_changes_the_name_as_kustomize_does(tm
     non-ASCII) gets a new name, the one kustomize gives it."""
     chart = _chart_copy(tmp_path)
     path = "overlays/predicate-mode/scheduler-config.yaml"
-    edited = (DEPLOY / path).read_text(encoding="utf-8") + "# <&> \u00e9 \"quoted\"\n"
+    edited = (DEPLOY / path).read_text(encoding="utf-8") + '# <&> \u00e9 "quoted"\n'
     (chart / "files" / path).write_text(edited, encoding="utf-8")
     docs = template(chart=chart)
     found = differences(docs, render("overlays/predicate-mode"))

@@ -71,7 +71,9 @@ def render_own(kustomization: str, files: dict[str, str] | None = None) -> tuple
     with tempfile.TemporaryDirectory(dir=REPO) as directory:
         for name, text in {**(files or {}), "kustomization.yaml": kustomization}.items():
             (Path(directory) / name).write_text(text, encoding="utf-8")
-        result = subprocess.run([kubectl, "kustomize", directory], capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            [kubectl, "kustomize", directory], capture_output=True, text=True, check=False
+        )
     assert result.returncode == 0, f"kubectl kustomize of an overlay of one's own failed:\n{result.stderr}"
     return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc is not None)
 
