@@ -31,13 +31,18 @@ OVERLAYS = (
 Manifest = dict[str, Any]
 
 
+def _kubectl() -> str:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: cannot render the kustomizations (kubectl kustomize)")
+    return kubectl
+
+
 @cache
 def render(kustomization: str, *components: str, namespace: str | None = None) -> tuple[Manifest, ...]:
     """``deploy/<kustomization>``, with ``components`` and ``namespace`` added by an
     overlay of our own when given (kustomize accepts relative paths only)."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed: cannot render the kustomizations (kubectl kustomize)")
+    kubectl = _kubectl()
     with tempfile.TemporaryDirectory() as directory:
         target = str(DEPLOY / kustomization)
         if components or namespace is not None:
@@ -55,6 +60,21 @@ def render(kustomization: str, *components: str, namespace: str | None = None) -
         result = subprocess.run([kubectl, "kustomize", target], capture_output=True, text=True, check=False)
     what = " + ".join((kustomization, *components)) + (f" in {namespace}" if namespace else "")
     assert result.returncode == 0, f"kubectl kustomize of {what} failed:\n{result.stderr}"
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc is not None)
+
+
+def render_own(kustomization: str, files: dict[str, str] | None = None) -> tuple[Manifest, ...]:
+    """An overlay of one's own as the docs show it (``# my-overlay/kustomization.yaml``,
+    its paths relative to a directory beside deploy/): written into a directory of the
+    repository, with ``files`` (name: text) beside it, and rendered."""
+    kubectl = _kubectl()
+    with tempfile.TemporaryDirectory(dir=REPO) as directory:
+        for name, text in {**(files or {}), "kustomization.yaml": kustomization}.items():
+            (Path(directory) / name).write_text(text, encoding="utf-8")
+        result = subprocess.run(
+            [kubectl, "kustomize", directory], capture_output=True, text=True, check=False
+        )
+    assert result.returncode == 0, f"kubectl kustomize of an overlay of one's own failed:\n{result.stderr}"
     return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc is not None)
 
 

@@ -1,0 +1,75 @@
+{{/*
+The one label every object of the overlays carries (each kustomization's `labels:`).
+No Helm labels are added: tests/helm/ compares every object with its overlay's as it is.
+*/}}
+{{- define "runtimeclass-extender.labels" -}}
+app.kubernetes.io/part-of: runtimeclass-extender
+{{- end }}
+
+{{/*
+"true" when pending pods are requeued, "" when not: requeuePendingPods.enabled, or when
+it is null the mode's default (on in predicate mode, as overlays/predicate-mode, tls and
+large-cluster have it; off alongside admission, as overlays/alongside-admission).
+*/}}
+{{- define "runtimeclass-extender.requeue" -}}
+{{- $enabled := .Values.requeuePendingPods.enabled -}}
+{{- if kindIs "invalid" $enabled -}}
+{{- $enabled = eq .Values.mode "predicate" -}}
+{{- end -}}
+{{- if $enabled }}true{{ end -}}
+{{- end }}
+
+{{/*
+The KubeSchedulerConfiguration, byte for byte the file of the matching overlay (copied
+under files/ with deploy/'s paths; tests/helm/ checks each copy). values.schema.json
+admits only the combinations some overlay ships.
+*/}}
+{{- define "runtimeclass-extender.schedulerConfig" -}}
+{{- $file := "overlays/predicate-mode/scheduler-config.yaml" -}}
+{{- if eq .Values.mode "alongside-admission" -}}
+{{- $file = "base/scheduler-config.yaml" -}}
+{{- else if .Values.labelNodes.enabled -}}
+{{- $file = "overlays/large-cluster/scheduler-config.yaml" -}}
+{{- else if .Values.tls.enabled -}}
+{{- $file = "overlays/tls/scheduler-config.yaml" -}}
+{{- end -}}
+{{- .Files.Get (printf "files/%s" $file) -}}
+{{- end }}
+
+{{/*
+The scheduler ConfigMap's name: kustomize's configMapGenerator name plus the suffix it
+appends, so that a changed configuration is a new ConfigMap and rolls the Deployment.
+
+The suffix is kustomize's hash (api/hasher/hasher.go, encodeConfigMap and encode): the
+sha256 of the JSON {"data": <data>, "kind": "ConfigMap", "name": ""} as Go's
+encoding/json writes it (keys sorted; Helm's toJson is that encoder too), its first ten
+hex digits with 0, 1, 3, a and e mapped to g, h, k, m and t. "name" is always empty:
+kustomize looks the name up with the single path element "metadata/name", which matches
+no field.
+*/}}
+{{- define "runtimeclass-extender.schedulerConfigName" -}}
+{{- $data := dict "config.yaml" (include "runtimeclass-extender.schedulerConfig" .) -}}
+{{- $hash := dict "data" $data "kind" "ConfigMap" "name" "" | toJson | sha256sum | trunc 10 -}}
+{{- $hash = $hash | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t" -}}
+runtimeclass-scheduler-config-{{ $hash }}
+{{- end }}
+
+{{/*
+The extender image: repository and tag (the chart's appVersion when empty).
+*/}}
+{{- define "runtimeclass-extender.image" -}}
+{{- printf "%s:%s" .Values.extender.image.repository (.Values.extender.image.tag | default .Chart.AppVersion) -}}
+{{- end }}
+
+{{/*
+The issuer of the webhooks' certificate with certManager: the self-signed Issuer of the
+sub-component unless certManager.issuerRef names another.
+*/}}
+{{- define "runtimeclass-extender.issuerRef" -}}
+{{- if .Values.certManager.issuerRef -}}
+{{- toYaml .Values.certManager.issuerRef -}}
+{{- else -}}
+kind: Issuer
+name: runtimeclass-extender-selfsigned
+{{- end -}}
+{{- end }}

@@ -1,0 +1,385 @@
+"""The chart and the overlays are one install: for every setup, ``helm template`` with
+the setup's values renders the objects ``kubectl kustomize`` renders for its overlay
+(plus the components an overlay of one's own adds), in the overlays' namespace and in
+another, equal field for field (tests/support/helm.py says what is normalised, and
+why). The payloads the chart reads from files/ are byte copies of deploy/'s.
+
+docs/development.md says how the two are kept equal.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.docs import fenced_blocks
+from tests.support.helm import CHART, NAMESPACE, differences, template
+from tests.support.manifests import DEPLOY, one, render, render_own
+from tests.support.paths import DOCS
+
+OTHER = "other"
+SETUP_VALUES = CHART / "ci"
+AUDIT = "components/audit-running-pods"
+MONITORING = "components/monitoring"
+CERT_MANAGER = ("components/admission-webhook/cert-manager", "components/pod-webhook/cert-manager")
+
+
+@dataclass(frozen=True)
+class Case:
+    """A setup: the chart's values, and the overlay (with the components an overlay of
+    one's own lists, in that order) that must render the same."""
+
+    id: str
+    overlay: str
+    components: tuple[str, ...] = ()
+    values: dict[str, str] = field(default_factory=dict)
+    # A values file under the chart's ci/, as .ci/run lints it.
+    file: str | None = None
+    namespace: str | None = None
+    # False where kustomize's order of the extender's flags follows the order the
+    # overlay lists its components in, and the chart has one place for each flag.
+    flag_order: bool = True
+
+    def chart(self) -> tuple[dict[str, object], ...]:
+        files = [SETUP_VALUES / self.file] if self.file else []
+        return template(self.values, files=files, namespace=self.namespace or NAMESPACE)
+
+    def kustomize(self) -> tuple[dict[str, object], ...]:
+        return render(self.overlay, *self.components, namespace=self.namespace)
+
+
+SHIPPED = [
+    Case("predicate-mode", "overlays/predicate-mode", file="predicate-mode-values.yaml"),
+    Case("alongside-admission", "overlays/alongside-admission", file="alongside-admission-values.yaml"),
+    Case("large-cluster", "overlays/large-cluster", file="large-cluster-values.yaml"),
+    Case("tls", "overlays/tls", file="tls-values.yaml"),
+]
+IN_ANOTHER_NAMESPACE = [
+    Case(f"{case.id} in {OTHER}", case.overlay, file=case.file, namespace=OTHER) for case in SHIPPED
+]
+WITH_COMPONENTS = [
+    Case("predicate-mode + audit", "overlays/predicate-mode", (AUDIT,), {"auditRunningPods.enabled": "true"}),
+    Case(
+        "alongside-admission + audit in other",
+        "overlays/alongside-admission",
+        (AUDIT,),
+        {"mode": "alongside-admission", "auditRunningPods.enabled": "true"},
+        namespace=OTHER,
+    ),
+    Case(
+        "predicate-mode + monitoring",
+        "overlays/predicate-mode",
+        (MONITORING,),
+        {"monitoring.enabled": "true"},
+    ),
+    Case(
+        "large-cluster + monitoring in other",
+        "overlays/large-cluster",
+        (MONITORING,),
+        {"labelNodes.enabled": "true", "monitoring.enabled": "true"},
+        namespace=OTHER,
+    ),
+    Case(
+        "predicate-mode + cert-manager",
+        "overlays/predicate-mode",
+        CERT_MANAGER,
+        {"certManager.enabled": "true"},
+    ),
+    Case(
+        "alongside-admission + cert-manager",
+        "overlays/alongside-admission",
+        CERT_MANAGER,
+        {"mode": "alongside-admission", "certManager.enabled": "true"},
+    ),
+    Case(
+        "large-cluster + cert-manager",
+        "overlays/large-cluster",
+        CERT_MANAGER,
+        {"labelNodes.enabled": "true", "certManager.enabled": "true"},
+    ),
+    Case(
+        "tls + audit + cert-manager + monitoring",
+        "overlays/tls",
+        (AUDIT, *CERT_MANAGER, MONITORING),
+        {
+            "tls.enabled": "true",
+            "auditRunningPods.enabled": "true",
+            "certManager.enabled": "true",
+            "monitoring.enabled": "true",
+        },
+    ),
+    # The overlay appends the requeue flags after its own components' (leader election),
+    # the chart has them before: the one case compared with the flags in any order.
+    Case(
+        "alongside-admission + requeue",
+        "overlays/alongside-admission",
+        ("components/requeue-pending-pods",),
+        {"mode": "alongside-admission", "requeuePendingPods.enabled": "true"},
+        flag_order=False,
+    ),
+    # Parts left out: the base with only some components, as deploy/components' comments
+    # describe overlays of one's own.
+    Case(
+        "no pod webhook",
+        "base",
+        ("components/admission-webhook", "components/leader-election"),
+        {"mode": "alongside-admission", "podWebhook.enabled": "false"},
+    ),
+    Case(
+        "no pod webhook, no leader election, cert-manager",
+        "base",
+        ("components/admission-webhook", "components/admission-webhook/cert-manager"),
+        {
+            "mode": "alongside-admission",
+            "podWebhook.enabled": "false",
+            "leaderElection.enabled": "false",
+            "certManager.enabled": "true",
+        },
+    ),
+]
+CASES = SHIPPED + IN_ANOTHER_NAMESPACE + WITH_COMPONENTS
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+def test_the_chart_renders_what_the_overlay_renders(case: Case) -> None:
+    chart, overlay = case.chart(), case.kustomize()
+    assert differences(chart, overlay, flag_order=case.flag_order) == []
+    # Not equal by being empty: the base alone has 15 objects, every setup more.
+    assert len(chart) == len(overlay) > 20
+
+
+def test_every_overlay_is_a_case_in_both_namespaces() -> None:
+    overlays = {str(path.parent.relative_to(DEPLOY)) for path in DEPLOY.glob("overlays/*/kustomization.yaml")}
+    assert {case.overlay for case in SHIPPED} == overlays
+    assert {case.overlay for case in IN_ANOTHER_NAMESPACE} == overlays
+    values_files = {path.name for path in SETUP_VALUES.glob("*-values.yaml")}
+    assert {case.file for case in SHIPPED} <= values_files
+
+
+def test_every_opt_in_component_is_a_case() -> None:
+    """Every component no shipped overlay includes is compared with the chart's part."""
+    shipped = {
+        component for overlay in ("base", *(c.overlay for c in SHIPPED)) for component in _listed(overlay)
+    }
+    components = {
+        str(path.parent.relative_to(DEPLOY)) for path in DEPLOY.glob("components/**/kustomization.yaml")
+    }
+    opt_in = components - shipped
+    assert opt_in == {AUDIT, MONITORING, *CERT_MANAGER}
+    assert {c for case in WITH_COMPONENTS for c in case.components} >= opt_in
+
+
+def _listed(kustomization: str) -> set[str]:
+    """The components a kustomization lists, itself and through its resources."""
+    directory = DEPLOY / kustomization
+    spec = yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
+    found = {str((directory / c).resolve().relative_to(DEPLOY)) for c in spec.get("components", [])}
+    for resource in spec.get("resources", []):
+        target = (directory / resource).resolve()
+        if (target / "kustomization.yaml").is_file():
+            found |= _listed(str(target.relative_to(DEPLOY)))
+    return found
+
+
+# --- the overlays of one's own the docs show --------------------------------------------
+
+
+def _documented_overlay(page: str, component: str) -> str:
+    blocks = [
+        block
+        for block in fenced_blocks((DOCS / page).read_text(encoding="utf-8"), "yaml")
+        if block.startswith("# my-overlay/kustomization.yaml\n") and component in block
+    ]
+    assert len(blocks) == 1, f"{page}: expected one overlay with {component}"
+    return blocks[0]
+
+
+def test_the_chart_renders_the_install_pages_overlay_of_ones_own() -> None:
+    """docs/install.md's overlay (predicate mode, the audit, cert-manager, an image of
+    one's registry) is four values."""
+    overlay = render_own(_documented_overlay("install.md", "components/audit-running-pods"))
+    chart = template(
+        {
+            "auditRunningPods.enabled": "true",
+            "certManager.enabled": "true",
+            "extender.image.repository": "REGISTRY/runtimeclass-extender",
+            "extender.image.tag": "0.1.0",
+        }
+    )
+    assert differences(chart, overlay) == []
+
+
+def test_the_chart_renders_the_metrics_pages_overlay_of_ones_own() -> None:
+    """docs/metrics.md's overlay (monitoring, its objects labelled for a
+    kube-prometheus-stack release) is monitoring.labels."""
+    overlay = render_own(_documented_overlay("metrics.md", "components/monitoring"))
+    chart = template({"monitoring.enabled": "true", "monitoring.labels.release": "kube-prometheus-stack"})
+    assert differences(chart, overlay) == []
+
+
+# --- where the chart differs on purpose ---------------------------------------------------
+
+
+def test_cert_manager_in_another_namespace_names_it_where_the_components_do_not() -> None:
+    """The cert-manager sub-components write the namespace runtimeclass-extender into the
+    Certificate's DNS names and both CA injector annotations, where ``namespace: other``
+    does not reach (kustomize knows neither field): there the webhooks get no CA and a
+    certificate for another Service. The chart names the release namespace; nothing
+    else differs. When deploy/ follows the namespace, this becomes a case above."""
+    chart = template({"certManager.enabled": "true"}, namespace=OTHER)
+    overlay = render("overlays/predicate-mode", *CERT_MANAGER, namespace=OTHER)
+    injected = "metadata.annotations.cert-manager.io/inject-ca-from"
+    assert differences(chart, overlay) == [
+        "('Certificate', 'other', 'runtimeclass-extender-webhook').spec.dnsNames[0]: chart "
+        "'runtimeclass-extender-webhook.other.svc' != overlay 'runtimeclass-extender-webhook.runtimeclass-extender.svc'",
+        "('Certificate', 'other', 'runtimeclass-extender-webhook').spec.dnsNames[1]: chart "
+        "'runtimeclass-extender-webhook.other.svc.cluster.local' != "
+        "overlay 'runtimeclass-extender-webhook.runtimeclass-extender.svc.cluster.local'",
+        f"('MutatingWebhookConfiguration', None, 'runtimeclass-extender').{injected}: chart "
+        "'other/runtimeclass-extender-webhook' != overlay 'runtimeclass-extender/runtimeclass-extender-webhook'",
+        f"('ValidatingWebhookConfiguration', None, 'runtimeclass-extender').{injected}: chart "
+        "'other/runtimeclass-extender-webhook' != overlay 'runtimeclass-extender/runtimeclass-extender-webhook'",
+    ]
+    service = one(chart, "Service")
+    assert service["metadata"]["namespace"] == OTHER
+    assert one(chart, "Certificate")["spec"]["dnsNames"][0] == f"{service['metadata']['name']}.{OTHER}.svc"
+
+
+def test_sizes_and_images_are_values_and_change_nothing_else() -> None:
+    plain = template()
+    changed = template(
+        {
+            "replicas": "3",
+            "extender.image.repository": "registry.example/runtimeclass-extender",
+            "extender.image.tag": "9.9.9",
+            "scheduler.image.tag": "v1.36.3",
+            "extender.resources.limits.memory": "1Gi",
+        }
+    )
+    prefix = "('Deployment', 'runtimeclass-extender', 'runtimeclass-scheduler').spec"
+    containers = f"{prefix}.template.spec.containers"
+    assert differences(changed, plain) == [
+        f"{prefix}.replicas: chart 3 != overlay 2",
+        f"{containers}[0].image: chart 'registry.k8s.io/kube-scheduler:v1.36.3' != "
+        "overlay 'registry.k8s.io/kube-scheduler:v1.36.2'",
+        f"{containers}[1].image: chart 'registry.example/runtimeclass-extender:9.9.9' != "
+        "overlay 'runtimeclass-extender:0.1.0'",
+        f"{containers}[1].resources.limits.memory: chart '1Gi' != overlay '512Mi'",
+    ]
+
+
+def test_the_namespace_object_is_left_to_whoever_makes_the_namespace() -> None:
+    """namespace.create=false: the same objects without the Namespace."""
+    docs = template({"namespace.create": "false"}, namespace=OTHER)
+    assert differences(docs, render("overlays/predicate-mode", namespace=OTHER)) == [
+        "('Namespace', None, 'other'): only in the overlay"
+    ]
+
+
+# --- the copies under files/ -------------------------------------------------------------
+
+COPIES = sorted(path.relative_to(CHART / "files") for path in (CHART / "files").rglob("*") if path.is_file())
+
+
+def test_files_holds_the_payloads_the_templates_read() -> None:
+    read = {
+        f"files/{name}"
+        for template_file in (CHART / "templates").iterdir()
+        for name in _files_read(template_file.read_text(encoding="utf-8"))
+    }
+    assert read == {f"files/{path}" for path in COPIES}
+    assert {str(path) for path in COPIES} == {
+        "base/scheduler-config.yaml",
+        "overlays/predicate-mode/scheduler-config.yaml",
+        "overlays/large-cluster/scheduler-config.yaml",
+        "overlays/tls/scheduler-config.yaml",
+        "components/monitoring/dashboard.json",
+        "components/monitoring/prometheusrule.yaml",
+    }
+
+
+def _files_read(text: str) -> set[str]:
+    """The paths under files/ a template reads: literal .Files.Get paths, and the
+    scheduler configurations, which _helpers.tpl names one by one."""
+    return set(re.findall(r'\.Files\.Get "files/([^"]+)"', text)) | set(
+        re.findall(r'"((?:base|overlays/[a-z-]+)/scheduler-config\.yaml)"', text)
+    )
+
+
+@pytest.mark.parametrize("path", COPIES, ids=str)
+def test_each_file_is_a_byte_copy_of_deploys(path: Path) -> None:
+    source = DEPLOY / path
+    assert (CHART / "files" / path).read_bytes() == source.read_bytes(), (
+        f"deploy/helm/runtimeclass-extender/files/{path} is not deploy/{path}: copy it "
+        f"(cp deploy/{path} deploy/helm/runtimeclass-extender/files/{path})"
+    )
+
+
+# --- the comparison fails when it should ------------------------------------------------
+
+
+def _chart_copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "runtimeclass-extender"
+    shutil.copytree(CHART, copy)
+    return copy
+
+
+def test_a_changed_template_is_caught(tmp_path: Path) -> None:
+    chart = _chart_copy(tmp_path)
+    deployment = chart / "templates" / "deployment.yaml"
+    deployment.write_text(deployment.read_text(encoding="utf-8").replace("--port=8888", "--port=8889"))
+    (chart / "templates" / "pdb.yaml").unlink()
+    found = differences(template(chart=chart), render("overlays/predicate-mode"))
+    assert found == [
+        "('PodDisruptionBudget', 'runtimeclass-extender', 'runtimeclass-scheduler'): only in the overlay",
+        "('Deployment', 'runtimeclass-extender', 'runtimeclass-scheduler').spec.template.spec"
+        ".containers[1].args[2]: chart '--port=8889' != overlay '--port=8888'",
+    ]
+
+
+def test_flags_in_another_order_are_caught_unless_asked_otherwise() -> None:
+    chart = template({"mode": "alongside-admission", "requeuePendingPods.enabled": "true"})
+    overlay = render("overlays/alongside-admission", "components/requeue-pending-pods")
+    assert differences(chart, overlay) != []
+    assert differences(chart, overlay, flag_order=False) == []
+
+
+def test_a_changed_scheduler_configuration_changes_the_name_as_kustomize_does(tmp_path: Path) -> None:
+    """The chart's ConfigMap name is kustomize's hash of the content, not a copy of the
+    overlays' names: a configuration of other bytes (characters Go's JSON encoder escapes,
+    non-ASCII) gets a new name, the one kustomize gives it."""
+    chart = _chart_copy(tmp_path)
+    path = "overlays/predicate-mode/scheduler-config.yaml"
+    edited = (DEPLOY / path).read_text(encoding="utf-8") + '# <&> \u00e9 "quoted"\n'
+    (chart / "files" / path).write_text(edited, encoding="utf-8")
+    docs = template(chart=chart)
+    found = differences(docs, render("overlays/predicate-mode"))
+    assert [line for line in found if "only in" in line] == [
+        f"('ConfigMap', 'runtimeclass-extender', '{one(render('overlays/predicate-mode'), 'ConfigMap')['metadata']['name']}')"
+        ": only in the overlay",
+        f"('ConfigMap', 'runtimeclass-extender', '{one(docs, 'ConfigMap')['metadata']['name']}'): only in the chart",
+    ]
+    # kustomize, given the same file, names it as the chart does.
+    overlay = render_own(
+        textwrap.dedent(
+            """\
+            resources:
+            - ../deploy/overlays/predicate-mode
+            configMapGenerator:
+            - name: runtimeclass-scheduler-config
+              namespace: runtimeclass-extender
+              behavior: replace
+              files:
+              - config.yaml=edited.yaml
+            """
+        ),
+        {"edited.yaml": edited},
+    )
+    assert one(overlay, "ConfigMap")["data"]["config.yaml"] == edited
+    assert differences(docs, overlay) == []

@@ -1,0 +1,253 @@
+"""The chart's values: values.yaml documents every key and values.schema.json knows
+exactly those; the schema refuses wrong types, unknown keys (at the top and in every
+section) and the combinations no shipped setup has, saying where; each setup's values
+file lints clean; the mode decides requeueing unless it is set; the release namespace
+must be one of the install's own; NOTES.txt tells the operator what to check next, in
+the release namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.helm import CHART, NAMESPACE, differences, refusal, run_helm, template
+from tests.support.manifests import render
+
+VALUES = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+SCHEMA = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+# Maps whose keys are the user's (Kubernetes quantities, labels), not the chart's.
+FREE_MAPS = {"scheduler.resources", "extender.resources", "monitoring.labels", "certManager.issuerRef"}
+SECTIONS = sorted(name for name, value in VALUES.items() if isinstance(value, dict))
+
+
+def _paths(values: dict[str, Any], prefix: str = "") -> set[str]:
+    found = set()
+    for name, value in values.items():
+        path = f"{prefix}{name}"
+        found.add(path)
+        if isinstance(value, dict) and path not in FREE_MAPS:
+            found |= _paths(value, f"{path}.")
+    return found
+
+
+def _schema_paths(schema: dict[str, Any], prefix: str = "") -> set[str]:
+    found = set()
+    for name, sub in schema.get("properties", {}).items():
+        path = f"{prefix}{name}"
+        found.add(path)
+        if "$ref" in sub:
+            sub = SCHEMA["definitions"][sub["$ref"].rsplit("/", 1)[1]]
+        if path not in FREE_MAPS:
+            found |= _schema_paths(sub, f"{path}.")
+    return found
+
+
+def test_the_schema_knows_exactly_the_keys_of_values_yaml() -> None:
+    assert _schema_paths(SCHEMA) - {"global"} == _paths(VALUES)
+    assert set(SCHEMA["required"]) == set(VALUES)
+
+
+def test_every_key_of_values_yaml_has_its_comment() -> None:
+    """Line by line: each key has a comment right above it, but for the Kubernetes
+    structure inside a container's resources."""
+    undocumented = []
+    lines = (CHART / "values.yaml").read_text(encoding="utf-8").splitlines()
+    inside: int | None = None  # the indentation of a resources: block being skipped
+    for index, line in enumerate(lines):
+        match = re.match(r"( *)([A-Za-z][\w-]*):", line)
+        if match is None:
+            continue
+        indent = len(match.group(1))
+        if inside is not None and indent > inside:
+            continue
+        inside = indent if match.group(2) == "resources" else None
+        if not lines[index - 1].lstrip().startswith("#"):
+            undocumented.append(line)
+    assert undocumented == []
+
+
+REFUSED = [
+    ({"foo": "1"}, "- at '': additional properties 'foo' not allowed"),
+    ({"mode": "predicate-mode"}, "- at '/mode': value must be one of 'predicate', 'alongside-admission'"),
+    ({"replicas": "two"}, "- at '/replicas': got string, want integer"),
+    ({"replicas": "0"}, "- at '/replicas': minimum: got 0, want 1"),
+    ({"podWebhook.enabled": "yes"}, "- at '/podWebhook/enabled': got string, want boolean"),
+    (
+        {"requeuePendingPods.enabled": "sometimes"},
+        "- at '/requeuePendingPods/enabled': got string, want null or boolean",
+    ),
+    ({"extender.image.pullPolicy": "Sometimes"}, "- at '/extender/image/pullPolicy': value must be one of"),
+    ({"tls.secretName": "Bad_Name"}, "- at '/tls/secretName': 'Bad_Name' does not match pattern"),
+    (
+        {"certManager.issuerRef.kind": "ClusterIssuer"},
+        "- at '/certManager/issuerRef': properties 'name' required",
+    ),
+    ({"monitoring.labels.release": "1"}, "- at '/monitoring/labels/release': got number, want string"),
+    ({"tls": "null"}, "- at '': missing property 'tls'"),
+    # Combinations no overlay ships.
+    (
+        {"labelNodes.enabled": "true", "podWebhook.enabled": "false"},
+        "- at '/podWebhook/enabled': value must be true",
+    ),
+    (
+        {"labelNodes.enabled": "true", "mode": "alongside-admission"},
+        "- at '/mode': value must be 'predicate'",
+    ),
+    ({"tls.enabled": "true", "mode": "alongside-admission"}, "- at '/mode': value must be 'predicate'"),
+    (
+        {"tls.enabled": "true", "labelNodes.enabled": "true"},
+        "- at '/labelNodes/enabled': value must be false",
+    ),
+    (
+        {"leaderElection.enabled": "false", "certManager.enabled": "true"},
+        "- at '/requeuePendingPods/enabled': value must be false",
+    ),
+    (
+        {"leaderElection.enabled": "false", "mode": "alongside-admission"},
+        "- at '/certManager/enabled': value must be true",
+    ),
+    (
+        {
+            "leaderElection.enabled": "false",
+            "certManager.enabled": "true",
+            "mode": "alongside-admission",
+            "auditRunningPods.enabled": "true",
+        },
+        "- at '/auditRunningPods/enabled': value must be false",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"), REFUSED, ids=lambda v: json.dumps(v) if isinstance(v, dict) else ""
+)
+def test_the_schema_refuses_with_a_message_saying_where(values: dict[str, str], message: str) -> None:
+    error = refusal(values)
+    assert "values don't meet the specifications of the schema" in error
+    assert message in error, error
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_every_section_refuses_an_unknown_key(section: str) -> None:
+    assert f"- at '/{section}': additional properties 'bogus' not allowed" in refusal(
+        {f"{section}.bogus": "1"}
+    )
+
+
+@pytest.mark.parametrize("values", sorted(p.name for p in (CHART / "ci").glob("*-values.yaml")))
+def test_each_setups_values_lint_clean(values: str) -> None:
+    result = run_helm(
+        "lint", "--strict", str(CHART), "--namespace", NAMESPACE, "-f", str(CHART / "ci" / values)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+    assert not re.search(r"\[(WARNING|ERROR)\]", result.stdout), result.stdout
+
+
+# --- what the values decide ------------------------------------------------------------
+
+
+def _requeueing(values: dict[str, str]) -> bool:
+    docs = template(values)
+    flag = "--requeue-pending-pods" in _extender_args(docs)
+    objects = {d["kind"] for d in docs if d["metadata"]["name"] == "runtimeclass-extender-requeue"}
+    assert objects == (
+        {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+        if flag
+        else set()
+    )
+    return flag
+
+
+def test_requeueing_follows_the_mode_unless_it_is_set() -> None:
+    assert _requeueing({})
+    assert not _requeueing({"mode": "alongside-admission"})
+    assert not _requeueing({"requeuePendingPods.enabled": "false"})
+    assert _requeueing({"mode": "alongside-admission", "requeuePendingPods.enabled": "true"})
+    assert _requeueing({"requeuePendingPods.enabled": "null"})
+
+
+def test_predicate_mode_without_requeueing_leaves_out_the_component_and_nothing_else() -> None:
+    chart, overlay = template({"requeuePendingPods.enabled": "false"}), render("overlays/predicate-mode")
+    found = differences(chart, overlay)
+    assert found[:4] == [
+        f"('{kind}', None, 'runtimeclass-extender-requeue'): only in the overlay"
+        for kind in (
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        )
+    ]
+    assert len(found) == 5 and ".containers[1].args: chart" in found[4]
+    assert _extender_args(chart) == [a for a in _extender_args(overlay) if not a.startswith("--requeue-")]
+
+
+def _extender_args(docs: tuple[dict[str, Any], ...]) -> list[str]:
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (extender,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"]
+    return list(extender["args"])
+
+
+@pytest.mark.parametrize("namespace", ["default", "kube-system"])
+def test_the_chart_never_claims_a_namespace_of_the_cluster(namespace: str) -> None:
+    """namespace.create would label it for the pod webhook to skip, and make it the
+    release's; there the namespace must be left alone."""
+    assert "install into a namespace of its own" in refusal({}, namespace=namespace)
+    docs = template({"namespace.create": "false"}, namespace=namespace)
+    assert not [d for d in docs if d["kind"] == "Namespace"]
+    assert {d["metadata"].get("namespace") for d in docs if "namespace" in d["metadata"]} == {namespace}
+
+
+# --- NOTES.txt ----------------------------------------------------------------------------
+
+
+def _notes(values: dict[str, str], namespace: str = "other") -> str:
+    """NOTES.txt as ``helm install`` prints it (a client-side dry run: no cluster)."""
+    args = ["install", "runtimeclass-extender", str(CHART), "--namespace", namespace, "--dry-run=client"]
+    args += [flag for k, v in values.items() for flag in ("--set", f"{k}={v}")]
+    result = run_helm(*args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split("\nNOTES:\n", 1)[1]
+
+
+def _commands(notes: str) -> list[str]:
+    return [line.strip() for line in notes.splitlines() if line.strip().startswith(("kubectl", "curl"))]
+
+
+def test_notes_say_what_to_check_next_in_the_release_namespace() -> None:
+    notes = _notes({})
+    commands = _commands(notes)
+    for needed in (
+        "kubectl -n other rollout status deployment/runtimeclass-scheduler",
+        "curl -s http://127.0.0.1:8081/readyz",
+        "kubectl -n other get leases",
+        "kubectl -n other get secret runtimeclass-extender-webhook-certificate",
+        "kubectl get validatingwebhookconfiguration,mutatingwebhookconfiguration runtimeclass-extender \\",
+        "kubectl get events --field-selector reason=FailedScheduling",
+    ):
+        assert needed in commands, needed
+    namespaced = [c for c in commands if c.startswith("kubectl") and " -n " in c]
+    assert namespaced and all(" -n other " in c for c in namespaced)
+    assert "one release per cluster" in notes
+    assert "--disable-admission-plugins=RuntimeClass" in notes
+
+
+def test_notes_follow_the_parts() -> None:
+    notes = _notes({"tls.enabled": "true", "certManager.enabled": "true", "namespace.create": "false"})
+    commands = _commands(notes)
+    assert "kubectl -n other get secret runtimeclass-extender-tls" in commands
+    assert "kubectl -n other get certificate runtimeclass-extender-webhook" in commands
+    assert "kubectl -n other get secret runtimeclass-extender-webhook-certificate" not in commands
+    assert "kubectl label namespace other runtimeclass-extender.dev/webhook=ignore" in commands
+    large = _commands(_notes({"labelNodes.enabled": "true", "monitoring.enabled": "true"}))
+    assert "kubectl get events --field-selector reason=RuntimeClassFitsNoNode" in large
+    assert "kubectl -n other get podmonitor,prometheusrule runtimeclass-extender" in large
+    alongside = _notes({"mode": "alongside-admission", "podWebhook.enabled": "false"})
+    assert "--disable-admission-plugins" not in alongside
+    assert "kubectl get validatingwebhookconfiguration runtimeclass-extender \\" in _commands(alongside)
