@@ -226,29 +226,20 @@ def test_the_chart_renders_the_metrics_pages_overlay_of_ones_own() -> None:
 # --- where the chart differs on purpose ---------------------------------------------------
 
 
-def test_cert_manager_in_another_namespace_names_it_where_the_components_do_not() -> None:
-    """The cert-manager sub-components write the namespace runtimeclass-extender into the
-    Certificate's DNS names and both CA injector annotations, where ``namespace: other``
-    does not reach (kustomize knows neither field): there the webhooks get no CA and a
-    certificate for another Service. The chart names the release namespace; nothing
-    else differs. When deploy/ follows the namespace, this becomes a case above."""
+def test_cert_manager_in_another_namespace_as_the_permissions_page_shows_it() -> None:
+    """The cert-manager sub-components name the namespace inside two strings (the
+    Certificate's DNS names, the CA injector's annotations), which ``namespace: other``
+    does not reach; docs/permissions.md's overlay rewrites them with replacements from
+    the Namespace object, and then the chart, which names the release namespace there,
+    renders the same objects."""
+    documented = _documented_overlay("permissions.md", "components/admission-webhook/cert-manager")
+    overlay = render_own(documented.replace("namespace: scheduling", f"namespace: {OTHER}"))
     chart = template({"certManager.enabled": "true"}, namespace=OTHER)
-    overlay = render("overlays/predicate-mode", *CERT_MANAGER, namespace=OTHER)
-    injected = "metadata.annotations.cert-manager.io/inject-ca-from"
-    assert differences(chart, overlay) == [
-        "('Certificate', 'other', 'runtimeclass-extender-webhook').spec.dnsNames[0]: chart "
-        "'runtimeclass-extender-webhook.other.svc' != overlay 'runtimeclass-extender-webhook.runtimeclass-extender.svc'",
-        "('Certificate', 'other', 'runtimeclass-extender-webhook').spec.dnsNames[1]: chart "
-        "'runtimeclass-extender-webhook.other.svc.cluster.local' != "
-        "overlay 'runtimeclass-extender-webhook.runtimeclass-extender.svc.cluster.local'",
-        f"('MutatingWebhookConfiguration', None, 'runtimeclass-extender').{injected}: chart "
-        "'other/runtimeclass-extender-webhook' != overlay 'runtimeclass-extender/runtimeclass-extender-webhook'",
-        f"('ValidatingWebhookConfiguration', None, 'runtimeclass-extender').{injected}: chart "
-        "'other/runtimeclass-extender-webhook' != overlay 'runtimeclass-extender/runtimeclass-extender-webhook'",
-    ]
+    assert differences(chart, overlay) == []
     service = one(chart, "Service")
-    assert service["metadata"]["namespace"] == OTHER
     assert one(chart, "Certificate")["spec"]["dnsNames"][0] == f"{service['metadata']['name']}.{OTHER}.svc"
+    without = render("overlays/predicate-mode", *CERT_MANAGER, namespace=OTHER)
+    assert one(without, "Certificate")["spec"]["dnsNames"][0].endswith(".runtimeclass-extender.svc")
 
 
 def test_sizes_and_images_are_values_and_change_nothing_else() -> None:
