@@ -48,12 +48,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from extender.certificates.authority import CertificateError, read_bundle
+from extender.certificates.authority import CertificateError, read_bundle, signers
 from extender.certificates.plan import (
     Bundle,
+    Cert,
     Plan,
     Policy,
     Trust,
+    bundle_cas,
     plan,
     service_dns_names,
     trust,
@@ -157,6 +159,7 @@ def bundle_of(configuration: Mapping[str, Any] | None, *, service: str, namespac
     if configuration is None:
         return Bundle(present=False)
     hooks: dict[str, frozenset[str]] = {}
+    cas: dict[str, Cert] = {}
     for webhook in configuration.get("webhooks") or ():
         if not isinstance(webhook, dict) or not isinstance(webhook.get("name"), str):
             continue
@@ -166,11 +169,12 @@ def bundle_of(configuration: Mapping[str, Any] | None, *, service: str, namespac
             continue
         try:
             pem = base64.b64decode(str(client.get("caBundle") or ""), validate=True)
-            fingerprints = frozenset(c.fingerprint for c in read_bundle(pem))
+            held = {c.fingerprint: c for c in read_bundle(pem)}
         except (binascii.Error, ValueError, CertificateError):
-            fingerprints = frozenset()  # unreadable: trusts nothing, and gets rewritten
-        hooks[webhook["name"]] = fingerprints
-    return Bundle(present=True, webhooks=hooks)
+            held = {}  # unreadable: trusts nothing, and gets rewritten
+        hooks[webhook["name"]] = frozenset(held)
+        cas.update(held)
+    return Bundle(present=True, webhooks=hooks, cas=cas)
 
 
 class _Metrics(Collector):
@@ -347,12 +351,9 @@ class WebhookCertificates(LeaderActor):
 
     def trust(self) -> Trust:
         served = self.served
-        return trust(
-            served.leaf if served else None,
-            served.issuer if served else None,
-            self.bundles(),
-            self._clock(),
-        )
+        bundles = self.bundles()
+        found = signers(served.leaf.pem, bundle_cas(bundles)) if served else frozenset()
+        return trust(served.leaf if served else None, found, bundles, self._clock())
 
     def details(self) -> dict[str, Any]:
         """For /readyz: trusted or why not, and the served certificate's end."""
@@ -406,7 +407,11 @@ class WebhookCertificates(LeaderActor):
             secret = await self._get_secret()
             bundles, configurations = await self._read_configurations()
             now = self._clock()
-            current = plan(read_secret(secret, name=self.secret_name), bundles, now, self.policy)
+            # No replica is asked what it serves yet: as before, a CA the Secret does not
+            # name leaves the bundles at once.
+            current = plan(
+                read_secret(secret, name=self.secret_name), bundles, now, self.policy, served=frozenset()
+            )
             if current.problem:
                 if current.problem != self.problem:
                     log.error("cannot keep the webhook certificates", extra={"problem": current.problem})
@@ -433,7 +438,7 @@ class WebhookCertificates(LeaderActor):
         if await self._get_secret() is not None:
             return
         now = self._clock()
-        await self._write_secret(plan(read_secret(None), {}, now, self.policy), None, now)
+        await self._write_secret(plan(read_secret(None), {}, now, self.policy, served=frozenset()), None, now)
 
     async def _get_secret(self) -> dict[str, Any] | None:
         try:
