@@ -2,7 +2,7 @@
 configurations as deploy/ ships them, keepers with a clock of the test's own, and a
 real TLS listener on each keeper's switching context.
 
-Shared by tests/certificates/ and tests/http/test_webhook_certificates_wiring.py.
+Shared by tests/certificates/ and tests/http/.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from extender.certificates.keeper import CertificateOptions, WebhookCertificates
+from extender.certificates.secret import TLS_CERT
 from extender.certificates.serving import SwitchingContext
 from extender.kube import connect as kube
 from extender.leader.gate import LeaderGate
@@ -26,6 +27,7 @@ from extender.tasks import run_all
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS, FakeApiServer
 from tests.support.reflectors import fast_reflector
+from tests.support.waiting import eventually
 
 NAMESPACE = "runtimeclass-extender"
 SERVICE = "runtimeclass-extender-webhook"
@@ -44,6 +46,8 @@ OPTIONS = CertificateOptions(
     check_interval=3600.0,
     # Generous: a timed-out read under a loaded machine would look like a lost race.
     request_timeout=10.0,
+    write_rate=100.0,
+    write_burst=10,
     retry_initial=0.02,
     retry_max=0.2,
     reflector=fast_reflector(),
@@ -149,14 +153,19 @@ class Keeper:
         assert der is not None
         return bytes(der)
 
-    async def verified_handshake(self, ca_bundle: bytes, server_name: str = DNS_NAME) -> None:
+    async def verified_handshake(self, ca_bundle: bytes, server_name: str = DNS_NAME) -> bytes:
         """A handshake as the API server makes it: verify against the caBundle, for the
-        Service's name. Raises ssl.SSLError (or ConnectionError) when refused."""
+        Service's name; the DER certificate served. Raises ssl.SSLError (or
+        ConnectionError) when refused."""
         context = ssl.create_default_context(cadata=ca_bundle.decode())
         _, writer = await asyncio.open_connection(
             "127.0.0.1", self.port, ssl=context, server_hostname=server_name
         )
-        writer.close()
+        try:
+            der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        finally:
+            writer.close()
+        return bytes(der or b"")
 
     async def stop(self) -> None:
         for task in reversed(self.tasks):
@@ -200,3 +209,31 @@ def writes_by(server: FakeApiServer) -> dict[str, list[str]]:
             resource = request.path.rstrip("/").split("/")[-2 if request.verb != "post" else -1]
             result.setdefault(request.user, []).append(f"{request.verb.upper()} {resource}")
     return result
+
+
+def der_of(pem: bytes) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(pem.decode())
+
+
+async def settled(keeper: Keeper, server: FakeApiServer) -> None:
+    """Until the listener serves the Secret's pair and the keeper calls it trusted."""
+
+    async def serving_the_secret() -> bool:
+        return (
+            keeper.switching.pair is not None
+            and await keeper.peer_certificate() == der_of(secret_data(server)[TLS_CERT])
+            and keeper.keeper.trust().trusted
+        )
+
+    await eventually(serving_the_secret, what=f"{keeper.name} serving the Secret's trusted certificate")
+
+
+async def kept(keeper: Keeper) -> None:
+    """Until the leader has nothing left to write (its queue empty, a fresh plan idle):
+    what a test waits for after moving the clock."""
+
+    async def idle() -> bool:
+        return not keeper.keeper.writes.busy and (await keeper.keeper.check()).idle
+
+    keeper.keeper.wake()
+    await eventually(idle, what=f"{keeper.name} with nothing left to write")
