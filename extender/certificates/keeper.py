@@ -2,25 +2,35 @@
 
 A leader actor (``extender.leader.actor``), run by ``extender.leader.runner``.
 
-On every replica:
+On every replica (``observe``, and the informers' listeners):
 
 - its informers follow that one Secret and both webhook configurations
   (``fieldSelector=metadata.name=<name>``, which RBAC authorizes by ``resourceNames``
   for list and watch);
-- on every change of the Secret, loads its pair into a fresh ``SSLContext`` and
-  switches the admission listener to it (``extender.certificates.serving``); a pair
-  that does not load is logged and the previous one keeps serving;
-- tells readiness (``trust``) whether the pair it serves is trusted by the caBundle
-  of every webhook of both configurations.
+- once all three are listed, and on every change of any of them, it decides what to
+  serve: the Secret's pair, once the caBundle of every webhook of both configurations
+  that calls the extender's Service, as its informers show them, holds a CA that
+  signed it (``plan.trust``, judged on the CAs the bundles hold: after the Secret was
+  recreated the old CA lives only there); until then the pair it served before, or,
+  with none yet, nothing (the listener refuses handshakes). So a new CA, however it
+  came (a rotation, the Secret deleted, a hand edit), is served only once the API
+  server can verify it. Each pair is loaded into a fresh ``SSLContext``
+  (``extender.certificates.serving``); one that does not load is logged and the
+  previous one keeps serving;
+- tells readiness (``trust``) whether the pair it serves is trusted by every caBundle.
 
 Only the leader writes. ``lead()``, each term (or for the whole run without leader
 election), is level-triggered: at the start of the term, on each change the
-informers see, and every ``check_interval``, it plans from what the informers show
-and queues one write per object the plan would change (the Secret; each
-configuration) on a ``WriteQueue`` (``extender.leader.writes``): a rate limit, one
-write per object waiting or in flight, backoff per object that also retries
-refusals, and damping, so a caBundle that a GitOps tool takes back right after each
-write is written again at most once per ``retry_max`` instead of in a hot loop.
+informers see, every ``check_interval``, and while CAs are kept in the bundles only
+because a replica may still serve a leaf they signed, every few seconds with backoff
+(``recheck_initial`` doubling to ``recheck_max``), it plans from what the informers
+show, and, when the bundles hold CAs the Secret does not name, from what every
+endpoint of the Service serves (``extender.certificates.replicas``). It queues one
+write per object the plan would change (the Secret; each configuration) on a
+``WriteQueue`` (``extender.leader.writes``): a rate limit, one write per object waiting
+or in flight, backoff per object that also retries refusals, and damping, so a
+caBundle that a GitOps tool takes back right after each write is written again at
+most once per ``retry_max`` instead of in a hot loop.
 
 Each write is computed when it is sent, from fresh GETs of the Secret and both
 configurations and the plan: the Secret by POST (``409 AlreadyExists``: another
@@ -42,6 +52,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +65,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from extender.certificates import replicas
 from extender.certificates.authority import CertificateError, read_bundle, signers
 from extender.certificates.plan import (
     Bundle,
@@ -65,6 +77,7 @@ from extender.certificates.plan import (
     Trust,
     bundle_cas,
     plan,
+    removal_candidates,
     service_dns_names,
     trust,
 )
@@ -79,6 +92,7 @@ from extender.certificates.secret import (
 )
 from extender.certificates.serving import PairError, SwitchingContext
 from extender.kube.api import ApiError, request_json, send
+from extender.kube.backoff import Backoff
 from extender.kube.informer import Informer
 from extender.kube.reflector import ReflectorOptions, WatchedResource
 from extender.kube.store import Named, ObjectError, Store
@@ -98,12 +112,10 @@ FIELD_MANAGER = "runtimeclass-extender"
 DEFAULT_CHECK_INTERVAL = 3600.0
 # The write queue's key of the Secret (each configuration's is its label).
 SECRET_KEY = "secret"
-# No replica is asked what it serves yet: as before, a CA the Secret does not name
-# leaves the bundles at once.
-NOT_ASKED: frozenset[str] = frozenset()
 
 EXPIRY_METRIC = "runtimeclass_extender_webhook_certificate_expiry_timestamp_seconds"
 TRUSTED_METRIC = "runtimeclass_extender_webhook_certificate_trusted"
+RETAINED_METRIC = "runtimeclass_extender_webhook_certificate_retained_cas"
 
 Clock = Callable[[], datetime]
 
@@ -129,6 +141,12 @@ class CertificateOptions:
     write_burst: int = 4
     retry_initial: float = 1.0
     retry_max: float = 60.0
+    # While CAs are kept only because a replica may still serve a leaf they signed:
+    # how soon the leader asks the replicas again (doubling up to recheck_max).
+    recheck_initial: float = 2.0
+    recheck_max: float = 60.0
+    # One TLS handshake to a replica, connection included.
+    probe_timeout: float = 3.0
     # Longest wait on shutdown for queued writes to go out.
     drain_timeout: float = 5.0
     reflector: ReflectorOptions = field(default_factory=ReflectorOptions)
@@ -137,6 +155,12 @@ class CertificateOptions:
     @property
     def dns_names(self) -> frozenset[str]:
         return service_dns_names(self.service, self.namespace)
+
+    @property
+    def server_name(self) -> str:
+        """The name the API server dials and verifies: ``<svc>.<ns>.svc``
+        (staging/src/k8s.io/apiserver/pkg/util/webhook/client.go)."""
+        return f"{self.service}.{self.namespace}.svc"
 
     @property
     def configurations(self) -> tuple[tuple[str, str, str], ...]:
@@ -204,8 +228,17 @@ class Fresh:
     configurations: dict[str, dict[str, Any] | None]
 
 
+@dataclass(frozen=True)
+class Retention:
+    """What the leader keeps in the caBundles beyond the Secret's CAs, and why."""
+
+    cas: tuple[str, ...] = ()
+    reason: str = ""
+
+
 class _Metrics(Collector):
-    """The served certificate's end, and whether the caBundles trust it (scrape time)."""
+    """The served certificate's end, whether the caBundles trust it, and the CAs the
+    leader keeps in them for a replica's sake (scrape time)."""
 
     def __init__(self, keeper: WebhookCertificates) -> None:
         self._keeper = keeper
@@ -227,6 +260,14 @@ class _Metrics(Collector):
         )
         trusted.add_metric([], 1.0 if self._keeper.trust().trusted else 0.0)
         yield trusted
+        retained = GaugeMetricFamily(
+            RETAINED_METRIC,
+            "On the leader: CAs kept in the caBundles although the Secret no longer names them, "
+            "because a replica serves, or may serve, a certificate they signed (0 elsewhere); "
+            "self-managed webhook certificates only.",
+        )
+        retained.add_metric([], float(len(self._keeper.retention.cas)))
+        yield retained
 
 
 class WebhookCertificates(LeaderActor):
@@ -244,6 +285,7 @@ class WebhookCertificates(LeaderActor):
         clock: Clock = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
     ) -> None:
         self._api = api
         self.options = options
@@ -253,6 +295,7 @@ class WebhookCertificates(LeaderActor):
         self.served: Served | None = None
         # The leader's last problem with the Secret (foreign, unusable CA), for /readyz.
         self.problem = ""
+        self.retention = Retention()
         self.writes: WriteQueue[str] = WriteQueue(
             self,
             WriteOptions(
@@ -266,7 +309,19 @@ class WebhookCertificates(LeaderActor):
         )
         self._changed = asyncio.Event()
         self._timeout = aiohttp.ClientTimeout(total=options.request_timeout)
+        self._recheck = Backoff(
+            initial=options.recheck_initial,
+            maximum=options.recheck_max,
+            reset_after=options.recheck_max * 2,
+            jitter=0.2,
+            rng=rng or random.Random(),
+            clock=monotonic,
+        )
+        # What the replicas serve, as last asked (the plan's ``served``), for ``due``.
+        self._served_cas: frozenset[str] | None = frozenset()
         self._logged: set[tuple[str, str]] = set()
+        # Why the replicas could not all be asked, the last time (each logged once).
+        self._unknown: frozenset[str] = frozenset()
         # What each write in flight does, for its log line.
         self._sending: dict[str, str] = {}
         # Parsing and signature checks, redone only when what they read changed.
@@ -309,25 +364,41 @@ class WebhookCertificates(LeaderActor):
 
     # ----- every replica --------------------------------------------------------------
 
+    async def observe(self) -> None:
+        """Decide what to serve once all three informers have listed: a store tells its
+        listeners of its first LIST before it counts as listed, so the last of the three
+        to list would otherwise be heard while the bundles still look unread."""
+        for informer in self.informers:
+            await informer.wait_synced()
+        self._follow()
+
     def _secret_changed(self, _kind: str, _old: Named | None, new: Named | None) -> None:
         if new is None and self.secret_store.synced:
             log.warning(
                 "the webhook certificate Secret is gone; serving the certificate loaded before",
                 extra={"secret": self.secret_name},
             )
+        self._configuration_changed()
+
+    def _configuration_changed(self, *_: Any) -> None:
         self._changed.set()  # the leader plans again
         self._follow()
 
-    def _configuration_changed(self, *_: Any) -> None:
-        self._changed.set()
-
     def _follow(self) -> None:
-        """Serve the Secret's pair (see the module doc)."""
+        """Serve the Secret's pair once every caBundle trusts it (see the module doc)."""
         candidate = self._candidate()
         if candidate is None:
             return
         if self.served is not None and candidate.pair == self.served.pair:
             self.served = candidate  # the CAs around it may have changed
+            return
+        verdict = self._trust_of(candidate.leaf)
+        if not verdict.trusted:
+            self._once(
+                candidate.leaf.fingerprint,
+                "not serving the new webhook certificate yet: " + verdict.reason,
+                level=logging.INFO,
+            )
             return
         try:
             self.serving.serve(candidate.pair)
@@ -368,10 +439,10 @@ class WebhookCertificates(LeaderActor):
             )
         return candidate
 
-    def _once(self, key: str, message: str) -> None:
+    def _once(self, key: str, message: str, *, level: int = logging.ERROR) -> None:
         if (key, message) not in self._logged:
             self._logged.add((key, message))
-            log.error(message, extra={"secret": self.secret_name})
+            log.log(level, message, extra={"secret": self.secret_name})
 
     def bundles(self) -> dict[str, Bundle]:
         """Both configurations as the reflectors last saw them ({} until both listed)."""
@@ -413,7 +484,8 @@ class WebhookCertificates(LeaderActor):
         return self._trust_of(self.served.leaf if self.served else None)
 
     def details(self) -> dict[str, Any]:
-        """For /readyz: trusted or why not, and the served certificate's end."""
+        """For /readyz: trusted or why not, the served certificate's end, and on the
+        leader the CAs kept in the bundles for a replica's sake."""
         verdict = self.trust()
         body: dict[str, Any] = {
             "secret": self.secret_name,
@@ -424,6 +496,8 @@ class WebhookCertificates(LeaderActor):
             body["notAfter"] = self.served.leaf.not_after.isoformat()
         if self.problem:
             body["problem"] = self.problem
+        if self.retention.cas:
+            body["retained"] = {"cas": len(self.retention.cas), "reason": self.retention.reason}
         return body
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
@@ -442,9 +516,12 @@ class WebhookCertificates(LeaderActor):
         for informer in self.informers:
             await informer.wait_synced()
         log.info("keeping the webhook certificates", extra={"secret": self.secret_name})
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self.writes.run())
-            group.create_task(self._keep())
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.writes.run())
+                group.create_task(self._keep())
+        finally:
+            self.retention = Retention()
 
     async def drain(self) -> None:
         await wait_while(lambda: self.writes.busy, self.options.drain_timeout)
@@ -460,17 +537,37 @@ class WebhookCertificates(LeaderActor):
                 pass
 
     async def _plan_and_queue(self) -> float:
-        """One pass: plan from the informers, queue what differs; the seconds until the
-        next pass if nothing changes before."""
-        step = plan(self._informer_state(), self.bundles(), self._clock(), self.policy, served=NOT_ASKED)
-        if step.problem and step.problem != self.problem:
-            log.error("cannot keep the webhook certificates", extra={"problem": step.problem})
-        self.problem = step.problem
+        """One pass: plan from the informers (and the replicas), queue what differs;
+        the seconds until the next pass if nothing changes before."""
+        self._follow()  # the clock alone may have made a pair trustworthy or not
+        now = self._clock()
+        state, bundles = self._informer_state(), self.bundles()
+        self._served_cas = await self._served_by_replicas(state, bundles, now)
+        step = plan(state, bundles, now, self.policy, served=self._served_cas)
+        self._report(step)
         if step.write != "none":
             self.writes.put(SECRET_KEY)
         for change in step.bundles:
             self.writes.put(change.configuration)
-        return self.options.check_interval
+        if not step.retained:
+            self._recheck.reset()
+            return self.options.check_interval
+        return min(self._recheck.next(), self.options.check_interval)
+
+    def _report(self, step: Plan) -> None:
+        if step.problem and step.problem != self.problem:
+            log.error("cannot keep the webhook certificates", extra={"problem": step.problem})
+        self.problem = step.problem
+        if step.retained:
+            reason = (
+                "not known what every replica serves: " + "; ".join(sorted(self._unknown))
+                if self._served_cas is None
+                else "a replica serves a certificate one of them signed"
+            )
+            self.retention = Retention(step.retained, reason)
+        elif self.retention.cas:
+            log.info("no CA is kept in the caBundles for a replica's sake any more")
+            self.retention = Retention()
 
     def _informer_state(self) -> SecretState:
         watched = self.secret_store.get(self.options.secret)
@@ -479,10 +576,46 @@ class WebhookCertificates(LeaderActor):
             self._state_memo = (version, read_secret(watched.obj if watched else None, name=self.secret_name))
         return self._state_memo[1]
 
+    async def _served_by_replicas(
+        self, state: SecretState, bundles: Mapping[str, Bundle], now: datetime
+    ) -> frozenset[str] | None:
+        """Of the CAs the plan would take out of the bundles, those that signed a leaf
+        some replica serves (this one's own included); None when not every replica
+        could be asked. Asks nothing when the plan would take nothing out."""
+        candidates = removal_candidates(state, bundles, now)
+        if not candidates:
+            return frozenset()
+        observed = await replicas.observe(
+            self._api,
+            namespace=self.options.namespace,
+            service=self.options.service,
+            server_name=self.options.server_name,
+            timeout=self.options.probe_timeout,
+        )
+        self._note_unknown(observed.unknown)
+        if observed.unknown:
+            return None
+        cas = {fp: ca for fp, ca in bundle_cas(bundles).items() if fp in candidates}
+        leaves = set(observed.leaves)
+        if self.served is not None:
+            leaves.add(self.served.leaf.pem)
+        return frozenset(fp for leaf in leaves for fp in signers(leaf, cas))
+
+    def _note_unknown(self, unknown: tuple[str, ...]) -> None:
+        """Log each reason the replicas could not all be asked once, while it lasts."""
+        for reason in sorted(set(unknown) - self._unknown):
+            log.warning(
+                "cannot tell what every webhook replica serves; keeping every CA in the caBundles",
+                extra={"secret": self.secret_name, "reason": reason},
+            )
+        self._unknown = frozenset(unknown)
+
     async def check(self) -> Plan:
         """What the leader would write now, from fresh reads; writes nothing."""
+        now = self._clock()
         fresh = await self._read()
-        return plan(fresh.state, fresh.bundles, self._clock(), self.policy, served=NOT_ASKED)
+        served = await self._served_by_replicas(fresh.state, fresh.bundles, now)
+        return plan(fresh.state, fresh.bundles, now, self.policy, served=served)
 
     async def _read(self) -> Fresh:
         """The Secret and both configurations, afresh; raises ApiError (but for 404),
@@ -522,7 +655,9 @@ class WebhookCertificates(LeaderActor):
 
     def due(self, item: str) -> str | None:
         """Still to write, as the informers show things (the write itself reads afresh)."""
-        step = plan(self._informer_state(), self.bundles(), self._clock(), self.policy, served=NOT_ASKED)
+        step = plan(
+            self._informer_state(), self.bundles(), self._clock(), self.policy, served=self._served_cas
+        )
         if item == SECRET_KEY:
             return None if step.write != "none" else "in_sync"
         if step.write != "none":
@@ -538,7 +673,8 @@ class WebhookCertificates(LeaderActor):
             return Sent(exc.status, exc.message, exc.retry_after)
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             return Sent(0, _describe(exc))
-        step = plan(fresh.state, fresh.bundles, now, self.policy, served=NOT_ASKED)
+        served = await self._served_by_replicas(fresh.state, fresh.bundles, now)
+        step = plan(fresh.state, fresh.bundles, now, self.policy, served=served)
         if item == SECRET_KEY:
             if step.write == "none":
                 return _moved_on("the Secret")
