@@ -248,13 +248,16 @@ async def test_self_managed_webhook_certificates_end_to_end(
             what="the Secret created",
         )
         # No webhook configuration yet: no caBundle trusts the new pair, so it is not
-        # served (the admission listener refuses handshakes); the pod's readiness (the
-        # probe port) does not depend on it.
+        # served (the admission listener refuses handshakes), and the pod is not ready
+        # (the probe port), so the webhook Service sends it no call.
         with pytest.raises(aiohttp.ClientError):
             await _call("GET", admission + "/readyz")
         status, body = await _call("GET", probes + "/readyz")
-        assert status == 200 and body["webhookCertificate"]["trusted"] is False
+        assert status == 503 and body["status"] == "not ready"
+        assert body["webhookCertificate"]["trusted"] is False
         assert body["webhookCertificate"]["reason"] == "no certificate is being served"
+        status, body = await _call("GET", "http://127.0.0.1:{}/readyz".format(listeners["serving"][1]))
+        assert status == 200  # kube-scheduler's: /filter does not depend on it
 
         add_webhook_configurations(fake_apiserver)
 
@@ -265,6 +268,8 @@ async def test_self_managed_webhook_certificates_end_to_end(
                 return False  # not serving yet
 
         await eventually(trusted, what="both caBundles trusting the served certificate")
+        status, body = await _call("GET", probes + "/readyz")
+        assert status == 200 and body["webhookCertificate"]["trusted"] is True
         for bundle in ca_bundles(fake_apiserver).values():
             context = ssl.create_default_context(cadata=bundle.decode())
             async with (
