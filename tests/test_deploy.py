@@ -881,8 +881,9 @@ def test_webhook_certificates_are_self_managed_in_every_overlay(overlay: str) ->
 
 @pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
 def test_webhook_certificate_rbac_is_least_privilege(overlay: str) -> None:
-    """The Secret and the two configurations by name; create on Secrets only in the
-    extender's namespace (a Role: RBAC cannot limit create by name)."""
+    """The Secret and the two configurations by name; create on Secrets and list on
+    EndpointSlices only in the extender's namespace (a Role: RBAC cannot limit create by
+    name, and slice names are generated)."""
     docs = _render(overlay)
     namespace = _deployment(docs)["metadata"]["namespace"]
     settings = _serve_settings(_container(docs, "extender"))
@@ -899,6 +900,9 @@ def test_webhook_certificate_rbac_is_least_privilege(overlay: str) -> None:
     assert granted == {
         ("", "secrets", "create", ()),
         *{("", "secrets", verb, secret) for verb in ("get", "list", "watch", "update")},
+        # The webhook Service's slices, to ask each replica what it serves before a CA
+        # leaves the caBundles: list only, in the namespace (slice names are generated).
+        ("discovery.k8s.io", "endpointslices", "list", ()),
     }
     cluster_role = _one(docs, "ClusterRole", CA_BUNDLE_ROLE)
     configurations = {settings.webhook_validating_configuration, settings.webhook_mutating_configuration}
@@ -926,7 +930,9 @@ def test_webhook_certificate_rbac_is_least_privilege(overlay: str) -> None:
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}
         ]
-    assert "create cannot be restricted by name" in (DEPLOY / WEBHOOK_COMPONENT / "rbac.yaml").read_text()
+    rbac = (DEPLOY / WEBHOOK_COMPONENT / "rbac.yaml").read_text()
+    assert "create cannot be restricted by name" in rbac
+    assert "list EndpointSlices in that namespace" in rbac
 
 
 def test_cert_manager_sub_components_mount_their_certificate_instead() -> None:

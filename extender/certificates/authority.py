@@ -13,7 +13,7 @@ to trust it. It may sign end-entity certificates only (``pathLength`` 0).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -228,3 +228,10 @@ def issued_by(cert_pem: bytes | str, ca_pem: bytes | str) -> bool:
     except (CertificateError, ValueError, TypeError, InvalidSignature):
         return False
     return True
+
+
+def signers(cert_pem: bytes | str, cas: Mapping[str, Cert]) -> frozenset[str]:
+    """The fingerprints of those of ``cas`` whose key signed ``cert_pem``: what the
+    plan's ``trust`` and ``served`` are given (a signature check, as the API server's
+    chain verification makes it, not a comparison of names)."""
+    return frozenset(fp for fp, ca in cas.items() if issued_by(cert_pem, ca.pem))

@@ -27,6 +27,20 @@ certificate against the caBundle for the name ``<service>.<namespace>.svc``, fro
 the SANs alone (staging/src/k8s.io/apiserver/pkg/util/webhook/client.go builds the
 name; Go's crypto/x509 has ignored the Common Name since Go 1.15).
 
+A new CA that does not come from a rotation (the Secret deleted, which has a new one
+issued, or a CA and pair put into it by hand) gets the same care, in two halves:
+
+- a replica switches to the Secret's pair only once the caBundle of every webhook holds
+  a CA that signed it (``trust``, judged against the CAs the bundles actually hold:
+  after a recreation the old CA lives only there); until then it serves the pair it had;
+- a CA leaves the bundles only once no replica serves a leaf it signed: ``served``, the
+  CAs of the bundles that signed a leaf some replica serves (the keeper asks every
+  endpoint of the Service), keeps them next to what the Secret says to trust; when it
+  is not known (None: an endpoint did not answer) no CA leaves them at all.
+
+So after a recreation the bundles hold the old CA and the new one, every replica
+switches to the new leaf, and only then does the old CA go.
+
 A Secret this keeper cannot use (not labelled as its own, or a CA it cannot sign with)
 is never overwritten: ``problem`` says why; deleting the Secret has a new one issued.
 """
@@ -63,7 +77,7 @@ class Cert:
 
 @dataclass(frozen=True)
 class Absent:
-    """No Secret: the first replica to start creates it (and the leader recreates it)."""
+    """No Secret: the leader creates it (and recreates it when it is deleted)."""
 
 
 @dataclass(frozen=True)
@@ -93,10 +107,12 @@ SecretState = Absent | Unusable | Material
 @dataclass(frozen=True)
 class Bundle:
     """One webhook configuration as the keeper read it: its webhooks that call the
-    extender's Service, each with the fingerprints of the CAs in its caBundle."""
+    extender's Service, each with the fingerprints of the CAs in its caBundle, and
+    those CAs themselves (what a CA kept in the bundles is written back from)."""
 
     present: bool
     webhooks: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    cas: Mapping[str, Cert] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,9 @@ class Plan:
     # What ca-previous.crt holds after the write: as it is, nothing, or the current CA.
     previous_ca: Literal["keep", "drop", "current"] = "keep"
     bundles: tuple[BundleChange, ...] = ()
+    # Fingerprints of the CAs the bundles keep beyond what the Secret says to trust:
+    # some replica serves a leaf they signed, or that is not known.
+    retained: tuple[str, ...] = ()
     problem: str = ""
     reasons: tuple[str, ...] = ()
 
@@ -176,9 +195,36 @@ def _bundles_trust(bundles: Mapping[str, Bundle], fingerprint: str) -> bool:
     )
 
 
-def plan(secret: SecretState, bundles: Mapping[str, Bundle], now: datetime, policy: Policy) -> Plan:
+def bundle_cas(bundles: Mapping[str, Bundle]) -> dict[str, Cert]:
+    """Every CA the caBundles hold, by fingerprint."""
+    return {fp: ca for bundle in bundles.values() if bundle.present for fp, ca in bundle.cas.items()}
+
+
+def removal_candidates(secret: SecretState, bundles: Mapping[str, Bundle], now: datetime) -> frozenset[str]:
+    """The CAs the bundles hold that the Secret does not say to trust: those that leave
+    them once no replica serves a leaf they signed. Only these make ``served`` matter,
+    so the keeper asks the replicas what they serve only when there are some."""
+    if not isinstance(secret, Material):
+        return frozenset()
+    wanted = {ca.fingerprint for ca in trusted_cas(secret, now)}
+    held = {
+        fp for bundle in bundles.values() if bundle.present for cas in bundle.webhooks.values() for fp in cas
+    }
+    return frozenset(held - wanted)
+
+
+def plan(
+    secret: SecretState,
+    bundles: Mapping[str, Bundle],
+    now: datetime,
+    policy: Policy,
+    *,
+    served: frozenset[str] | None,
+) -> Plan:
     """What to write next: the Secret first (then the keeper plans again), else the
-    caBundles that differ from the CAs the Secret says to trust. See the module doc."""
+    caBundles that differ from the CAs the Secret says to trust, plus those ``served``
+    keeps (the CAs of the bundles that signed a leaf some replica serves; None when
+    that is not known, and then every CA they hold stays). See the module doc."""
     if isinstance(secret, Absent):
         return Plan(write="create", new_ca=True, new_leaf=True, previous_ca="drop", reasons=("no Secret",))
     if isinstance(secret, Unusable):
@@ -207,19 +253,37 @@ def plan(secret: SecretState, bundles: Mapping[str, Bundle], now: datetime, poli
         return Plan(
             write="update", new_ca=new_ca, new_leaf=new_leaf, previous_ca=previous, reasons=tuple(reasons)
         )
-    cas = trusted_cas(secret, now)
-    wanted = frozenset(ca.fingerprint for ca in cas)
+    candidates = removal_candidates(secret, bundles, now)
+    kept = candidates if served is None else candidates & served
+    changes = _bundle_changes(bundles, trusted_cas(secret, now), kept)
+    return Plan(
+        bundles=changes,
+        retained=tuple(sorted(kept)),
+        reasons=tuple(f"{c.configuration}: caBundle of {', '.join(c.webhooks)}" for c in changes),
+    )
+
+
+def _bundle_changes(
+    bundles: Mapping[str, Bundle], wanted: tuple[Cert, ...], kept: frozenset[str]
+) -> tuple[BundleChange, ...]:
+    """Each webhook's caBundle should hold ``wanted``, and of ``kept`` what it holds
+    already (a CA is never added to a bundle for being kept, only not taken out)."""
+    known = bundle_cas(bundles)
+    wanted_fps = frozenset(ca.fingerprint for ca in wanted)
     changes = []
     for name, bundle in sorted(bundles.items()):
         if not bundle.present:
             continue
-        stale = tuple(sorted(hook for hook, have in bundle.webhooks.items() if have != wanted))
-        if stale:
-            changes.append(BundleChange(name, stale, cas))
-    return Plan(
-        bundles=tuple(changes),
-        reasons=tuple(f"{c.configuration}: caBundle of {', '.join(c.webhooks)}" for c in changes),
-    )
+        targets: dict[tuple[str, ...], list[str]] = {}
+        for hook, have in sorted(bundle.webhooks.items()):
+            keep = tuple(sorted(have & kept))
+            if not set(keep) <= known.keys():
+                continue  # a CA it cannot write back: leave that bundle as it is
+            if have != wanted_fps | set(keep):
+                targets.setdefault(keep, []).append(hook)
+        for keep, hooks in sorted(targets.items()):
+            changes.append(BundleChange(name, tuple(hooks), (*wanted, *(known[fp] for fp in keep))))
+    return tuple(changes)
 
 
 @dataclass(frozen=True)
@@ -228,25 +292,39 @@ class Trust:
     reason: str
 
 
-def trust(served: Cert | None, issuer: Cert | None, bundles: Mapping[str, Bundle], now: datetime) -> Trust:
-    """Whether the API server trusts the certificate the listener serves: valid now,
-    and its issuer, valid now, in the caBundle of every webhook of every configuration."""
+def trust(
+    served: Cert | None, signers: frozenset[str], bundles: Mapping[str, Bundle], now: datetime
+) -> Trust:
+    """Whether the API server trusts ``served``: valid now, and the caBundle of every
+    webhook of every configuration holding a CA, valid now, that signed it.
+
+    ``signers`` are the fingerprints of the bundles' CAs that signed ``served``
+    (``authority.signers``: a signature check, not a name match). The API server
+    verifies the webhook's certificate against exactly that caBundle, for
+    ``<service>.<namespace>.svc`` (staging/src/k8s.io/apiserver/pkg/util/webhook/client.go).
+    """
     if served is None:
         return Trust(False, "no certificate is being served")
     if not served.valid_at(now):
         return Trust(False, "the served certificate is not valid now")
-    if issuer is None:
-        return Trust(False, "the served certificate was not issued by a CA of the Secret")
-    if not issuer.valid_at(now):
-        return Trust(False, "the CA of the served certificate is not valid now")
     if not bundles:
         return Trust(False, "no webhook configuration was read yet")
+    cas = bundle_cas(bundles)
+    valid = frozenset(fp for fp in signers if fp in cas and cas[fp].valid_at(now))
     for name, bundle in sorted(bundles.items()):
         if not bundle.present:
             return Trust(False, f"{name} not found")
         if not bundle.webhooks:
             return Trust(False, f"{name} has no webhook calling the extender's Service")
-        for hook, cas in sorted(bundle.webhooks.items()):
-            if issuer.fingerprint not in cas:
-                return Trust(False, f"{name}: the caBundle of {hook} does not hold the serving CA")
+        for hook, held in sorted(bundle.webhooks.items()):
+            if held & valid:
+                continue
+            if held & signers:
+                return Trust(
+                    False,
+                    f"{name}: the CA of the served certificate in the caBundle of {hook} is not valid now",
+                )
+            return Trust(
+                False, f"{name}: the caBundle of {hook} does not hold the CA of the served certificate"
+            )
     return Trust(True, "trusted by " + ", ".join(sorted(bundles)))

@@ -112,7 +112,8 @@ def create_admission_app(main: web.Application) -> web.Application:
 
 async def admission_readyz(request: web.Request) -> web.Response:
     """``/readyz``, and with self-managed certificates not ready (503) until both
-    caBundles trust the certificate this listener serves."""
+    caBundles trust the certificate this listener serves. Also the probe port's
+    ``/readyz`` (the pod's readiness: extender.http.probe_listener)."""
     response = await readyz(request)
     certificates = request.app.get(WEBHOOK_CERTIFICATES)
     if certificates is None or response.status != 200 or certificates.trust().trusted:

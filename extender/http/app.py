@@ -262,8 +262,8 @@ async def readyz(request: web.Request) -> web.Response:
     if leadership is not None:
         body["leader"] = leadership.details()
     # With self-managed webhook certificates: whether the caBundles trust the served
-    # one. A detail here (the scheduler's /filter does not depend on it); the admission
-    # listener's own /readyz turns 503 on it (extender.http.admission_listener).
+    # one. A detail here (the scheduler's /filter does not depend on it); /readyz of
+    # the admission and probe listeners turns 503 on it (extender.http.admission_listener).
     certificates = request.app.get(WEBHOOK_CERTIFICATES)
     if certificates is not None:
         body["webhookCertificate"] = certificates.details()

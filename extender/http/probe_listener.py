@@ -9,6 +9,13 @@ come to the pod's IP, though: with ``probe-port`` a second, plain-HTTP listener 
 It shares the main app's state and metrics (the same objects), as the admission
 listener does; it never asks for a client certificate (the kubelet presents none), so
 it also replaces the exec probe that the mutual-TLS overlay needed.
+
+Its ``/readyz`` is the pod's readiness, and the webhook Service sends the API server's
+calls only to ready pods: with self-managed webhook certificates it is the admission
+listener's (``admission_readyz``), 503 until both caBundles trust the certificate that
+listener serves, so a replica with no certificate yet, or one the API server cannot
+verify, gets no webhook call. The main port's ``/readyz`` (kube-scheduler's, on
+loopback) only reports it: ``/filter`` does not depend on it.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ import socket
 
 from aiohttp import web
 
-from extender.http.app import errors_as_json, healthz, readyz
+from extender.http.admission_listener import admission_readyz
+from extender.http.app import errors_as_json, healthz
 from extender.http.keys import METRICS
 from extender.http.listen import bind_listener
 from extender.settings import ServeSettings
@@ -38,6 +46,6 @@ def create_probe_app(main: web.Application) -> web.Application:
     for key in main:
         app[key] = main[key]
     app.router.add_get("/healthz", healthz, allow_head=True)
-    app.router.add_get("/readyz", readyz, allow_head=True)
+    app.router.add_get("/readyz", admission_readyz, allow_head=True)
     app.router.add_get("/metrics", main[METRICS].handler)
     return app

@@ -161,6 +161,7 @@ async def send(
     method: str,
     path: str,
     *,
+    query: Query = (),
     path_params: dict[str, str] | None = None,
     body: Any = None,
     content_type: str | None = None,
@@ -170,7 +171,14 @@ async def send(
     error answer, a connection error or a timeout (status 0)."""
     try:
         async with await request(
-            api, method, path, path_params=path_params, body=body, content_type=content_type, timeout=timeout
+            api,
+            method,
+            path,
+            query=query,
+            path_params=path_params,
+            body=body,
+            content_type=content_type,
+            timeout=timeout,
         ) as response:
             if response.status < 300:
                 return Sent(response.status)

@@ -20,6 +20,7 @@ from extender.certificates.plan import (
     Policy,
     Unusable,
     plan,
+    removal_candidates,
     service_dns_names,
     trust,
     trusted_cas,
@@ -43,12 +44,20 @@ LEAF = cert("leaf", T0, 365, NAMES)
 GOOD = Material(ca=CA, leaf=LEAF, leaf_issuer="ca", resource_version="7")
 
 
+KNOWN = {"ca": CA, "old-ca": OLD_CA}
+
+
+def ca_cert(fingerprint: str) -> Cert:
+    return KNOWN.get(fingerprint) or cert(fingerprint, T0 - 100 * DAY, 3650)
+
+
 def bundles(*fingerprints: str, present: bool = True) -> dict[str, Bundle]:
     hooks = {"runtimeclasses.runtimeclass-extender.dev": frozenset(fingerprints)}
     pods = {"pods.runtimeclass-extender.dev": frozenset(fingerprints)}
+    cas = {fp: ca_cert(fp) for fp in fingerprints}
     return {
-        VALIDATING: Bundle(present, hooks if present else {}),
-        MUTATING: Bundle(present, pods if present else {}),
+        VALIDATING: Bundle(present, hooks if present else {}, cas if present else {}),
+        MUTATING: Bundle(present, pods if present else {}, cas if present else {}),
     }
 
 
@@ -231,7 +240,8 @@ def test_plan(
     previous: str,
     bundle: tuple[str, ...] | None,
 ) -> None:
-    result = plan(secret, bundle_state, now, POLICY)
+    # Observed: no replica serves a leaf of a CA the Secret does not name.
+    result = plan(secret, bundle_state, now, POLICY, served=frozenset())
     assert not result.problem
     assert (result.write, result.new_ca, result.new_leaf, result.previous_ca) == (
         write,
@@ -257,13 +267,13 @@ def test_plan(
 def test_only_the_stale_configuration_is_patched() -> None:
     secret = Material(ca=CA, previous_ca=OLD_CA, leaf=LEAF, leaf_issuer="old-ca")
     state = {VALIDATING: bundles("ca", "old-ca")[VALIDATING], MUTATING: bundles("old-ca")[MUTATING]}
-    result = plan(secret, state, T0, POLICY)
+    result = plan(secret, state, T0, POLICY, served=frozenset())
     assert result.bundles == (BundleChange(MUTATING, ("pods.runtimeclass-extender.dev",), (CA, OLD_CA)),)
 
 
 @pytest.mark.parametrize("foreign", [True, False])
 def test_an_unusable_secret_is_a_problem_and_nothing_is_written(foreign: bool) -> None:
-    result = plan(Unusable("not ours", foreign=foreign), bundles(), T0, POLICY)
+    result = plan(Unusable("not ours", foreign=foreign), bundles(), T0, POLICY, served=None)
     assert result == Plan(problem="not ours")
     assert result.idle
 
@@ -272,7 +282,7 @@ def _settle(secret: Material, state: dict[str, Bundle], now: datetime) -> tuple[
     """Carry plans out until idle, as the keeper does (the Secret first, then the
     bundles), checking after every step that the served leaf's CA is in every bundle."""
     for _ in range(8):
-        step = plan(secret, state, now, POLICY)
+        step = plan(secret, state, now, POLICY, served=frozenset())
         if step.idle:
             return secret, state
         if step.write == "update":
@@ -285,7 +295,8 @@ def _settle(secret: Material, state: dict[str, Bundle], now: datetime) -> tuple[
         for change in step.bundles:
             fingerprints = frozenset(c.fingerprint for c in change.cas)
             hooks = dict.fromkeys(state[change.configuration].webhooks, fingerprints)
-            state = {**state, change.configuration: Bundle(True, hooks)}
+            cas = {c.fingerprint: c for c in change.cas}
+            state = {**state, change.configuration: Bundle(True, hooks, cas)}
         assert secret.leaf_issuer is not None
         assert all(secret.leaf_issuer in cas for b in state.values() for cas in b.webhooks.values())
     raise AssertionError("the plans did not settle")
@@ -316,15 +327,26 @@ def test_trusted_cas_skip_an_expired_previous() -> None:
 
 
 TRUST_ROWS = [
-    ("trusted", LEAF, CA, TRUSTING, T0, True, "trusted by"),
-    ("nothing served", None, None, TRUSTING, T0, False, "no certificate"),
-    ("expired leaf", LEAF, CA, TRUSTING, T0 + 400 * DAY, False, "not valid now"),
-    ("unknown issuer", LEAF, None, TRUSTING, T0, False, "not issued by a CA of the Secret"),
-    ("configurations unread", LEAF, CA, {}, T0, False, "no webhook configuration was read"),
+    ("trusted", LEAF, {"ca"}, TRUSTING, T0, True, "trusted by"),
+    ("nothing served", None, set(), TRUSTING, T0, False, "no certificate"),
+    ("expired leaf", LEAF, {"ca"}, TRUSTING, T0 + 400 * DAY, False, "not valid now"),
+    # After the Secret was recreated: the leaf's CA is in the bundles only.
+    (
+        "signed by a CA the Secret no longer names",
+        LEAF,
+        {"old-ca"},
+        bundles("old-ca", "ca"),
+        T0,
+        True,
+        "trusted",
+    ),
+    ("signed by no CA of the bundles", LEAF, set(), TRUSTING, T0, False, "does not hold the CA"),
+    ("its CA expired", LEAF, {"old-ca"}, bundles("old-ca"), OLD_CA.not_after, False, "CA of the served"),
+    ("configurations unread", LEAF, {"ca"}, {}, T0, False, "no webhook configuration was read"),
     (
         "a configuration missing",
         LEAF,
-        CA,
+        {"ca"},
         {VALIDATING: TRUSTING[VALIDATING], MUTATING: Bundle(False)},
         T0,
         False,
@@ -333,7 +355,7 @@ TRUST_ROWS = [
     (
         "no webhook of ours",
         LEAF,
-        CA,
+        {"ca"},
         {VALIDATING: Bundle(True, {}), MUTATING: TRUSTING[MUTATING]},
         T0,
         False,
@@ -342,7 +364,7 @@ TRUST_ROWS = [
     (
         "one bundle lacks the CA",
         LEAF,
-        CA,
+        {"ca"},
         {**TRUSTING, MUTATING: bundles("x")[MUTATING]},
         T0,
         False,
@@ -352,21 +374,107 @@ TRUST_ROWS = [
 
 
 @pytest.mark.parametrize(
-    ("served", "issuer", "state", "now", "trusted", "reason"),
+    ("served", "signed_by", "state", "now", "trusted", "reason"),
     [row[1:] for row in TRUST_ROWS],
     ids=[row[0] for row in TRUST_ROWS],
 )
 def test_trust(
     served: Cert | None,
-    issuer: Cert | None,
+    signed_by: set[str],
     state: Mapping[str, Bundle],
     now: datetime,
     trusted: bool,
     reason: str,
 ) -> None:
-    verdict = trust(served, issuer, state, now)
+    verdict = trust(served, frozenset(signed_by), state, now)
     assert verdict.trusted is trusted
     assert reason in verdict.reason
+
+
+# After the Secret was recreated (a new CA "ca", the bundles still on "old-ca") or a
+# CA and pair put into it by hand: which CAs the bundles keep, by what the replicas serve.
+RECREATED = GOOD
+RETENTION_ROWS = [
+    # (id, bundles' CAs, served, each bundle's CAs after the plan or None, retained)
+    ("first the new CA joins the old one", ("old-ca",), frozenset({"old-ca"}), ("ca", "old-ca"), ("old-ca",)),
+    ("unknown: the new CA joins, the old stays", ("old-ca",), None, ("ca", "old-ca"), ("old-ca",)),
+    ("a replica still serves the old leaf", ("ca", "old-ca"), frozenset({"old-ca"}), None, ("old-ca",)),
+    ("not known what replicas serve", ("ca", "old-ca"), None, None, ("old-ca",)),
+    ("every replica serves the new leaf", ("ca", "old-ca"), frozenset(), ("ca",), ()),
+    ("served leaves signed by the new CA only", ("ca", "old-ca"), frozenset({"ca"}), ("ca",), ()),
+    (
+        "a foreign CA nobody serves by goes",
+        ("ca", "old-ca", "x"),
+        frozenset({"old-ca"}),
+        ("ca", "old-ca"),
+        ("old-ca",),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("held", "served", "after", "retained"),
+    [row[1:] for row in RETENTION_ROWS],
+    ids=[row[0] for row in RETENTION_ROWS],
+)
+def test_a_ca_leaves_the_bundles_only_once_no_replica_serves_a_leaf_it_signed(
+    held: tuple[str, ...],
+    served: frozenset[str] | None,
+    after: tuple[str, ...] | None,
+    retained: tuple[str, ...],
+) -> None:
+    result = plan(RECREATED, bundles(*held), T0, POLICY, served=served)
+    assert result.write == "none" and not result.problem
+    assert result.retained == retained
+    if after is None:
+        assert result.bundles == ()
+    else:
+        assert {c.configuration for c in result.bundles} == {VALIDATING, MUTATING}
+        for change in result.bundles:
+            assert tuple(ca.fingerprint for ca in change.cas) == after
+            assert change.cas[0] == CA  # what the Secret says to trust first
+
+
+def test_a_kept_ca_is_never_added_to_a_bundle_that_lacks_it() -> None:
+    state = {VALIDATING: bundles("old-ca")[VALIDATING], MUTATING: bundles("x")[MUTATING]}
+    result = plan(GOOD, state, T0, POLICY, served=None)
+    assert result.retained == ("old-ca", "x")
+    assert {c.configuration: tuple(ca.fingerprint for ca in c.cas) for c in result.bundles} == {
+        VALIDATING: ("ca", "old-ca"),
+        MUTATING: ("ca", "x"),
+    }
+
+
+def test_removal_candidates_are_what_the_secret_does_not_name() -> None:
+    rotating = Material(ca=CA, previous_ca=OLD_CA, leaf=LEAF, leaf_issuer="old-ca")
+    assert removal_candidates(rotating, bundles("ca", "old-ca"), T0) == frozenset()
+    assert removal_candidates(GOOD, bundles("ca", "old-ca", "x"), T0) == {"old-ca", "x"}
+    # Once the previous CA has expired it is a candidate too.
+    assert removal_candidates(rotating, bundles("ca", "old-ca"), OLD_CA.not_after) == {"old-ca"}
+    assert removal_candidates(Absent(), bundles("old-ca"), T0) == frozenset()
+    assert removal_candidates(Unusable("x"), bundles("old-ca"), T0) == frozenset()
+
+
+def test_a_whole_recreation_settles_without_an_untrusted_moment() -> None:
+    """The Secret recreated: the replicas serve the old leaf until both bundles hold the
+    new CA, then switch; the old CA goes once none serves the old leaf."""
+    state = bundles("old-ca")
+    serving = {"old-ca"}  # the CA of the leaf each replica serves
+    for _ in range(4):
+        step = plan(GOOD, state, T0, POLICY, served=frozenset(serving))
+        for change in step.bundles:
+            hooks = dict.fromkeys(
+                state[change.configuration].webhooks, frozenset(c.fingerprint for c in change.cas)
+            )
+            state = {
+                **state,
+                change.configuration: Bundle(True, hooks, {c.fingerprint: c for c in change.cas}),
+            }
+        assert all(serving <= held for b in state.values() for held in b.webhooks.values())
+        if trust(LEAF, frozenset({"ca"}), state, T0).trusted:
+            serving = {"ca"}  # every replica switches
+    assert serving == {"ca"}
+    assert _fingerprints(state) == {"ca"}
 
 
 def test_service_dns_names() -> None:

@@ -25,7 +25,14 @@ from extender import cli
 from extender.http import serve as serve_module
 from extender.http.admission import PATH, POD_PATH
 from extender.settings import ServeSettings, SettingsError, default_serve_settings
-from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
+from tests.support.apiserver import (
+    NODES,
+    RUNTIME_CLASSES,
+    SECRETS,
+    FakeApiServer,
+    make_node,
+    make_runtime_class,
+)
 from tests.support.paths import EXAMPLE_CLUSTER, REPO
 from tests.support.waiting import eventually
 from tests.support.webhook_certificates import (
@@ -236,25 +243,33 @@ async def test_self_managed_webhook_certificates_end_to_end(
         admission = "https://127.0.0.1:{}".format(listeners["serving admission webhook"][1])
         probes = "http://127.0.0.1:{}".format(listeners["serving probes"][1])
 
-        async def secret_created() -> bool:
-            _, body = await _call("GET", probes + "/readyz")
-            return "notAfter" in body.get("webhookCertificate", {})
-
-        await eventually(secret_created, what="the Secret created and its pair served")
-        # No webhook configuration yet: served, but not trusted, and the admission
-        # listener says so; the pod's readiness (the probe port) does not depend on it.
-        status, body = await _call("GET", admission + "/readyz")
+        await eventually(
+            lambda: fake_apiserver.get(SECRETS, SECRET, namespace=NAMESPACE) is not None,
+            what="the Secret created",
+        )
+        # No webhook configuration yet: no caBundle trusts the new pair, so it is not
+        # served (the admission listener refuses handshakes), and the pod is not ready
+        # (the probe port), so the webhook Service sends it no call.
+        with pytest.raises(aiohttp.ClientError):
+            await _call("GET", admission + "/readyz")
+        status, body = await _call("GET", probes + "/readyz")
         assert status == 503 and body["status"] == "not ready"
         assert body["webhookCertificate"]["trusted"] is False
-        status, body = await _call("GET", probes + "/readyz")
-        assert status == 200 and body["webhookCertificate"]["trusted"] is False
+        assert body["webhookCertificate"]["reason"] == "no certificate is being served"
+        status, body = await _call("GET", "http://127.0.0.1:{}/readyz".format(listeners["serving"][1]))
+        assert status == 200  # kube-scheduler's: /filter does not depend on it
 
         add_webhook_configurations(fake_apiserver)
 
         async def trusted() -> bool:
-            return (await _call("GET", admission + "/readyz"))[0] == 200
+            try:
+                return (await _call("GET", admission + "/readyz"))[0] == 200
+            except aiohttp.ClientError:
+                return False  # not serving yet
 
         await eventually(trusted, what="both caBundles trusting the served certificate")
+        status, body = await _call("GET", probes + "/readyz")
+        assert status == 200 and body["webhookCertificate"]["trusted"] is True
         for bundle in ca_bundles(fake_apiserver).values():
             context = ssl.create_default_context(cadata=bundle.decode())
             async with (

@@ -1,8 +1,11 @@
 """Self-managed webhook certificates against the test API server: the two webhook
-configurations as deploy/ ships them, keepers with a clock of the test's own, and a
-real TLS listener on each keeper's switching context.
+configurations as deploy/ ships them, keepers with a clock of the test's own, a real
+TLS listener on each keeper's switching context with an EndpointSlice of the webhook
+Service pointing at it (as the EndpointSlice controller would), and the API server's
+side of a webhook call: a client that dials each listener and verifies what it is
+served against the caBundle stored at that moment.
 
-Shared by tests/certificates/ and tests/http/test_webhook_certificates_wiring.py.
+Shared by tests/certificates/ and tests/http/.
 """
 
 from __future__ import annotations
@@ -18,14 +21,23 @@ from typing import Any
 
 from aiohttp import web
 
+from extender.certificates.authority import issued_by, read_bundle
 from extender.certificates.keeper import CertificateOptions, WebhookCertificates
+from extender.certificates.secret import TLS_CERT
 from extender.certificates.serving import SwitchingContext
 from extender.kube import connect as kube
 from extender.leader.gate import LeaderGate
 from extender.tasks import run_all
 from extender.tasks import stop as stop_task
-from tests.support.apiserver import MUTATING_WEBHOOKS, SECRETS, VALIDATING_WEBHOOKS, FakeApiServer
+from tests.support.apiserver import (
+    MUTATING_WEBHOOKS,
+    SECRETS,
+    VALIDATING_WEBHOOKS,
+    FakeApiServer,
+    ResourceType,
+)
 from tests.support.reflectors import fast_reflector
+from tests.support.waiting import eventually
 
 NAMESPACE = "runtimeclass-extender"
 SERVICE = "runtimeclass-extender-webhook"
@@ -34,6 +46,8 @@ CONFIGURATION = "runtimeclass-extender"
 VALIDATING_HOOK = "runtimeclasses.runtimeclass-extender.dev"
 MUTATING_HOOK = "pods.runtimeclass-extender.dev"
 DNS_NAME = f"{SERVICE}.{NAMESPACE}.svc"
+ENDPOINT_SLICES = ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", namespaced=True)
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 OPTIONS = CertificateOptions(
     secret=SECRET,
@@ -44,8 +58,13 @@ OPTIONS = CertificateOptions(
     check_interval=3600.0,
     # Generous: a timed-out read under a loaded machine would look like a lost race.
     request_timeout=10.0,
+    write_rate=100.0,
+    write_burst=10,
     retry_initial=0.02,
     retry_max=0.2,
+    recheck_initial=0.05,
+    recheck_max=0.2,
+    probe_timeout=0.5,
     reflector=fast_reflector(),
 )
 
@@ -108,6 +127,28 @@ class Clock:
         self.now += delta
 
 
+def add_endpoint_slice(server: FakeApiServer, name: str, port: int, *, address: str = "127.0.0.1") -> str:
+    """An EndpointSlice of the webhook Service with one endpoint (ready or not: the
+    keeper probes every one) at ``address:port``, as the EndpointSlice controller
+    writes it for a pod; returns its name."""
+    slice_name = f"{SERVICE}-{name}"
+    server.register(ENDPOINT_SLICES)
+    server.put(
+        ENDPOINT_SLICES,
+        {
+            "metadata": {
+                "name": slice_name,
+                "namespace": NAMESPACE,
+                "labels": {SERVICE_NAME_LABEL: SERVICE},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [address], "conditions": {"ready": False}}],
+            "ports": [{"name": "webhook", "port": port, "protocol": "TCP"}],
+        },
+    )
+    return slice_name
+
+
 @dataclass
 class Keeper:
     """One replica's keeper, its API connection and a TLS listener on its context."""
@@ -117,6 +158,9 @@ class Keeper:
     keeper: WebhookCertificates
     runner: web.AppRunner
     port: int
+    server: FakeApiServer
+    # Its EndpointSlice ("" when the test made none).
+    endpoint_slice: str = ""
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
@@ -149,14 +193,40 @@ class Keeper:
         assert der is not None
         return bytes(der)
 
-    async def verified_handshake(self, ca_bundle: bytes, server_name: str = DNS_NAME) -> None:
+    async def verified_handshake(self, ca_bundle: bytes, server_name: str = DNS_NAME) -> bytes:
         """A handshake as the API server makes it: verify against the caBundle, for the
-        Service's name. Raises ssl.SSLError (or ConnectionError) when refused."""
+        Service's name; the DER certificate served. Raises ssl.SSLError (or
+        ConnectionError) when refused."""
         context = ssl.create_default_context(cadata=ca_bundle.decode())
         _, writer = await asyncio.open_connection(
             "127.0.0.1", self.port, ssl=context, server_hostname=server_name
         )
-        writer.close()
+        try:
+            der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        finally:
+            writer.close()
+        return bytes(der or b"")
+
+    def check_every_choice(self, violations: list[str]) -> None:
+        """At every handshake, the moment the listener picks the certificate to
+        present, check that the caBundle of every webhook *as stored in the API
+        server at that moment* holds a CA that signed it; note each one that does not."""
+        front = self.switching.front
+        choose = front.sni_callback
+        assert choose is not None
+
+        def checked(connection: Any, server_name: str | None, context: ssl.SSLContext) -> int | None:
+            answer = choose(connection, server_name, context)
+            pair = self.switching.pair
+            if answer is None and pair is not None:
+                for hook, bundle in ca_bundles(self.server).items():
+                    if not any(issued_by(pair.cert_pem, ca.pem) for ca in read_bundle(bundle)):
+                        violations.append(
+                            f"{self.name} chose a certificate the caBundle of {hook} does not trust"
+                        )
+            return answer
+
+        front.sni_callback = checked
 
     async def stop(self) -> None:
         for task in reversed(self.tasks):
@@ -164,6 +234,8 @@ class Keeper:
         self.tasks.clear()
         await self.runner.cleanup()
         await self.api.close()
+        if self.endpoint_slice and self.server.get(ENDPOINT_SLICES, self.endpoint_slice, namespace=NAMESPACE):
+            self.server.delete(ENDPOINT_SLICES, self.endpoint_slice, namespace=NAMESPACE)
 
 
 async def start_keeper(
@@ -173,8 +245,10 @@ async def start_keeper(
     *,
     clock: Callable[[], datetime],
     options: CertificateOptions = OPTIONS,
+    endpoint_slice: bool = True,
 ) -> Keeper:
-    """A keeper (not yet running) with its own token, and a listener serving its context."""
+    """A keeper (not yet running) with its own token, a listener serving its context,
+    and (``endpoint_slice``) an EndpointSlice of the webhook Service naming it."""
     conn = await kube.connect(
         kubeconfig=str(server.write_kubeconfig(directory / f"{name}.kubeconfig", user_name=name))
     )
@@ -185,7 +259,9 @@ async def start_keeper(
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=keeper.serving.front)
     await site.start()
-    return Keeper(name, conn.api, keeper, runner, int(runner.addresses[0][1]))
+    port = int(runner.addresses[0][1])
+    slice_name = add_endpoint_slice(server, name, port) if endpoint_slice else ""
+    return Keeper(name, conn.api, keeper, runner, port, server, slice_name)
 
 
 async def _ok(_request: web.Request) -> web.Response:
@@ -200,3 +276,65 @@ def writes_by(server: FakeApiServer) -> dict[str, list[str]]:
             resource = request.path.rstrip("/").split("/")[-2 if request.verb != "post" else -1]
             result.setdefault(request.user, []).append(f"{request.verb.upper()} {resource}")
     return result
+
+
+def der_of(pem: bytes) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(pem.decode())
+
+
+async def settled(keeper: Keeper, server: FakeApiServer) -> None:
+    """Until the listener serves the Secret's pair and the keeper calls it trusted."""
+
+    async def serving_the_secret() -> bool:
+        return (
+            keeper.switching.pair is not None
+            and await keeper.peer_certificate() == der_of(secret_data(server)[TLS_CERT])
+            and keeper.keeper.trust().trusted
+        )
+
+    await eventually(serving_the_secret, what=f"{keeper.name} serving the Secret's trusted certificate")
+
+
+async def kept(keeper: Keeper) -> None:
+    """Until the leader has nothing left to write (its queue empty, a fresh plan idle):
+    what a test waits for after moving the clock."""
+
+    async def idle() -> bool:
+        return not keeper.keeper.writes.busy and (await keeper.keeper.check()).idle
+
+    keeper.keeper.wake()
+    await eventually(idle, what=f"{keeper.name} with nothing left to write")
+
+
+@dataclass
+class Dialler:
+    """The API server's side of webhook calls: new TLS connections, one after another,
+    to every replica, each verified against the caBundle of a webhook as stored when
+    it dials (alternating between the two webhooks), for ``<svc>.<ns>.svc``
+    (staging/src/k8s.io/apiserver/pkg/util/webhook/client.go)."""
+
+    server: FakeApiServer
+    replicas: list[Keeper]
+    handshakes: int = 0
+    failures: list[str] = field(default_factory=list)
+    _task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        hooks = (MUTATING_HOOK, VALIDATING_HOOK)
+        while True:
+            for replica in self.replicas:
+                hook = hooks[self.handshakes % 2]
+                bundle = ca_bundles(self.server)[hook]
+                self.handshakes += 1
+                try:
+                    await replica.verified_handshake(bundle)
+                except (ssl.SSLError, ConnectionError, ValueError) as exc:
+                    self.failures.append(f"{replica.name} via the caBundle of {hook}: {exc}")
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="dialler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await stop_task(self._task)
+            self._task = None
