@@ -280,8 +280,8 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         _name,
         None,
         "self-managed certificates for the admission-port listener, kept in this Secret of the "
-        "extender's namespace: a CA and a serving certificate for webhook-service, created by the first "
-        "replica, renewed by the leader, whose CA goes into both webhook configurations' caBundle; used "
+        "extender's namespace: a CA and a serving certificate for webhook-service, created and renewed "
+        "by the leader, whose CA goes into both webhook configurations' caBundle; used "
         "when admission-tls-cert-file is not set (live mode only; off by default)",
         "NAME",
     ),

@@ -77,10 +77,10 @@ async def test_slices_that_cannot_be_listed_leave_it_unknown(
     fake_apiserver: FakeApiServer, tmp_path: Path
 ) -> None:
     # EndpointSlices not served at all (404), then refused (403): never "no replicas".
+    fake_apiserver.fail_next(1, status=404, resource=ENDPOINT_SLICES, message="the server could not find it")
     observed = await _observe(fake_apiserver, tmp_path)
     assert observed.leaves == frozenset() and len(observed.unknown) == 1
     assert "EndpointSlices of Service" in observed.unknown[0]
-    fake_apiserver.register(ENDPOINT_SLICES)
     fake_apiserver.fail_next(1, status=403, resource=ENDPOINT_SLICES, message="endpointslices is forbidden")
     observed = await _observe(fake_apiserver, tmp_path)
     assert "forbidden" in observed.unknown[0]
