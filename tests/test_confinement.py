@@ -15,6 +15,7 @@ with no request refused.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import aiohttp
 import orjson
 import pytest
 
+from extender.tasks import stop as stop_task
 from tests.support.apiserver import (
     EVENTS,
     NODES,
@@ -459,5 +461,40 @@ async def test_the_actors_do_their_work_as_the_extenders_identity(install: Insta
         )
     mine = [(request, status) for request, status in server.answers if request.user == user]
     assert mine, "the actors ran as the ServiceAccount"
+    refused = [(r.verb, r.path, status) for r, status in mine if status in (401, 403, 422)]
+    assert refused == []
+
+
+async def test_the_certificate_keeper_does_its_work_as_the_extenders_identity(
+    install: Install, tmp_path: Path
+) -> None:
+    """The self-managed webhook certificate, kept as the ServiceAccount against the
+    shipped RBAC and policies: the Secret created, both caBundles set, the pair served
+    once trusted, and nothing refused."""
+    from dataclasses import replace
+
+    from extender.certificates.keeper import utc_now
+    from extender.leader.runner import LeaderRunner
+    from tests.support.webhook_certificates import OPTIONS, ca_bundles, start_keeper
+
+    user = rbac.service_account(install.namespace, "runtimeclass-extender")
+    keeper = await start_keeper(
+        install.server,
+        tmp_path,
+        "keeper",
+        user=user,
+        clock=utc_now,
+        options=replace(OPTIONS, namespace=install.namespace),
+        endpoint_slice=False,
+    )
+    task = asyncio.create_task(LeaderRunner([keeper.keeper], None).run())
+    try:
+        await eventually(lambda: all(ca_bundles(install.server).values()), what="both caBundles set")
+        await eventually(lambda: keeper.keeper.trust().trusted, what="the pair served and trusted")
+    finally:
+        await stop_task(task)
+        await keeper.stop()
+    mine = [(request, status) for request, status in install.server.answers if request.user == user]
+    assert any(r.verb == "post" and r.path.endswith("/secrets") for r, _ in mine)
     refused = [(r.verb, r.path, status) for r, status in mine if status in (401, 403, 422)]
     assert refused == []

@@ -246,11 +246,13 @@ async def start_keeper(
     clock: Callable[[], datetime],
     options: CertificateOptions = OPTIONS,
     endpoint_slice: bool = True,
+    user: str = "",
 ) -> Keeper:
-    """A keeper (not yet running) with its own token, a listener serving its context,
-    and (``endpoint_slice``) an EndpointSlice of the webhook Service naming it."""
+    """A keeper (not yet running) with its own token (as ``user``, else a user named
+    ``name``), a listener serving its context, and (``endpoint_slice``) an
+    EndpointSlice of the webhook Service naming it."""
     conn = await kube.connect(
-        kubeconfig=str(server.write_kubeconfig(directory / f"{name}.kubeconfig", user_name=name))
+        kubeconfig=str(server.write_kubeconfig(directory / f"{name}.kubeconfig", user_name=user or name))
     )
     keeper = WebhookCertificates(conn.api, options, SwitchingContext(), clock=clock)
     app = web.Application()
