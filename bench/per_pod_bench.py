@@ -1,0 +1,359 @@
+"""Large-cluster mode: what the extender spends on one scheduled pod.
+
+    .venv/bin/python bench/per_pod_bench.py                        # 5,000 and 15,000 nodes
+    .venv/bin/python bench/per_pod_bench.py --sizes 5000 --pods 300 --before 1fe5407
+
+In deploy/overlays/large-cluster every pod of a RuntimeClass costs the extender more
+than its ``/filter`` call: the pod webhook reviews it, every watch event of the pod
+reaches the informers of pending pods, kube-scheduler calls ``/filter`` with its sample
+(at the adaptive percentage of the whole cluster, all of it in the class's pool, since
+the derived label has narrowed the candidates first), and the bind takes the pod out of
+the pending set. This replays exactly that, one pod after another, on 127.0.0.1:
+
+- the test API server (tests/support/apiserver) in a process of its own, holding
+  ``size`` nodes (bench/cluster_gen.py ``pool_nodes``: every other node in the gVisor
+  pool, already carrying the derived label, so no relabel runs), the RuntimeClass
+  ``gvisor`` and a namespace of pods;
+- ``runtimeclass-extender serve`` as the overlay runs it (``--label-nodes``, the pod
+  webhook routing pods to ``runtimeclass-scheduler`` on ``--admission-port`` over TLS,
+  ``--requeue-pending-pods``, ``--leader-elect``), leading;
+- for each pod: its AdmissionReview (CREATE, as the API server sends it) to the pod
+  webhook, the pod created as the webhook patched it (its ADDED event), ``/filter`` with
+  the sample kube-scheduler sends at that size, and its binding (its DELETED event from
+  the watch of pending pods).
+
+Printed per size: the extender's CPU per pod (user and system, /proc/PID/stat, over
+the timed pods), and the CPU per call of a do-nothing server answering the same filter
+calls (bench/filter_bench.py's floor server: orjson, aiohttp, a failure map of the same
+size) for the HTTP part. ``--before REV`` runs a second version (a git revision in a
+temporary worktree) in the same run, alternating, for a before/after on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jsonpatch
+import orjson
+import trustme
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import cluster_gen  # noqa: E402
+from filter_ab import checkout  # noqa: E402
+from filter_bench import FLOOR_FAILURES_HEADER, num_feasible_nodes_to_find  # noqa: E402
+from local import cpu_seconds, free_port, serve_command  # noqa: E402
+
+NAMESPACE = "runtimeclass-extender"
+APPS = "apps"
+SCHEDULER = "runtimeclass-scheduler"
+LABEL = "runtimeclass.node-restriction.kubernetes.io/gvisor"
+GVISOR = next(rc for rc in cluster_gen.RUNTIME_CLASSES if rc["metadata"]["name"] == "gvisor")
+
+
+def cluster(size: int) -> list[dict[str, Any]]:
+    nodes = cluster_gen.pool_nodes(size)
+    for node in nodes:
+        if cluster_gen.in_gvisor_pool(node):
+            node["metadata"]["labels"][LABEL] = "true"
+    return nodes
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def apiserver_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="per_pod_bench.py --apiserver")
+    parser.add_argument("--size", type=int, required=True)
+    parser.add_argument("--kubeconfig", required=True)
+    args = parser.parse_args(argv)
+    from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer
+
+    os.nice(10)  # in a cluster the API server has cores of its own
+
+    async def run() -> None:
+        server = FakeApiServer()
+        for node in cluster(args.size):
+            server.add(NODES, node)
+        for runtime_class in cluster_gen.RUNTIME_CLASSES:
+            server.add(RUNTIME_CLASSES, runtime_class)
+        await server.start()
+        server.write_kubeconfig(args.kubeconfig)
+        print(server.url, flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+    return 0
+
+
+class Extender:
+    """``serve`` as the large-cluster overlay runs it, from ``code`` (a checkout) or this tree."""
+
+    def __init__(self, kubeconfig: Path, certs: dict[str, Path], code: Path | None) -> None:
+        self.port, self.probe_port, self.admission_port = free_port(), free_port(), free_port()
+        command = [
+            *serve_command(),
+            "serve",
+            f"--kubeconfig={kubeconfig}",
+            "--host=127.0.0.1",
+            f"--port={self.port}",
+            f"--probe-port={self.probe_port}",
+            f"--admission-port={self.admission_port}",
+            f"--admission-tls-cert-file={certs['cert']}",
+            f"--admission-tls-key-file={certs['key']}",
+            f"--route-pods-to-scheduler={SCHEDULER}",
+            "--label-nodes",
+            "--requeue-pending-pods",
+            f"--requeue-scheduler-names={SCHEDULER}",
+            "--leader-elect",
+            "--leader-elect-lease-name=runtimeclass-extender",
+            "--log-level=warning",
+        ]
+        env = {**os.environ, "POD_NAMESPACE": NAMESPACE, "POD_NAME": "bench-0"}
+        if code is not None:
+            env["PYTHONPATH"] = str(code)
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+
+    async def ready(self, session: aiohttp.ClientSession) -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.proc.stderr.read().decode() if self.proc.stderr else "serve exited")
+            try:
+                async with session.get(f"http://127.0.0.1:{self.probe_port}/readyz") as response:
+                    body = await response.json()
+                    if response.status == 200 and body.get("leader", {}).get("leading"):
+                        return
+            except (aiohttp.ClientError, ValueError):
+                pass
+            await asyncio.sleep(0.2)
+        raise RuntimeError("serve did not become ready and leading")
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _pod(name: str) -> dict[str, Any]:
+    """A pod as the API server sends it to a mutating webhook (defaults applied)."""
+    pod = cluster_gen.pod_object(name, "gvisor", ())
+    pod["metadata"] = {"name": name, "namespace": APPS, "uid": f"uid-{name}", "labels": {"app": "bench"}}
+    pod["spec"]["schedulerName"] = "default-scheduler"
+    pod.pop("status", None)
+    return pod
+
+
+def _review(pod: dict[str, Any]) -> bytes:
+    return orjson.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": pod["metadata"]["uid"],
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+                "name": pod["metadata"]["name"],
+                "namespace": APPS,
+                "operation": "CREATE",
+                "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+                "object": pod,
+                "oldObject": None,
+                "dryRun": False,
+                "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+            },
+        }
+    )
+
+
+async def one_pod(
+    session: aiohttp.ClientSession,
+    api: str,
+    token: str,
+    extender: Extender,
+    tls: ssl.SSLContext,
+    name: str,
+    sample: list[str],
+) -> None:
+    pod = _pod(name)
+    async with session.post(
+        f"https://127.0.0.1:{extender.admission_port}/admission/pods",
+        data=_review(pod),
+        headers={"Content-Type": "application/json"},
+        ssl=tls,
+    ) as response:
+        answer = await response.json()
+    patch = answer["response"].get("patch")
+    if patch:
+        import base64
+
+        pod = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(patch)))
+    assert pod["spec"]["nodeSelector"][LABEL] == "true", "the pod webhook did not require the label"
+    assert pod["spec"]["schedulerName"] == SCHEDULER
+    auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    pod["metadata"].pop("uid")
+    async with session.post(
+        f"{api}/api/v1/namespaces/{APPS}/pods", data=orjson.dumps(pod), headers=auth
+    ) as r:
+        created = await r.json()
+        assert r.status == 201, created
+    body = orjson.dumps({"Pod": created, "Nodes": None, "NodeNames": sample})
+    async with session.post(
+        f"http://127.0.0.1:{extender.port}/filter", data=body, headers={"Content-Type": "application/json"}
+    ) as response:
+        decided = await response.read()
+        assert b'"Error":""' in decided, decided[:200]
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": APPS},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": sample[0]},
+    }
+    async with session.post(
+        f"{api}/api/v1/namespaces/{APPS}/pods/{name}/binding", data=orjson.dumps(binding), headers=auth
+    ) as r:
+        assert r.status == 201, await r.text()
+
+
+async def floor_cost(sample: list[str], calls: int) -> float:
+    """CPU per call of the do-nothing server answering the same filter calls."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "filter_bench.py"), "--floor-server", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(300):
+                try:
+                    async with session.get(f"http://127.0.0.1:{port}/healthz"):
+                        break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.1)
+            body = orjson.dumps({"Pod": _pod("floor"), "Nodes": None, "NodeNames": sample})
+            headers = {"Content-Type": "application/json", FLOOR_FAILURES_HEADER: "0"}
+
+            async def call() -> None:
+                async with session.post(f"http://127.0.0.1:{port}/filter", data=body, headers=headers) as r:
+                    await r.read()
+
+            for _ in range(20):
+                await call()
+            start = cpu_seconds(proc.pid)
+            for _ in range(calls):
+                await call()
+            return (cpu_seconds(proc.pid) - start) / calls
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def measure(size: int, pods: int, versions: dict[str, Path | None], directory: Path) -> dict[str, Any]:
+    kubeconfig = directory / f"kubeconfig-{size}"
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--apiserver", "--size", str(size), "--kubeconfig", str(kubeconfig)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert server.stdout is not None
+    api = server.stdout.readline().decode().strip()
+    authority = trustme.CA()
+    leaf = authority.issue_cert("127.0.0.1")
+    certs = {"cert": directory / "tls.crt", "key": directory / "tls.key"}
+    leaf.private_key_and_cert_chain_pem.write_to_path(str(certs["cert"]))
+    leaf.private_key_pem.write_to_path(str(certs["key"]))
+    tls = ssl.create_default_context()
+    authority.configure_trust(tls)
+    token = "fake-token"
+    sample_size = num_feasible_nodes_to_find(size)
+    pool = [n["metadata"]["name"] for n in cluster(size) if cluster_gen.in_gvisor_pool(n)]
+    sample = pool[:sample_size]
+    results: dict[str, Any] = {"size": size, "sample": len(sample), "pods": pods}
+    extenders = {name: Extender(kubeconfig, certs, code) for name, code in versions.items()}
+    try:
+        async with aiohttp.ClientSession() as session:
+            for extender in extenders.values():
+                await extender.ready(session)
+            spent = dict.fromkeys(extenders, 0.0)
+            # Warm-up, then rounds alternating the versions, so both see the same machine.
+            for name, extender in extenders.items():
+                for i in range(10):
+                    await one_pod(session, api, token, extender, tls, f"warm-{name}-{i}", sample)
+            rounds = 5
+            for r in range(rounds):
+                for name, extender in extenders.items():
+                    start = extender.cpu()
+                    for i in range(pods // rounds):
+                        await one_pod(session, api, token, extender, tls, f"p-{name}-{r}-{i}", sample)
+                    spent[name] += extender.cpu() - start
+        for name in extenders:
+            results[name] = {"cpu_ms_per_pod": spent[name] / (pods // rounds * rounds) * 1e3}
+        results["floor_cpu_ms_per_call"] = await floor_cost(sample, pods) * 1e3
+        return results
+    finally:
+        for extender in extenders.values():
+            extender.stop()
+        server.terminate()
+        server.wait(10)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--apiserver"]:
+        return apiserver_main(argv[1:])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", default=[5000, 15000])
+    parser.add_argument("--pods", type=int, default=500)
+    parser.add_argument("--before", help="a git revision (or directory) to measure beside this tree")
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        if args.before:
+            with checkout(args.before) as before:
+                for size in args.sizes:
+                    rows.append(
+                        asyncio.run(measure(size, args.pods, {"before": before, "after": None}, directory))
+                    )
+        else:
+            for size in args.sizes:
+                rows.append(asyncio.run(measure(size, args.pods, {"after": None}, directory)))
+    print(
+        "nodes   sample   extender CPU per pod (ms)            do-nothing server, CPU per /filter call (ms)"
+    )
+    for row in rows:
+        ours = "   ".join(
+            f"{name} {row[name]['cpu_ms_per_pod']:.2f}" for name in ("before", "after") if name in row
+        )
+        print(f"{row['size']:>6} {row['sample']:>7}   {ours:<36} {row['floor_cpu_ms_per_call']:.2f}")
+    print(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
