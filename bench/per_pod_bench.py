@@ -271,15 +271,17 @@ async def floor_cost(sample: list[str], calls: int) -> float:
         proc.wait(10)
 
 
-async def measure(size: int, pods: int, versions: dict[str, Path | None], directory: Path) -> dict[str, Any]:
-    kubeconfig = directory / f"kubeconfig-{size}"
+def _start_apiserver(size: int, kubeconfig: Path) -> tuple[subprocess.Popen[bytes], str]:
     server = subprocess.Popen(
         [sys.executable, __file__, "--apiserver", "--size", str(size), "--kubeconfig", str(kubeconfig)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
     assert server.stdout is not None
-    api = server.stdout.readline().decode().strip()
+    return server, server.stdout.readline().decode().strip()
+
+
+async def measure(size: int, pods: int, versions: dict[str, Path | None], directory: Path) -> dict[str, Any]:
     authority = trustme.CA()
     leaf = authority.issue_cert("127.0.0.1")
     certs = {"cert": directory / "tls.crt", "key": directory / "tls.key"}
@@ -292,8 +294,15 @@ async def measure(size: int, pods: int, versions: dict[str, Path | None], direct
     pool = [n["metadata"]["name"] for n in cluster(size) if cluster_gen.in_gvisor_pool(n)]
     sample = pool[:sample_size]
     results: dict[str, Any] = {"size": size, "sample": len(sample), "pods": pods}
-    extenders = {name: Extender(kubeconfig, certs, code) for name, code in versions.items()}
+    # Each version with an API server of its own: an extender's informers see every pod,
+    # and the other version's pods must not count in its CPU.
+    servers: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+    extenders: dict[str, Extender] = {}
     try:
+        for name, code in versions.items():
+            kubeconfig = directory / f"kubeconfig-{name}-{size}"
+            servers[name] = _start_apiserver(size, kubeconfig)
+            extenders[name] = Extender(kubeconfig, certs, code)
         async with aiohttp.ClientSession() as session:
             for extender in extenders.values():
                 await extender.ready(session)
@@ -301,13 +310,13 @@ async def measure(size: int, pods: int, versions: dict[str, Path | None], direct
             # Warm-up, then rounds alternating the versions, so both see the same machine.
             for name, extender in extenders.items():
                 for i in range(10):
-                    await one_pod(session, api, token, extender, tls, f"warm-{name}-{i}", sample)
+                    await one_pod(session, servers[name][1], token, extender, tls, f"warm-{i}", sample)
             rounds = 5
             for r in range(rounds):
                 for name, extender in extenders.items():
                     start = extender.cpu()
                     for i in range(pods // rounds):
-                        await one_pod(session, api, token, extender, tls, f"p-{name}-{r}-{i}", sample)
+                        await one_pod(session, servers[name][1], token, extender, tls, f"p-{r}-{i}", sample)
                     spent[name] += extender.cpu() - start
         for name in extenders:
             results[name] = {"cpu_ms_per_pod": spent[name] / (pods // rounds * rounds) * 1e3}
@@ -316,8 +325,9 @@ async def measure(size: int, pods: int, versions: dict[str, Path | None], direct
     finally:
         for extender in extenders.values():
             extender.stop()
-        server.terminate()
-        server.wait(10)
+        for server, _ in servers.values():
+            server.terminate()
+            server.wait(10)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
