@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -104,9 +105,15 @@ def apiserver_main(argv: Sequence[str]) -> int:
 class Extender:
     """``serve`` as the large-cluster overlay runs it, from ``code`` (a checkout) or this tree."""
 
-    def __init__(self, kubeconfig: Path, certs: dict[str, Path], code: Path | None) -> None:
+    def __init__(
+        self, kubeconfig: Path, certs: dict[str, Path], code: Path | None, profile: str | None = None
+    ) -> None:
         self.port, self.probe_port, self.admission_port = free_port(), free_port(), free_port()
+        # --profile: serve under py-spy (where the CPU goes; its own CPU figures are then
+        # py-spy's, not the extender's).
+        spy = ["py-spy", "record", "-f", "raw", "-r", "200", "-o", profile, "--"] if profile else []
         command = [
+            *spy,
             *serve_command(),
             "serve",
             f"--kubeconfig={kubeconfig}",
@@ -148,6 +155,12 @@ class Extender:
         return cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)  # py-spy writes its samples on SIGINT
+        try:
+            self.proc.wait(30)
+            return
+        except subprocess.TimeoutExpired:
+            pass
         self.proc.terminate()
         try:
             self.proc.wait(10)
@@ -281,7 +294,9 @@ def _start_apiserver(size: int, kubeconfig: Path) -> tuple[subprocess.Popen[byte
     return server, server.stdout.readline().decode().strip()
 
 
-async def measure(size: int, pods: int, versions: dict[str, Path | None], directory: Path) -> dict[str, Any]:
+async def measure(
+    size: int, pods: int, versions: dict[str, Path | None], directory: Path, profile: str | None = None
+) -> dict[str, Any]:
     authority = trustme.CA()
     leaf = authority.issue_cert("127.0.0.1")
     certs = {"cert": directory / "tls.crt", "key": directory / "tls.key"}
@@ -302,7 +317,7 @@ async def measure(size: int, pods: int, versions: dict[str, Path | None], direct
         for name, code in versions.items():
             kubeconfig = directory / f"kubeconfig-{name}-{size}"
             servers[name] = _start_apiserver(size, kubeconfig)
-            extenders[name] = Extender(kubeconfig, certs, code)
+            extenders[name] = Extender(kubeconfig, certs, code, profile)
         async with aiohttp.ClientSession() as session:
             for extender in extenders.values():
                 await extender.ready(session)
@@ -340,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[5000, 15000])
     parser.add_argument("--pods", type=int, default=500)
     parser.add_argument("--before", help="a git revision (or directory) to measure beside this tree")
+    parser.add_argument("--profile", help="run serve under py-spy, its raw samples written here")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -352,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
         else:
             for size in args.sizes:
-                rows.append(asyncio.run(measure(size, args.pods, {"after": None}, directory)))
+                rows.append(asyncio.run(measure(size, args.pods, {"after": None}, directory, args.profile)))
     print(
         "nodes   sample   extender CPU per pod (ms)            do-nothing server, CPU per /filter call (ms)"
     )
