@@ -4,8 +4,9 @@ Everything the extender asks of the API server goes through ``request`` (the wat
 the LISTs of the reflectors and of the one-shot tools, the node lookup's GETs, the
 requeuer's PATCHes). It runs on kubernetes-asyncio's ``ApiClient``, which brings the
 configuration, authentication (bearer tokens, exec plugins, client certificates) and
-TLS, but none of the generated models: answers are read as bytes and parsed with
-orjson into plain dicts, and streams (a WATCH) are handed back unread.
+TLS, but none of the generated models nor its request path: requests go out on its
+aiohttp session, answers are read as bytes and parsed with orjson into plain dicts,
+and streams (a WATCH) are handed back unread.
 
 Non-success answers become one ``ApiError``, built from the meta/v1 ``Status`` body the
 API server sends (code, reason, message, cause reasons) and the ``Retry-After`` header
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+from urllib.parse import quote, urlencode
 
 import aiohttp
 import orjson
@@ -121,23 +123,53 @@ async def request(
 ) -> aiohttp.ClientResponse:
     """Send one request; the response comes back unread (the caller reads or streams it).
 
-    ``path_params`` are quoted by the client, so a value cannot escape its path segment.
+    ``path_params`` are quoted, so a value cannot escape its path segment.
+
+    Sent on the ``ApiClient``'s own aiohttp session, with its configuration (host,
+    the TLS context and client certificate in its connector, the bearer token through
+    ``auth_settings``, which runs the token refresh hook of in-cluster and exec-plugin
+    credentials, a proxy, a TLS server name), but not through its ``call_api``: that
+    path serialises every header, parameter and body through the generated client's
+    sanitiser and ``json.dumps``, several times what sending a write costs otherwise
+    (a relabel sends a hundred a second, each on the event loop that answers /filter).
+    What ``call_api`` does for these requests is done here, in the same order:
+    ``RESTClientObject.request`` (kubernetes_asyncio/client/rest.py) and
+    ``ApiClient.__call_api`` (api_client.py).
     """
-    headers = {"Accept": "application/json"}
-    if content_type is not None:
+    config = api.configuration
+    rest = api.rest_client
+    if path_params:
+        safe = config.safe_chars_for_path_param
+        path = path.format(**{key: quote(str(value), safe=safe) for key, value in path_params.items()})
+    url = config.host + path
+    if query:
+        url += "?" + urlencode(list(query))
+    headers = {**api.default_headers, "Accept": "application/json", "User-Agent": api.user_agent}
+    if api.cookie:
+        headers["Cookie"] = api.cookie
+    for setting in (await config.auth_settings()).values():
+        if setting["in"] == "header" and setting["value"]:
+            headers[setting["key"]] = setting["value"]
+    data = None
+    if body is not None:
+        headers["Content-Type"] = content_type or "application/json"
+        data = orjson.dumps(body)
+    elif content_type is not None:
         headers["Content-Type"] = content_type
-    # _preload_content=False hands back the aiohttp response unread: a watch body is a
-    # stream consumed line by line, and error statuses are ours to judge.
-    response: aiohttp.ClientResponse = await api.call_api(
-        path,
+    options: dict[str, Any] = {}
+    if rest.proxy:
+        options["proxy"] = rest.proxy
+    if rest.proxy_headers:
+        options["proxy_headers"] = rest.proxy_headers
+    if rest.server_hostname:
+        options["server_hostname"] = rest.server_hostname
+    response: aiohttp.ClientResponse = await rest.pool_manager.request(
         method,
-        path_params=path_params or {},
-        query_params=list(query),
-        header_params=headers,
-        body=body,
-        auth_settings=["BearerToken"],
-        _preload_content=False,
-        _request_timeout=timeout or aiohttp.ClientTimeout(total=DEFAULT_REQUEST_TIMEOUT),
+        url,
+        headers=headers,
+        data=data,
+        timeout=timeout or aiohttp.ClientTimeout(total=DEFAULT_REQUEST_TIMEOUT),
+        **options,
     )
     return response
 

@@ -92,7 +92,7 @@ class LabelOptions:
     drain_timeout: float = 5.0
     # Longest run of comparing before the loop is handed back, for three times as long
     # (a request waits that long at most behind a slice of a relabel).
-    slice_seconds: float = 0.0005
+    slice_seconds: float = 0.00025
 
 
 class LabelMetrics:

@@ -490,3 +490,28 @@ async def test_the_session_trusts_the_environment_only_to_find_a_proxy(
             assert calls == []
     finally:
         await conn.api.close()
+
+
+async def test_every_request_asks_the_configuration_for_its_token(
+    fake_apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    """Requests go out on the client's session without its call_api, but still take
+    their token from the configuration each time, running its refresh hook (what keeps
+    an exec plugin's or a rotated in-cluster token fresh under a long watch)."""
+    kubeconfig = fake_apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    conn = await connect(kubeconfig=str(kubeconfig), environ={}, home=tmp_path)
+    rotated = fake_apiserver.token_for("rotated")
+    refreshed: list[bool] = []
+
+    async def refresh(configuration: Any) -> None:
+        refreshed.append(True)
+        configuration.api_key["BearerToken"] = f"Bearer {rotated}"
+
+    conn.api.configuration.refresh_api_key_hook = refresh
+    try:
+        nodes = await request_json(conn.api, "GET", "/api/v1/nodes")
+    finally:
+        await conn.api.close()
+    assert refreshed == [True] and nodes["kind"] == "NodeList"
+    (recorded,) = fake_apiserver.requests
+    assert recorded.user == "rotated"
