@@ -172,8 +172,10 @@ class NodeLabeller(LeaderActor):
         # The labelled classes, recomputed when a class or a key's use changes.
         self._labelled: dict[str, RuntimeClassView] = {}
         self._labelled_for: tuple[int, frozenset[str]] | None = None
-        # The patch each node's write carried, for the counters.
+        # The patch each node's write carried, for the counters; and the last patch
+        # computed, with the node and labelled classes it was computed from.
         self._sending: dict[str, dict[str, str | None]] = {}
+        self._last_patch: tuple[NodeView, dict[str, RuntimeClassView], dict[str, str | None]] | None = None
         for node in state.nodes.values():
             self._carried.update(self.labels.owned(node.labels).keys())
         state.nodes.add_listener(self._node_changed)
@@ -353,7 +355,15 @@ class NodeLabeller(LeaderActor):
         node: NodeView | None = self.state.nodes.get(name)
         if node is None:
             return None
-        return self.labels.patch(node, self.labelled())
+        labelled = self.labelled()
+        # ``due`` and then ``send`` ask for the same node's patch, usually with nothing
+        # in between: the node and the labelled classes are the same objects then.
+        last = self._last_patch
+        if last is not None and last[0] is node and last[1] is labelled:
+            return last[2]
+        patch = self.labels.patch(node, labelled)
+        self._last_patch = (node, labelled, patch)
+        return patch
 
     def due(self, item: str) -> str | None:
         patch = self._patch_now(item)

@@ -341,19 +341,24 @@ class WriteQueue(Generic[T]):
         self._waiting.move_to_end(key, last=False)
         self._ready.set()
 
-    async def _wait_for_turn(self) -> None:
+    async def _wait_for_turn(self) -> bool:
+        """Until this write's turn; True if it had to wait (the world may have moved)."""
+        waited = False
         while (now := self._clock()) < self._not_before:
             await self._sleep(self._not_before - now)
+            waited = True
         delay = self._bucket.take(now)
         if delay > 0:
             await self._sleep(delay)  # the token reserved is this write's when it wakes
+            waited = True
+        return waited
 
     async def _attempt(self, key: str, entry: _Entry[T]) -> None:
         handler, item = self._handler, entry.item
         skip = handler.due(item)
         if skip is None:
-            await self._wait_for_turn()
-            skip = handler.due(item)  # the wait may have been long
+            if await self._wait_for_turn():
+                skip = handler.due(item)  # the wait may have been long
         if skip is not None:
             self._forget(key)  # nothing is wrong any more
             handler.settle(item, skip)
