@@ -12,6 +12,7 @@ agrees on (an annotation on a pod, an event's name).
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Hashable
 
 from policies.objects import RuntimeClassView
@@ -38,4 +39,6 @@ def revision_digest(revision: Hashable) -> str:
     """A short, stable name of a revision, the same in every process (``hash`` is salted
     per process; a revision's parts are strings, tuples and frozen dataclasses, whose
     ``repr`` is stable)."""
-    return hashlib.sha256(repr(revision).encode()).hexdigest()[:16]
+    # Interned: a digest is kept per pending pod (what it was tried against), and a
+    # handful of revisions are shared by thousands of pods.
+    return sys.intern(hashlib.sha256(repr(revision).encode()).hexdigest()[:16])

@@ -356,9 +356,8 @@ class WriteQueue(Generic[T]):
     async def _attempt(self, key: str, entry: _Entry[T]) -> None:
         handler, item = self._handler, entry.item
         skip = handler.due(item)
-        if skip is None:
-            if await self._wait_for_turn():
-                skip = handler.due(item)  # the wait may have been long
+        if skip is None and await self._wait_for_turn():
+            skip = handler.due(item)  # the wait may have been long
         if skip is not None:
             self._forget(key)  # nothing is wrong any more
             handler.settle(item, skip)
