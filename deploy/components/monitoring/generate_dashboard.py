@@ -369,8 +369,16 @@ ROWS: tuple[Row, ...] = (
                     Query(f"max by (pod) ({m('leader')})", "leader {{pod}}"),
                     Query(f"max by (pod) ({m('leader_campaigning')})", "campaigning {{pod}}"),
                 ),
-                width=24,
+                width=HALF,
                 stepped=True,
+            ),
+            Panel(
+                "Leader actors restarted",
+                "Restarts of a leader actor's loop after it raised (requeuer, node-labeller, "
+                "runtimeclass-events, audit, webhook-certificates), per pod: a bug, logged with its "
+                "traceback; the pod keeps serving /filter (RuntimeClassExtenderActorFailing).",
+                (Query(increase("actor_failures_total", "pod, actor"), "{{pod}}: {{actor}}"),),
+                width=HALF,
             ),
         ),
     ),
@@ -425,7 +433,6 @@ ROWS: tuple[Row, ...] = (
                 ),
                 unit="d",
                 kind="stat",
-                width=HALF,
                 thresholds=((None, "red"), (30, "orange"), (60, "green")),
             ),
             Panel(
@@ -434,8 +441,16 @@ ROWS: tuple[Row, ...] = (
                 "API server's calls fail with x509 errors (RuntimeClassExtenderWebhookCertificateUntrusted).",
                 (Query(f"min by (pod) ({m('webhook_certificate_trusted')})", "{{pod}}"),),
                 kind="stat",
-                width=HALF,
                 mappings=(("0", "not trusted", "red"), ("1", "trusted", "green")),
+            ),
+            Panel(
+                "Old CAs kept in the caBundles",
+                "On the leader: CAs the caBundles keep although the Secret no longer names them, because "
+                "a replica still serves a certificate they signed or cannot be asked "
+                "(RuntimeClassExtenderWebhookCAsRetained).",
+                (Query(f"max({m('webhook_certificate_retained_cas')})", "retained"),),
+                kind="stat",
+                thresholds=((None, "green"), (1, "orange")),
             ),
         ),
     ),
