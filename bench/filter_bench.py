@@ -61,7 +61,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 import cluster_gen  # noqa: E402
-from local import cpu_model, free_port, serve_command  # noqa: E402
+from local import cpu_model, free_port, rss_mb, serve_command  # noqa: E402
 
 OUT = HERE / "out"
 
@@ -408,15 +408,6 @@ def floor_server_main(argv: Sequence[str]) -> int:
         runner = uvloop.run
     runner(web._run_app(app, host="127.0.0.1", port=port, access_log=None, print=None))
     return 0
-
-
-def rss_mb(pid: int) -> dict[str, float]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024
-    return fields
 
 
 def write_bodies(bodies: list[bytes], stem: str) -> list[Path]:

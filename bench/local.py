@@ -38,3 +38,13 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (/proc/<pid>/stat fields 14 and 15, in clock ticks)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> dict[str, float]:
+    """A process's resident memory now (VmRSS) and at its peak (VmHWM), in MB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields

@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 import cluster_gen  # noqa: E402
-from local import free_port, serve_command  # noqa: E402
+from local import free_port, rss_mb, serve_command  # noqa: E402
 
 NAMESPACE = "runtimeclass-extender"
 SCHEDULER = "runtimeclass-scheduler"
@@ -108,15 +108,6 @@ def apiserver_main(argv: Sequence[str]) -> int:
 
     asyncio.run(run())
     return 0
-
-
-def rss_mb(pid: int) -> dict[str, float]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024
-    return fields
 
 
 async def measure(args: argparse.Namespace, directory: Path) -> dict[str, float]:
