@@ -54,7 +54,7 @@ import binascii
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -653,16 +653,31 @@ class WebhookCertificates(LeaderActor):
     def key(self, item: str) -> str:
         return item
 
-    def due(self, item: str) -> str | None:
-        """Still to write, as the informers show things (the write itself reads afresh)."""
-        step = plan(
+    def _informer_plan(self) -> Plan:
+        return plan(
             self._informer_state(), self.bundles(), self._clock(), self.policy, served=self._served_cas
         )
+
+    def due(self, item: str) -> str | None:
+        """Still to write, as the informers show things (the write itself reads afresh)."""
+        step = self._informer_plan()
         if item == SECRET_KEY:
             return None if step.write != "none" else "in_sync"
         if step.write != "none":
             return "secret_first"
         return None if any(c.configuration == item for c in step.bundles) else "in_sync"
+
+    def content(self, item: str) -> Hashable:
+        """What the write would set, as the informers show things: the kind of Secret
+        write, or the CAs of each webhook's caBundle."""
+        step = self._informer_plan()
+        if item == SECRET_KEY:
+            return (step.write, step.new_ca, step.new_leaf, step.previous_ca)
+        return tuple(
+            (change.webhooks, tuple(ca.fingerprint for ca in change.cas))
+            for change in step.bundles
+            if change.configuration == item
+        )
 
     async def send(self, item: str) -> Sent:
         """The write ``item`` needs, computed now from fresh reads and the plan."""

@@ -37,7 +37,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -272,6 +272,9 @@ class ClassEvents(LeaderActor):
         if runtime_class is not None and not self._fits_no_node(runtime_class):
             return "fits_now"
         return None
+
+    def content(self, item: Due) -> Hashable:
+        return (item.event_name, item.reason, item.note)
 
     async def send(self, item: Due) -> Sent:
         pod = item.pod

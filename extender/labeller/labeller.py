@@ -46,7 +46,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -370,6 +370,9 @@ class NodeLabeller(LeaderActor):
         if patch is None:
             return "node_gone"
         return None if patch else "in_sync"
+
+    def content(self, item: str) -> Hashable:
+        return frozenset((self._patch_now(item) or {}).items())
 
     async def send(self, item: str) -> Sent:
         patch = self._patch_now(item) or {}

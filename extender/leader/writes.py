@@ -21,10 +21,13 @@ per-item exponential rate limiter):
   object never turns a refusal into a retry storm. The handler hears of a failure
   once per streak (``settle(..., "failed")``: at once when refused, after
   ``max_attempts`` for the retryable kind), then only ``retrying``.
-- **Damping.** A write needed again within ``retry_max`` of its own success (someone
-  keeps undoing it: a GitOps tool reverting a caBundle, another controller fighting
-  over a label) counts as one more failure of its streak, so a fight slows to one
-  write per ``retry_max`` instead of a hot loop.
+- **Damping.** A write that would make its object say again what the key's last
+  success made it say, within ``retry_max`` of that success (``WriteHandler.content``
+  is equal: someone undid it, a GitOps tool reverting a caBundle, another controller
+  fighting over a label), counts as one more failure of its streak, so a fight slows
+  to one write per ``retry_max`` instead of a hot loop. A write of something new (a
+  caBundle that drops the CA the last one added, a label a second class edit moves
+  back) is nobody undoing anything and goes out at once.
 - A 429's ``Retry-After`` pauses every write of the queue, not just the one that got
   it (the API server asks the client to slow down).
 - **Hand-back at the end of a term**: the workers run only while this replica leads
@@ -44,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, Protocol, TypeVar
@@ -162,6 +165,12 @@ class WriteHandler(Protocol[T_contra]):
         """None if the write is still to be made, else why not (it is settled so)."""
         ...
 
+    def content(self, item: T_contra) -> Hashable:
+        """What the write would make its object say, as things are now (asked only while
+        ``due``): two writes of one key with equal content, the second soon after the
+        first succeeded, mean the first was undone (damping)."""
+        ...
+
     async def send(self, item: T_contra) -> Sent:
         """Make the write; connection errors and timeouts are ``Sent(0, message)``."""
         ...
@@ -191,6 +200,15 @@ class _Streak:
     attempts: int = 0
     # The handler was told of this streak's failure (once per streak).
     reported: bool = False
+    # What the write being attempted makes its object say (``WriteHandler.content``).
+    content: Hashable = None
+
+
+@dataclass(frozen=True)
+class _Success:
+    done_at: float
+    attempts: int
+    content: Hashable
 
 
 class WriteQueue(Generic[T]):
@@ -221,7 +239,7 @@ class WriteQueue(Generic[T]):
         # first, with the attempts they took (damping), forgotten once older than
         # retry_max, so both maps stay as small as the work at hand.
         self._streaks: dict[str, _Streak] = {}
-        self._recent: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        self._recent: OrderedDict[str, _Success] = OrderedDict()
         self._ready = asyncio.Event()
 
     def __len__(self) -> int:
@@ -260,10 +278,6 @@ class WriteQueue(Generic[T]):
             return
         if key in self._waiting:
             self._replace(self._waiting, key, item)  # keeps its place in line
-            return
-        delay = self._damping(key)
-        if delay > 0:
-            self._delay(key, _Entry(item), delay)
             return
         self._waiting[key] = _Entry(item)
         self._ready.set()
@@ -356,14 +370,20 @@ class WriteQueue(Generic[T]):
     async def _attempt(self, key: str, entry: _Entry[T]) -> None:
         handler, item = self._handler, entry.item
         skip = handler.due(item)
-        if skip is None and await self._wait_for_turn():
-            skip = handler.due(item)  # the wait may have been long
+        if skip is None:
+            delay = self._damping(key, handler.content(item))
+            if delay > 0:
+                self._delay(key, entry, delay)
+                return
+            if await self._wait_for_turn():
+                skip = handler.due(item)  # the wait may have been long
         if skip is not None:
             self._forget(key)  # nothing is wrong any more
             handler.settle(item, skip)
             return
         streak = self._streaks.setdefault(key, _Streak())
         streak.attempts += 1
+        streak.content = handler.content(item)
         sent = await handler.send(item)
         outcome = write_outcome(sent.status)
         if outcome is Outcome.DONE:
@@ -408,11 +428,11 @@ class WriteQueue(Generic[T]):
         """Remember the success for damping; forget successes older than ``retry_max``."""
         del self._streaks[key]
         now = self._clock()
-        self._recent[key] = (now, streak.attempts)
+        self._recent[key] = _Success(now, streak.attempts, streak.content)
         self._recent.move_to_end(key)
         while self._recent:
-            oldest, (done_at, _) = next(iter(self._recent.items()))
-            if now - done_at < self.options.retry_max:
+            oldest, success = next(iter(self._recent.items()))
+            if now - success.done_at < self.options.retry_max:
                 break
             del self._recent[oldest]
 
@@ -420,19 +440,18 @@ class WriteQueue(Generic[T]):
         self._streaks.pop(key, None)
         self._recent.pop(key, None)
 
-    def _damping(self, key: str) -> float:
-        """The delay before a write whose key was written successfully so recently
-        that it is being undone: its streak goes on from that success's attempts (0
-        for a key at rest)."""
+    def _damping(self, key: str, content: Hashable) -> float:
+        """The delay before a write that says again what the key's last success said,
+        so soon that it is being undone: its streak goes on from that success's
+        attempts. 0 for a key at rest or a write of something new."""
         recent = self._recent.pop(key, None)
-        if recent is None:
+        if recent is None or recent.content != content:
             return 0.0
-        done_at, attempts = recent
-        if self._clock() - done_at >= self.options.retry_max:
+        if self._clock() - recent.done_at >= self.options.retry_max:
             return 0.0
-        self._streaks[key] = _Streak(attempts=attempts)
+        self._streaks[key] = _Streak(attempts=recent.attempts)
         options = self.options
-        return retry_delay(attempts, initial=options.retry_initial, maximum=options.retry_max)
+        return retry_delay(recent.attempts, initial=options.retry_initial, maximum=options.retry_max)
 
     def _delay(self, key: str, entry: _Entry[T], delay: float) -> None:
         loop = asyncio.get_running_loop()

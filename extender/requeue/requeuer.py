@@ -61,7 +61,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -326,6 +326,12 @@ class Requeuer(LeaderActor):
         if self.planner.due(current) is None:
             return "already_nudged"  # by another replica, or its class changed back
         return None
+
+    def content(self, item: _Item) -> Hashable:
+        """The class revision the nudge names (a nudge undone is due the same one again)."""
+        pod = self.pods.get(item.pod_key)
+        nudge = self.planner.due(pod) if pod is not None and pod.uid == item.uid else None
+        return None if nudge is None else nudge.digest
 
     async def send(self, item: _Item) -> Sent:
         """One PATCH, for the nudge the pod is due now."""

@@ -89,6 +89,10 @@ class Recorder:
     def due(self, item: str) -> str | None:
         return self.skip.get(item)
 
+    def content(self, item: str) -> str:
+        # "key@version": each version says something new; "key" alone, always the same.
+        return item
+
     async def send(self, item: str) -> Sent:
         self.sent.append(item)
         if self.block is not None:
@@ -385,6 +389,31 @@ async def test_a_refused_write_no_longer_due_at_its_retry_is_settled_unsent() ->
     await stopped(task)
     assert handler.sent == ["x"]
     assert handler.settled == [("x", "failed", "forbidden"), ("x", "in_sync", "")]
+
+
+async def test_a_write_of_something_new_soon_after_a_success_is_not_damped() -> None:
+    """A caBundle that adds a new CA, then drops the old one a moment later; a label a
+    second class edit moves back: each write says something its key's last success did
+    not, nobody undid anything, and each goes out at once. Only a return to what the
+    last success said is damped (test_a_write_undone_again_and_again_is_damped_not_looped)."""
+    handler = Recorder()
+    loop = asyncio.get_running_loop()
+    options = WriteOptions(rate=1000.0, burst=100, retry_initial=0.5, retry_max=5.0)
+    queue: WriteQueue[str] = WriteQueue(handler, options, clock=loop.time, sleep=asyncio.sleep)
+    task = await running(queue)
+    started = loop.time()
+    for item in ("bundle@old+new", "bundle@new", "bundle@old+new", "bundle@new"):
+        count = len(handler.sent)
+        queue.put(item)
+        while len(handler.sent) == count:
+            await asyncio.sleep(0.001)
+    # The same content as the last success, again: undone, so it waits retry_initial.
+    queue.put("bundle@new")
+    await asyncio.sleep(0.1)
+    await stopped(task)
+    assert handler.sent == ["bundle@old+new", "bundle@new", "bundle@old+new", "bundle@new"]
+    assert loop.time() - started < 0.5
+    assert queue.has("bundle")
 
 
 async def test_a_write_undone_again_and_again_is_damped_not_looped() -> None:
