@@ -52,6 +52,7 @@ from tests.support.webhook_certificates import (
     Dialler,
     Keeper,
     add_webhook_configurations,
+    bundle_cas,
     ca_bundles,
     der_of,
     secret_data,
@@ -71,10 +72,6 @@ OPTIONS = CertificateOptions(
 ELECTION = ElectionOptions("runtimeclass-extender", NAMESPACE, 15.0, 10.0, 2.0)
 POLL = 0.002
 LIMIT = 60.0
-
-
-def _bundle_cas(server: FakeApiServer) -> set[str]:
-    return {ca.fingerprint for pem in ca_bundles(server).values() for ca in read_bundle(pem)}
 
 
 def _new_ca(server: FakeApiServer, old: bytes) -> str | None:
@@ -111,7 +108,7 @@ async def one_round(server: FakeApiServer, replicas: list[Keeper]) -> dict[str, 
 
     async def old_gone() -> bool:
         new = _new_ca(server, old)
-        return new is not None and _bundle_cas(server) == {new}
+        return new is not None and bundle_cas(server) == {new}
 
     return {
         "trusted_ms": await _until(trusted, started, "the new CA in both caBundles"),

@@ -35,7 +35,7 @@ from tests.support.webhook_certificates import (
     Keeper,
     add_endpoint_slice,
     add_webhook_configurations,
-    ca_bundles,
+    bundle_cas,
     der_of,
     secret_data,
     settled,
@@ -68,10 +68,6 @@ async def two_replicas(server: FakeApiServer, directory: Path) -> AsyncIterator[
             await replica.stop()
 
 
-def _bundle_cas(server: FakeApiServer) -> set[str]:
-    return {ca.fingerprint for pem in ca_bundles(server).values() for ca in read_bundle(pem)}
-
-
 async def _replaced_without_an_untrusted_handshake(
     server: FakeApiServer, replicas: list[Keeper], replace: Callable[[], None]
 ) -> None:
@@ -90,7 +86,7 @@ async def _replaced_without_an_untrusted_handshake(
             if data.get(CA_CERT, old_ca) == old_ca:
                 return False
             served = {await replica.peer_certificate() for replica in replicas}
-            return served == {der_of(data[TLS_CERT])} and _bundle_cas(server) == {
+            return served == {der_of(data[TLS_CERT])} and bundle_cas(server) == {
                 read_bundle(data[CA_CERT])[0].fingerprint
             }
 
@@ -186,13 +182,13 @@ async def test_a_replica_that_cannot_be_asked_keeps_the_old_ca_in_the_bundles(
                 return False
             data = secret_data(fake_apiserver)
             new = read_bundle(data[CA_CERT])[0].fingerprint
-            return _bundle_cas(fake_apiserver) == {old_ca, new} and await leader.peer_certificate() == der_of(
+            return bundle_cas(fake_apiserver) == {old_ca, new} and await leader.peer_certificate() == der_of(
                 data[TLS_CERT]
             )
 
         await eventually(both_cas_and_the_new_leaf, what="the new CA next to the old one, its leaf served")
         await stays(
-            lambda: old_ca in _bundle_cas(fake_apiserver),
+            lambda: old_ca in bundle_cas(fake_apiserver),
             duration=0.5,
             what="the old CA kept while an endpoint cannot be asked",
         )
@@ -204,7 +200,7 @@ async def test_a_replica_that_cannot_be_asked_keeps_the_old_ca_in_the_bundles(
         else:
             fake_apiserver.delete(ENDPOINT_SLICES, slice_name, namespace=NAMESPACE)
         new_ca = read_bundle(secret_data(fake_apiserver)[CA_CERT])[0].fingerprint
-        await eventually(lambda: _bundle_cas(fake_apiserver) == {new_ca}, what="the old CA gone")
+        await eventually(lambda: bundle_cas(fake_apiserver) == {new_ca}, what="the old CA gone")
         assert registry.get_sample_value(RETAINED_METRIC) == 0.0
         assert "retained" not in leader.keeper.details()
     finally:

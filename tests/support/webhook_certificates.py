@@ -108,6 +108,11 @@ def ca_bundles(server: FakeApiServer) -> dict[str, bytes]:
     return bundles
 
 
+def bundle_cas(server: FakeApiServer) -> set[str]:
+    """Fingerprints of every CA in either stored caBundle."""
+    return {ca.fingerprint for pem in ca_bundles(server).values() for ca in read_bundle(pem)}
+
+
 def secret_data(server: FakeApiServer) -> dict[str, bytes]:
     secret = server.get(SECRETS, SECRET, namespace=NAMESPACE)
     assert secret is not None
