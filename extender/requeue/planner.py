@@ -32,32 +32,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
-from extender.cluster.class_revisions import ABSENT, revision_digest, scheduling_revision
-from extender.cluster.pending_pods import REQUEUE_ANNOTATION, REVISION_ANNOTATION, PendingPod
-
-__all__ = [
-    "ABSENT",
-    "REQUEUE_ANNOTATION",
-    "REVISION_ANNOTATION",
-    "ClassChange",
-    "Nudge",
-    "PendingPod",
-    "Plan",
-    "RequeuePlanner",
-    "class_revision",
-    "nudged_for",
-    "revision_digest",
-]
-
-# The part of a RuntimeClass that can change a scheduling decision.
-class_revision = scheduling_revision
-
-_ABSENT_DIGEST = revision_digest(ABSENT)
-
-
-def nudged_for(pod: PendingPod, revision: Hashable) -> bool:
-    """The pod carries the annotation of a nudge for ``revision`` (by any replica)."""
-    return bool(pod.requeued_for) and pod.requeued_for == revision_digest(revision)
+from extender.cluster.class_revisions import ABSENT, revision_digest
+from extender.cluster.pending_pods import PendingPod
 
 
 @dataclass(frozen=True, slots=True)

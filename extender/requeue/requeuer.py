@@ -69,6 +69,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry
 
+from extender.cluster.class_revisions import scheduling_revision
 from extender.cluster.pending_pod_informer import PendingPodInformer
 from extender.cluster.pending_pods import PendingPod
 from extender.cluster.state import ClusterState
@@ -81,7 +82,7 @@ from extender.leader.gate import LeaderGate
 from extender.leader.writes import Sent, Sleep, WriteOptions, WriteQueue
 from extender.requeue.metrics import RequeueMetrics
 from extender.requeue.nudge import merge_patch, requeued_at
-from extender.requeue.planner import ClassChange, Nudge, Plan, RequeuePlanner, class_revision
+from extender.requeue.planner import ClassChange, Nudge, Plan, RequeuePlanner
 from extender.settings import DEFAULT_REQUEUE_RATE, DEFAULT_REQUEUE_WINDOW, DEFAULT_SCHEDULER_NAMES
 from extender.tasks import run_all
 from policies.objects import RuntimeClassView
@@ -187,7 +188,9 @@ class Requeuer(LeaderActor):
         self.pods.add_listener(self._pod_changed)
         if self._classes.synced:  # built late: what exists now is the baseline
             for runtime_class in self._classes.values():
-                self.planner.observe_class(runtime_class.name, class_revision(runtime_class), initial=True)
+                self.planner.observe_class(
+                    runtime_class.name, scheduling_revision(runtime_class), initial=True
+                )
             self.planner.baseline_listed()
         for pod in self.pods.values():
             self._pod_changed(self.pods.kind, None, pod)
@@ -217,7 +220,10 @@ class Requeuer(LeaderActor):
         initial = not self._classes.synced
         if not initial:
             self.planner.baseline_listed()  # before this change: the first LIST as it was
-        if self.planner.observe_class(current.name, class_revision(view), initial=initial) and self._leading:
+        if (
+            self.planner.observe_class(current.name, scheduling_revision(view), initial=initial)
+            and self._leading
+        ):
             self._changed.set()  # a follower plans nothing: its next term starts with a pass
 
     def _pod_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:

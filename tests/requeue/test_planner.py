@@ -9,8 +9,9 @@ from types import MappingProxyType
 
 import pytest
 
-from extender.cluster.class_revisions import revision_digest
-from extender.requeue.planner import ABSENT, PendingPod, RequeuePlanner, class_revision
+from extender.cluster.class_revisions import ABSENT, revision_digest, scheduling_revision
+from extender.cluster.pending_pods import PendingPod
+from extender.requeue.planner import RequeuePlanner
 from policies.objects import RuntimeClassView, SelectorRequirement, Toleration
 
 SCHED = "runtimeclass-scheduler"
@@ -63,8 +64,8 @@ def test_only_scheduling_relevant_changes_matter(
 ) -> None:
     planner = RequeuePlanner([SCHED])
     if old is not None:
-        planner.observe_class("gvisor", class_revision(old), initial=True)
-    assert planner.observe_class("gvisor", class_revision(new)) is matters
+        planner.observe_class("gvisor", scheduling_revision(old), initial=True)
+    assert planner.observe_class("gvisor", scheduling_revision(new)) is matters
 
 
 def test_only_our_schedulable_pods_with_a_class_are_nudged() -> None:
@@ -74,13 +75,13 @@ def test_only_our_schedulable_pods_with_a_class_are_nudged() -> None:
         PendingPod("default", "terminating", "u1", "gvisor", SCHED, schedulable=False),
     ]
     planner = started(*pods)
-    planner.observe_class("gvisor", class_revision(gvisor()))
+    planner.observe_class("gvisor", scheduling_revision(gvisor()))
     assert [n.pod.pod_name for n in planner.plan(pods).nudges] == ["a"]
 
 
 def test_initial_list_is_a_baseline_not_a_change() -> None:
     pods = [pod("a")]
-    planner = started(*pods, classes={"gvisor": class_revision(gvisor())})
+    planner = started(*pods, classes={"gvisor": scheduling_revision(gvisor())})
     plan = planner.plan(pods)
     assert plan.changes == [] and plan.nudges == []
 
@@ -91,17 +92,17 @@ def test_pods_listed_before_the_classes_are_judged_against_the_classes_first_lis
     pods = [pod("a")]
     planner = RequeuePlanner([SCHED])
     planner.first_seen(pods[0], initial=True)
-    planner.observe_class("gvisor", class_revision(gvisor()), initial=True)
+    planner.observe_class("gvisor", scheduling_revision(gvisor()), initial=True)
     planner.baseline_listed()
     assert planner.plan(pods).nudges == []
-    planner.observe_class("gvisor", class_revision(gvisor(handler="debug")))
+    planner.observe_class("gvisor", scheduling_revision(gvisor(handler="debug")))
     assert [n.pod.pod_name for n in planner.plan(pods).nudges] == ["a"]
 
 
 def test_a_pod_created_after_a_change_is_not_nudged_for_it() -> None:
     old = [pod("old")]
-    planner = started(*old, classes={"gvisor": class_revision(gvisor())})
-    planner.observe_class("gvisor", class_revision(gvisor(handler="debug")))
+    planner = started(*old, classes={"gvisor": scheduling_revision(gvisor())})
+    planner.observe_class("gvisor", scheduling_revision(gvisor(handler="debug")))
     new = pod("new")
     planner.first_seen(new, initial=False)  # arrived by the watch, after the edit
     assert [n.pod.pod_name for n in planner.plan([*old, new]).nudges] == ["old"]
@@ -111,10 +112,10 @@ def test_burst_of_edits_coalesces_into_one_nudge_per_pod() -> None:
     pods = [pod("a"), pod("b"), pod("c", rc="kata")]
     planner = started(*pods)
     for handler in ("h1", "h2", "h3"):
-        planner.observe_class("gvisor", class_revision(gvisor(handler=handler)))
+        planner.observe_class("gvisor", scheduling_revision(gvisor(handler=handler)))
     nudges = planner.plan(pods).nudges
     assert sorted(n.pod.pod_name for n in nudges) == ["a", "b"]
-    assert {n.revision for n in nudges} == {class_revision(gvisor(handler="h3"))}
+    assert {n.revision for n in nudges} == {scheduling_revision(gvisor(handler="h3"))}
     for nudge in nudges:
         planner.done(nudge)
     assert planner.plan(pods).nudges == []  # nothing new since
@@ -123,7 +124,7 @@ def test_burst_of_edits_coalesces_into_one_nudge_per_pod() -> None:
 def test_never_twice_for_the_same_revision_but_again_for_a_new_one() -> None:
     pods = [pod("a")]
     planner = started(*pods)
-    first = class_revision(gvisor())
+    first = scheduling_revision(gvisor())
     planner.observe_class("gvisor", first)
     (nudge,) = planner.plan(pods).nudges
     planner.done(nudge)
@@ -146,14 +147,14 @@ def test_a_nudge_not_yet_done_is_still_due_at_every_pass() -> None:
     by the next pass (of this replica or the next leader), not lost with a queue."""
     pods = [pod("a")]
     planner = started(*pods)
-    planner.observe_class("gvisor", class_revision(gvisor()))
+    planner.observe_class("gvisor", scheduling_revision(gvisor()))
     assert [n.pod.pod_name for n in planner.plan(pods).nudges] == ["a"]
     assert [n.pod.pod_name for n in planner.plan(pods).nudges] == ["a"]
 
 
 def test_a_new_leader_nudges_only_what_its_predecessor_had_not() -> None:
     """Another replica's nudges show on the pods (their annotation names the revision)."""
-    revision = class_revision(gvisor())
+    revision = scheduling_revision(gvisor())
     done_by_other = pod("a", requeued_for=revision_digest(revision))
     owed = pod("b")
     planner = started(done_by_other, owed)
@@ -166,7 +167,7 @@ def test_a_new_leader_nudges_only_what_its_predecessor_had_not() -> None:
 def test_the_own_record_lasts_until_the_pod_shows_the_nudge() -> None:
     pods = [pod("a")]
     planner = started(*pods)
-    planner.observe_class("gvisor", class_revision(gvisor()))
+    planner.observe_class("gvisor", scheduling_revision(gvisor()))
     (nudge,) = planner.plan(pods).nudges
     planner.done(nudge)
     shown = pod("a", requeued_for=nudge.digest)
@@ -177,7 +178,7 @@ def test_the_own_record_lasts_until_the_pod_shows_the_nudge() -> None:
 def test_forgetting_a_pod_drops_its_history() -> None:
     pods = [pod("a")]
     planner = started(*pods)
-    planner.observe_class("gvisor", class_revision(gvisor()))
+    planner.observe_class("gvisor", scheduling_revision(gvisor()))
     (nudge,) = planner.plan(pods).nudges
     planner.done(nudge)
     planner.forget_pod("uid-a")
@@ -188,8 +189,8 @@ def test_forgetting_a_pod_drops_its_history() -> None:
 
 def test_plan_reports_net_changes_and_pods_already_nudged() -> None:
     pods = [pod("a")]
-    planner = started(*pods, classes={"kata": class_revision(gvisor(name="kata"))})
-    planner.observe_class("gvisor", class_revision(gvisor()))
+    planner = started(*pods, classes={"kata": scheduling_revision(gvisor(name="kata"))})
+    planner.observe_class("gvisor", scheduling_revision(gvisor()))
     planner.observe_class("kata", ABSENT)
     plan = planner.plan(pods)
     assert [(c.class_name, c.kind) for c in plan.changes] == [("gvisor", "added"), ("kata", "deleted")]
@@ -197,9 +198,9 @@ def test_plan_reports_net_changes_and_pods_already_nudged() -> None:
     planner.done(nudge)
     # Edited (that nudge never completes, say it failed), then edited back: the pod was
     # already nudged for this revision.
-    planner.observe_class("gvisor", class_revision(gvisor(handler="other")))
+    planner.observe_class("gvisor", scheduling_revision(gvisor(handler="other")))
     assert [n.pod.pod_name for n in planner.plan(pods).nudges] == ["a"]
-    planner.observe_class("gvisor", class_revision(gvisor()))
+    planner.observe_class("gvisor", scheduling_revision(gvisor()))
     again = planner.plan(pods)
     assert [c.kind for c in again.changes] == ["updated"]
     assert again.nudges == []
@@ -208,14 +209,14 @@ def test_plan_reports_net_changes_and_pods_already_nudged() -> None:
 
 def test_changed_back_within_one_window_is_no_change() -> None:
     pods = [pod("a")]
-    rev = class_revision(gvisor())
+    rev = scheduling_revision(gvisor())
     planner = started(*pods, classes={"gvisor": rev})
     # Both edits are seen as changes; only their net effect is none.
-    assert planner.observe_class("gvisor", class_revision(gvisor(handler="debug"))) is True
+    assert planner.observe_class("gvisor", scheduling_revision(gvisor(handler="debug"))) is True
     assert planner.observe_class("gvisor", rev) is True
     plan = planner.plan(pods)
     assert plan.changes == [] and plan.nudges == []
     # Added and deleted again before the window closed: nothing either.
-    planner.observe_class("new", class_revision(gvisor(name="new")))
+    planner.observe_class("new", scheduling_revision(gvisor(name="new")))
     planner.observe_class("new", ABSENT)
     assert planner.plan(pods).changes == []

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from extender.cli import main
 from extender.cluster.objects import ObjectError
-from extender.cluster.pending_pods import pending_pod_from_api
+from extender.cluster.pending_pods import REQUEUE_ANNOTATION, pending_pod_from_api
 from extender.cluster.pod_views import pod_key
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch, runtime_class_resource
@@ -33,7 +33,6 @@ from extender.kube.times import MICRO_TIME_FORMAT
 from extender.leader.runner import LeaderRunner
 from extender.logs import TextFormatter
 from extender.requeue.metrics import RequeueMetrics
-from extender.requeue.planner import REQUEUE_ANNOTATION
 from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import SERVE_SETTINGS
 from extender.tasks import stop as stop_task

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from extender.requeue.planner import class_revision, revision_digest
+from extender.cluster.class_revisions import revision_digest, scheduling_revision
 from extender.requeue.requeuer import RequeueOptions
 from tests.support.apiserver import PODS, RUNTIME_CLASSES, FakeApiServer, make_pod, make_runtime_class
 from tests.support.replicas import FAST_REQUEUE, SCHED, Replica, Start, nudges, replica_set
@@ -39,7 +39,7 @@ def digest_of(server: FakeApiServer, name: str) -> str:
     from extender.cluster.objects import runtime_class_from_api
 
     obj = server.get(RUNTIME_CLASSES, name)
-    return revision_digest(class_revision(runtime_class_from_api(obj) if obj is not None else None))
+    return revision_digest(scheduling_revision(runtime_class_from_api(obj) if obj is not None else None))
 
 
 async def one_leader(*replicas: Replica) -> Replica:
