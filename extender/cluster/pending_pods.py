@@ -13,15 +13,15 @@ cluster most pending pods are of no interest to any actor. A pod is decoded stri
 (``extender.cluster.pod_fields``); its ``nodeSelector`` is read only for the keys under
 the derived-label prefix (``required``), and its annotations only for the requeuer's.
 
-``PendingPods`` indexes the kept pods by RuntimeClass, and counts, for each derived
-label key, the pending pods whose ``nodeSelector`` requires it (the labeller keeps a
-requirement once given out satisfiable).
+``PendingPods`` counts, for each derived label key, the pending pods whose
+``nodeSelector`` requires it (the labeller keeps a requirement once given out
+satisfiable).
 """
 
 from __future__ import annotations
 
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Required
@@ -91,7 +91,7 @@ class PendingPod:
     # Its nodeSelector keys under the derived-label prefix (label-nodes).
     required: frozenset[str] = _NONE
     # "namespace/name": stores key objects by ``name``, and pods are unique per
-    # namespace. Made once, so that the store's key and the class index share it.
+    # namespace. Made once, when the pod is decoded.
     name: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -138,11 +138,10 @@ pending_pod_from_api = pending_pod_converter(None)
 
 
 class PendingPods(Store[PendingPod]):
-    """The pending pods that name a RuntimeClass, indexed by class and by required label."""
+    """The pending pods that name a RuntimeClass, counted by required label."""
 
     def __init__(self) -> None:
         super().__init__(PENDING_PODS)
-        self._by_class: dict[str, set[str]] = defaultdict(set)
         self._required: Counter[str] = Counter()
         self.add_listener(self._index)
 
@@ -155,14 +154,6 @@ class PendingPods(Store[PendingPod]):
     def replace(self, items: Iterable[PendingPod]) -> None:
         super().replace(pod for pod in items if pod.runtime_class_name)
 
-    def naming(self, class_name: str) -> list[PendingPod]:
-        """The pods naming ``class_name``, in name order."""
-        return [self[key] for key in sorted(self._by_class.get(class_name, ()))]
-
-    def classes(self) -> list[str]:
-        """The classes some pending pod names."""
-        return list(self._by_class)
-
     def requiring(self, key: str) -> int:
         """How many pending pods require the derived label ``key``."""
         return self._required.get(key, 0)
@@ -172,14 +163,9 @@ class PendingPods(Store[PendingPod]):
 
     def _index(self, _kind: str, old: Any, new: Any) -> None:
         if isinstance(old, PendingPod):
-            names = self._by_class[old.runtime_class_name]
-            names.discard(old.name)
-            if not names:
-                del self._by_class[old.runtime_class_name]
             self._required.subtract(old.required)
             for key in old.required:
                 if self._required[key] <= 0:
                     del self._required[key]
         if isinstance(new, PendingPod):
-            self._by_class[new.runtime_class_name].add(new.name)
             self._required.update(new.required)
