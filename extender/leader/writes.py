@@ -290,16 +290,6 @@ class WriteQueue(Generic[T]):
         else:
             line[key] = _Entry(item)
 
-    def discard(self, key: str) -> T | None:
-        """Take the write queued under ``key`` out of the queue, unsettled (not one in flight)."""
-        entry = self._waiting.pop(key, None) or self._dirty.pop(key, None)
-        if entry is None and key in self._delayed:
-            entry, handle = self._delayed.pop(key)
-            handle.cancel()
-        if key not in self._sending:
-            self._streaks.pop(key, None)
-        return None if entry is None else entry.item
-
     def clear(self) -> None:
         """Drop every write queued (unsettled; not those in flight): a level-triggered
         actor's term is over, and the next one recomputes what is owed from what is."""
