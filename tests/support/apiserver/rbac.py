@@ -265,13 +265,25 @@ def authorize(rbac: Rbac, attributes: Attributes) -> Decision:
     if SYSTEM_MASTERS in user.groups:
         return Decision(True, f'allowed by the privileged group "{SYSTEM_MASTERS}"')
     errors: list[str] = []
-    for name, binding in sorted(rbac.cluster_role_bindings.items()):
-        index = _subject_index(user, binding, "")
+    # ClusterRoleBindings first, then the RoleBindings of the request's namespace, as
+    # rbac/validation's VisitRulesFor visits them.
+    bindings: list[tuple[str, str, dict[str, Any]]] = [
+        (f'ClusterRoleBinding "{name}"', "", binding)
+        for name, binding in sorted(rbac.cluster_role_bindings.items())
+    ]
+    if attributes.namespace:
+        bindings += [
+            (f'RoleBinding "{name}/{namespace}"', namespace, binding)
+            for (namespace, name), binding in sorted(rbac.role_bindings.items())
+            if namespace == attributes.namespace
+        ]
+    for described, namespace, binding in bindings:
+        index = _subject_index(user, binding, namespace)
         if index is None:
             continue
         role_ref = binding.get("roleRef") or {}
         try:
-            rules = rbac.role_reference_rules(role_ref, "")
+            rules = rbac.role_reference_rules(role_ref, namespace)
         except LookupError as exc:
             errors.append(str(exc))
             continue
@@ -279,29 +291,9 @@ def authorize(rbac: Rbac, attributes: Attributes) -> Decision:
             subject = binding["subjects"][index]
             return Decision(
                 True,
-                f'RBAC: allowed by ClusterRoleBinding "{name}" of {role_ref.get("kind")} '
-                f'"{role_ref.get("name")}" to {_describe_subject(subject, "")}',
+                f"RBAC: allowed by {described} of {role_ref.get('kind')} "
+                f'"{role_ref.get("name")}" to {_describe_subject(subject, namespace)}',
             )
-    if attributes.namespace:
-        for (namespace, name), binding in sorted(rbac.role_bindings.items()):
-            if namespace != attributes.namespace:
-                continue
-            index = _subject_index(user, binding, namespace)
-            if index is None:
-                continue
-            role_ref = binding.get("roleRef") or {}
-            try:
-                rules = rbac.role_reference_rules(role_ref, namespace)
-            except LookupError as exc:
-                errors.append(str(exc))
-                continue
-            if any(rule_allows(attributes, rule) for rule in rules):
-                subject = binding["subjects"][index]
-                return Decision(
-                    True,
-                    f'RBAC: allowed by RoleBinding "{name}/{namespace}" of {role_ref.get("kind")} '
-                    f'"{role_ref.get("name")}" to {_describe_subject(subject, namespace)}',
-                )
     if not errors:
         return Decision(False, "")
     # utilerrors.NewAggregate: one error reads as itself, several as "[a, b]".
