@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 
@@ -38,6 +37,7 @@ from tests.support.apiserver import (
     make_runtime_class,
     rbac,
 )
+from tests.support.apiserver.client import send_as
 from tests.support.manifests import render
 from tests.support.replicas import FAST_REQUEUE, SCHED, replica_set
 from tests.support.waiting import eventually
@@ -64,17 +64,10 @@ class Install:
         dry_run: bool = False,
     ) -> tuple[int, dict[str, Any]]:
         params = {"dryRun": "All"} if dry_run else None
-        async with (
-            aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.token}"}) as session,
-            session.request(
-                method,
-                self.server.url + path,
-                data=None if body is None else orjson.dumps(body),
-                headers={"Content-Type": content_type},
-                params=params,
-            ) as response,
-        ):
-            return response.status, orjson.loads(await response.read() or b"{}")
+        answer = await send_as(
+            self.server, self.token, method, path, body, content_type=content_type, params=params
+        )
+        return answer.status, orjson.loads(answer.body or b"{}")
 
 
 @pytest.fixture(params=NAMESPACES)

@@ -13,7 +13,6 @@ import copy
 import json
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 import yaml
@@ -30,6 +29,7 @@ from tests.support.apiserver import (
     rbac,
 )
 from tests.support.apiserver.admission_policy import AdmissionAttributes, Policies, admit
+from tests.support.apiserver.client import send_as
 from tests.support.paths import FIXTURES, REPO
 
 EXTENDER = rbac.service_account("runtimeclass-extender", "runtimeclass-extender")
@@ -83,17 +83,7 @@ async def send(
     content_type: str = "application/merge-patch+json",
     params: dict[str, str] | None = None,
 ) -> tuple[int, bytes, list[str]]:
-    async with (
-        aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session,
-        session.request(
-            method,
-            server.url + path,
-            data=None if body is None else orjson.dumps(body),
-            headers={"Content-Type": content_type},
-            params=params,
-        ) as resp,
-    ):
-        return resp.status, await resp.read(), resp.headers.getall("Warning", [])
+    return await send_as(server, token, method, path, body, content_type=content_type, params=params)
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 import yaml
 
 from tests.support.apiserver import LEASES, NODES, PODS, FakeApiServer, make_node, make_pod, rbac
+from tests.support.apiserver.client import send_as
 from tests.support.paths import REPO
 
 EXTENDER_NS = "runtimeclass-extender"
@@ -348,17 +348,8 @@ async def send(
     content_type: str = "application/json",
     params: dict[str, str] | None = None,
 ) -> tuple[int, bytes]:
-    async with (
-        aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session,
-        session.request(
-            method,
-            server.url + path,
-            data=None if body is None else orjson.dumps(body),
-            headers={"Content-Type": content_type},
-            params=params,
-        ) as resp,
-    ):
-        return resp.status, await resp.read()
+    answer = await send_as(server, token, method, path, body, content_type=content_type, params=params)
+    return answer.status, answer.body
 
 
 MERGE = "application/merge-patch+json"
