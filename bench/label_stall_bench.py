@@ -47,7 +47,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import cluster_gen  # noqa: E402
 from filter_bench import percentile, sample_requests  # noqa: E402
-from local import free_port  # noqa: E402
+from local import free_port, serve_api_server  # noqa: E402
 
 from extender.settings import DEFAULT_LABEL_NODES_RATE  # noqa: E402
 
@@ -95,10 +95,7 @@ def apiserver_main(argv: Sequence[str]) -> int:
             server.add(NODES, node)
         for runtime_class in class_objects:
             server.add(RUNTIME_CLASSES, runtime_class)
-        await server.start()
-        server.write_kubeconfig(args.kubeconfig)
-        print("ready", flush=True)
-        await asyncio.Event().wait()
+        await serve_api_server(server, args.kubeconfig)
 
     asyncio.run(run())
     return 0
@@ -219,7 +216,7 @@ async def measure(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
         stdout=asyncio.subprocess.PIPE,
     )
     assert server.stdout is not None
-    await server.stdout.readline()  # "ready"
+    await server.stdout.readline()  # its URL: up
     tasks: list[asyncio.Task[None]] = []
     try:
         conn = await kube.connect(kubeconfig=str(kubeconfig))

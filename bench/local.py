@@ -3,10 +3,12 @@ how to start the extender, and a process's CPU time."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def cpu_model() -> str:
@@ -48,3 +50,13 @@ def rss_mb(pid: int) -> dict[str, float]:
         if key in ("VmRSS", "VmHWM"):
             fields[key] = int(value.split()[0]) / 1024
     return fields
+
+
+async def serve_api_server(server: Any, kubeconfig: str) -> None:
+    """In an API-server process of a benchmark: start the test API server (filled by the
+    caller), write its kubeconfig, print its URL (the parent waits for that line), and
+    serve until killed."""
+    await server.start()
+    server.write_kubeconfig(kubeconfig)
+    print(server.url, flush=True)
+    await asyncio.Event().wait()

@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 import cluster_gen  # noqa: E402
-from local import free_port, rss_mb, serve_command  # noqa: E402
+from local import free_port, rss_mb, serve_api_server, serve_command  # noqa: E402
 
 NAMESPACE = "runtimeclass-extender"
 SCHEDULER = "runtimeclass-scheduler"
@@ -101,10 +101,7 @@ def apiserver_main(argv: Sequence[str]) -> int:
             pod["spec"]["schedulerName"] = SCHEDULER
             pod["spec"]["nodeSelector"] = {LABEL: "true"}
             server.add(PODS, pod)
-        await server.start()
-        server.write_kubeconfig(args.kubeconfig)
-        print("ready", flush=True)
-        await asyncio.Event().wait()
+        await serve_api_server(server, args.kubeconfig)
 
     asyncio.run(run())
     return 0

@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 import cluster_gen  # noqa: E402
 from filter_ab import checkout  # noqa: E402
 from filter_bench import FLOOR_FAILURES_HEADER, num_feasible_nodes_to_find  # noqa: E402
-from local import cpu_seconds, free_port, serve_command  # noqa: E402
+from local import cpu_seconds, free_port, serve_api_server, serve_command  # noqa: E402
 
 NAMESPACE = "runtimeclass-extender"
 APPS = "apps"
@@ -100,10 +100,7 @@ def apiserver_main(argv: Sequence[str]) -> int:
             server.add(NODES, node)
         for runtime_class in cluster_gen.RUNTIME_CLASSES:
             server.add(RUNTIME_CLASSES, runtime_class)
-        await server.start()
-        server.write_kubeconfig(args.kubeconfig)
-        print(server.url, flush=True)
-        await asyncio.Event().wait()
+        await serve_api_server(server, args.kubeconfig)
 
     asyncio.run(run())
     return 0
