@@ -15,7 +15,9 @@ a capped exponential backoff; its ``lead`` is restarted within the same term. No
 of it reaches the background task that runs it, so ``/healthz`` stays healthy and the
 kubelet never restarts the process that serves ``/filter`` (its kube-scheduler's
 sidecar) because a writer stumbled. A ``lead`` that *returns* has ended its work for
-the term, as the actor shape says.
+the term, as the actor shape says; without an election the term is the whole run, so
+its job then waits for shutdown rather than end (a job that ends turns ``/healthz``
+unhealthy).
 
 The runner also answers the questions about all actors at once: what the election
 must wait for before it campaigns (``waiting``: every informer listed, plus whatever
@@ -148,7 +150,11 @@ class LeaderRunner:
 
         async def lead() -> None:
             if gate is None:
+                # Without an election the one term is the whole run: a ``lead`` that
+                # returns has ended its work for it, not the process (as in a term of
+                # ``LeaderGate.while_leading``), so the job waits to be cancelled.
                 await leading()
+                await asyncio.Event().wait()
             else:
                 await gate.while_leading(leading)
 

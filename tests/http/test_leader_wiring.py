@@ -208,3 +208,45 @@ async def test_two_serve_processes_one_leader_and_a_sigterm_hands_over(
             if process.returncode is None:
                 process.terminate()
                 await process.communicate()
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["flag-off", "flag-on"])
+async def test_healthz_stays_healthy_once_every_actor_has_started_its_term(
+    fake_apiserver: FakeApiServer,
+    fake_kubeconfig: Path,
+    aiohttp_client: ClientFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    enabled: bool,
+) -> None:
+    """The kubelet restarts the container (and the ``/filter`` it serves) when
+    ``/healthz`` fails: an actor whose work for the term is done (the auditor logs its
+    summary and has nothing more to do until a transition) must not read as a task that
+    ended, with or without an election."""
+    monkeypatch.setenv("POD_NAME", "extender-0")
+    fake_apiserver.add(NODES, make_node("n1"))
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor"))
+    settings = default_serve_settings(
+        kubeconfig=str(fake_kubeconfig),
+        requeue_pending_pods=True,
+        audit_running_pods=True,
+        label_nodes=True,
+        leader_elect=enabled,
+        leader_elect_lease_namespace="runtimeclass-extender",
+        leader_elect_lease_duration=1.0,
+        leader_elect_renew_deadline=0.6,
+        leader_elect_retry_period=0.1,
+    )
+    app, _ = await build_app(settings)
+    client = await aiohttp_client(app)
+
+    async def audit_summed_up() -> bool:
+        return any(r.getMessage().startswith("audited running pods") for r in caplog.records)
+
+    with caplog.at_level("INFO"):
+        await eventually(audit_summed_up, what="the auditor's summary of its term")
+        # Past the auditor's return: the runner has seen it, if it is going to.
+        await asyncio.sleep(0.2)
+        response = await client.get("/healthz")
+        assert response.status == 200, await response.text()
+    assert not [r for r in caplog.records if r.getMessage() == "background task ended"]
