@@ -1,16 +1,19 @@
 """The fake API server's ValidatingAdmissionPolicy admission answers as kube-apiserver's.
 
 The tables run tests/support/apiserver/admission_policy.py's pure ``admit`` (which
-policies match a request, matchConditions, variables, validations, failurePolicy, the
-denial's wording); the HTTP tests show the server running it on every write, and replay
-the denial a real kube-apiserver 1.36.2 gave (tests/data/fixtures/kube-apiserver/
-node-patch-denied-by-admission-policy.json) byte for byte.
+policies match a request, matchConditions, variables, validations, failurePolicy,
+params and the configuration errors of a binding's paramRef, the denial's wording); the
+HTTP tests show the server running it on every write, with the objects it stores as
+params, and replay the denial a real kube-apiserver 1.36.2 gave
+(tests/data/fixtures/kube-apiserver/node-patch-denied-by-admission-policy.json) byte for
+byte. Mutating admission is tests/support/test_apiserver_mutation.py's.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import orjson
@@ -20,12 +23,14 @@ import yaml
 from tests.support.apiserver import (
     NODES,
     PODS,
+    RUNTIME_CLASSES,
     VALIDATING_WEBHOOKS,
     FakeApiServer,
     ResourceType,
     admission_policy,
     make_node,
     make_pod,
+    make_runtime_class,
     rbac,
 )
 from tests.support.apiserver.admission_policy import AdmissionAttributes, Policies, admit
@@ -750,3 +755,291 @@ def test_the_kubernetes_cel_libraries_the_cel_package_provides_are_there() -> No
         {"expression": "'a,b'.split(',').size() == 2 && [1, 3].max() == 3 && 'ABC'.lowerAscii() == 'abc'"}
     )
     assert message(policies) is None
+
+
+def test_match_conditions_see_no_namespace_object() -> None:
+    """matchconditions/matcher.go ``Match`` evaluates with no namespace: null there,
+    the Namespace in validations."""
+    policies = validations(
+        {"expression": "namespaceObject.metadata.labels.team == 'b'", "message": "validated"},
+        matchConditions=[{"name": "c", "expression": "namespaceObject == null"}],
+    )
+    request_ = attributes(namespace_labels={"team": "a"}, **POD)
+    denial = admit(policies, request_).denial
+    assert denial is not None
+    assert denial["message"].endswith("denied request: validated")
+
+
+# ----- params ----------------------------------------------------------------------------
+
+RUNTIME_CLASS = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass"}
+CONFIG_MAP = {"apiVersion": "v1", "kind": "ConfigMap"}
+
+
+def stored_runtime_class(name: str, handler: str, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": name, "labels": labels},
+        "handler": handler,
+    }
+
+
+def config_map(name: str, namespace: str, **data: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data,
+    }
+
+
+STORED = {
+    ("node.k8s.io/v1", "RuntimeClass"): admission_policy.ParamKind(
+        False,
+        [stored_runtime_class("gvisor", "runsc", sandboxed="true"), stored_runtime_class("runc", "runc")],
+    ),
+    ("v1", "ConfigMap"): admission_policy.ParamKind(
+        True, [config_map("limits", "default", team="a"), config_map("limits", "other", team="b")]
+    ),
+}
+
+
+def stored(api_version: str, kind: str) -> admission_policy.ParamKind | None:
+    return STORED.get((api_version, kind))
+
+
+def with_params(
+    *items: dict[str, Any],
+    param_kind: dict[str, str] | None = RUNTIME_CLASS,
+    param_ref: dict[str, Any] | None = None,
+    failure_policy: str = "Fail",
+    actions: tuple[str, ...] = ("Deny",),
+    **spec: Any,
+) -> Policies:
+    policy, binding = deny_all("p")
+    policy["spec"].update(validations=list(items), failurePolicy=failure_policy, **spec)
+    if param_kind is not None:
+        policy["spec"]["paramKind"] = param_kind
+    binding["spec"]["validationActions"] = list(actions)
+    if param_ref is not None:
+        binding["spec"]["paramRef"] = param_ref
+    return loaded(policy, binding)
+
+
+def param_message(policies: Policies, request_: AdmissionAttributes | None = None) -> str | None:
+    """The denial's message after ``... denied request: ``, or None when admitted."""
+    denial = admit(policies, request_ or attributes(), params=stored).denial
+    if denial is None:
+        return None
+    return str(denial["message"].split("denied request: ", 1)[1])
+
+
+EVERY = {"selector": {}, "parameterNotFoundAction": "Allow"}
+NAMED_CLASS = "'class ' + params.metadata.name"
+NOT_FOUND_DENY = (
+    "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"
+)
+
+# (what, the policies, the request (None: a Node update), the message, or None: admitted)
+PARAMS: list[tuple[str, Policies, AdmissionAttributes | None, str | None]] = [
+    (
+        "by-name-with-its-kind",
+        with_params(
+            {
+                "expression": "params.metadata.name == 'gvisor' && params.handler == 'runsc' && "
+                "params.kind == 'RuntimeClass' && params.apiVersion == 'node.k8s.io/v1'"
+            },
+            param_ref={"name": "gvisor", "parameterNotFoundAction": "Deny"},
+        ),
+        None,
+        None,
+    ),
+    (
+        "in-the-message-expression",
+        with_params(
+            {"expression": "false", "messageExpression": NAMED_CLASS},
+            param_ref={"name": "runc", "parameterNotFoundAction": "Deny"},
+        ),
+        None,
+        "class runc",
+    ),
+    (
+        "in-variables",
+        with_params(
+            {"expression": "variables.handler == 'x'", "messageExpression": "'handler ' + variables.handler"},
+            param_ref={"name": "gvisor", "parameterNotFoundAction": "Deny"},
+            variables=[{"name": "handler", "expression": "params.handler"}],
+        ),
+        None,
+        "handler runsc",
+    ),
+    (
+        "in-match-conditions",
+        with_params(
+            {"expression": "false", "messageExpression": NAMED_CLASS},
+            param_ref=EVERY,
+            matchConditions=[{"name": "c", "expression": "params.metadata.name == 'runc'"}],
+        ),
+        None,
+        "class runc",
+    ),
+    # Once per param, the first denial reported (params in name order here).
+    (
+        "every-param",
+        with_params({"expression": "false", "messageExpression": NAMED_CLASS}, param_ref=EVERY),
+        None,
+        "class gvisor",
+    ),
+    (
+        "a-selector",
+        with_params(
+            {"expression": "params.metadata.name == 'runc'", "messageExpression": NAMED_CLASS},
+            param_ref={
+                "selector": {"matchLabels": {"sandboxed": "true"}},
+                "parameterNotFoundAction": "Allow",
+            },
+        ),
+        None,
+        "class gvisor",
+    ),
+    (
+        "none-found-allow",
+        with_params({"expression": "false"}, param_ref={"name": "nope", "parameterNotFoundAction": "Allow"}),
+        None,
+        None,
+    ),
+    (
+        "none-found-deny",
+        with_params({"expression": "true"}, param_ref={"name": "nope", "parameterNotFoundAction": "Deny"}),
+        None,
+        NOT_FOUND_DENY,
+    ),
+    (
+        "none-found-deny-ignored",
+        with_params(
+            {"expression": "true"},
+            param_ref={"name": "nope", "parameterNotFoundAction": "Deny"},
+            failure_policy="Ignore",
+        ),
+        None,
+        None,
+    ),
+    (
+        "none-found-deny-whatever-the-actions",
+        with_params(
+            {"expression": "true"},
+            param_ref={"name": "nope", "parameterNotFoundAction": "Deny"},
+            actions=("Warn",),
+        ),
+        None,
+        NOT_FOUND_DENY,
+    ),
+    ("a-binding-without-param-ref", with_params({"expression": "params == null"}), None, None),
+    (
+        "a-policy-without-param-kind",
+        with_params({"expression": "params == null"}, param_kind=None, param_ref=EVERY),
+        None,
+        None,
+    ),
+    (
+        "namespaced-of-the-requests-namespace",
+        with_params(
+            {"expression": "false", "messageExpression": "'team ' + params.data.team"},
+            param_kind=CONFIG_MAP,
+            param_ref={"name": "limits", "parameterNotFoundAction": "Deny"},
+        ),
+        attributes(**POD),
+        "team a",
+    ),
+    (
+        "namespaced-of-the-param-refs-namespace",
+        with_params(
+            {"expression": "false", "messageExpression": "'team ' + params.data.team"},
+            param_kind=CONFIG_MAP,
+            param_ref={"name": "limits", "namespace": "other", "parameterNotFoundAction": "Deny"},
+        ),
+        None,
+        "team b",
+    ),
+    (
+        "namespaced-for-a-cluster-scoped-request",
+        with_params(
+            {"expression": "true"},
+            param_kind=CONFIG_MAP,
+            param_ref={"name": "limits", "parameterNotFoundAction": "Deny"},
+        ),
+        None,
+        "failed to configure binding: cannot use namespaced paramRef in policy binding that matches "
+        "cluster-scoped resources",
+    ),
+    (
+        "cluster-scoped-with-a-namespace",
+        with_params(
+            {"expression": "true"},
+            param_ref={"name": "runc", "namespace": "x", "parameterNotFoundAction": "Deny"},
+        ),
+        None,
+        "failed to configure binding: paramRef.namespace must not be provided for a cluster-scoped `paramKind`",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "policies", "request_", "expected"), PARAMS, ids=[p[0] for p in PARAMS])
+def test_how_a_policy_uses_params(
+    what: str, policies: Policies, request_: AdmissionAttributes | None, expected: str | None
+) -> None:
+    assert param_message(policies, request_) == expected
+
+
+def test_a_configuration_error_is_an_invalid_denial() -> None:
+    denial = admit(
+        with_params({"expression": "true"}, param_ref={"name": "nope", "parameterNotFoundAction": "Deny"}),
+        attributes(),
+        params=stored,
+    ).denial
+    assert denial is not None
+    assert (denial["code"], denial["reason"]) == (422, "Invalid")
+    assert denial["message"] == (
+        f"nodes \"node-1\" is forbidden: ValidatingAdmissionPolicy 'p' with binding 'p' denied request: {NOT_FOUND_DENY}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("param_ref", "refusal"),
+    [
+        ({"name": "a"}, "spec.paramRef.parameterNotFoundAction: Required value"),
+        (
+            {"name": "a", "parameterNotFoundAction": "Skip"},
+            'parameterNotFoundAction: Unsupported value: "Skip"',
+        ),
+        (
+            {"name": "a", "selector": {}, "parameterNotFoundAction": "Allow"},
+            "name and selector are mutually exclusive",
+        ),
+        ({"parameterNotFoundAction": "Allow"}, "one of name or selector must be specified"),
+    ],
+)
+def test_a_param_ref_the_api_would_refuse_is_refused_when_loaded(
+    param_ref: dict[str, Any], refusal: str
+) -> None:
+    _, binding = deny_all("p")
+    binding["spec"]["paramRef"] = param_ref
+    with pytest.raises(admission_policy.PolicyError, match=re.escape(refusal)):
+        loaded(binding)
+
+
+async def test_params_are_the_objects_the_server_stores(fake_apiserver: FakeApiServer) -> None:
+    policy, binding = deny_all("p")
+    policy["spec"]["paramKind"] = RUNTIME_CLASS
+    policy["spec"]["matchConditions"] = [{"name": "c", "expression": "params.metadata.name == 'strict'"}]
+    binding["spec"]["paramRef"] = {"selector": {}, "parameterNotFoundAction": "Allow"}
+    fake_apiserver.add(NODES, make_node("node-1"))
+    fake_apiserver.apply([policy, binding])
+    assert fake_apiserver.token is not None
+    status, _, _ = await send(fake_apiserver, "DELETE", "/api/v1/nodes/node-1", fake_apiserver.token)
+    assert status == 200  # no param named strict: never evaluated
+    fake_apiserver.add(NODES, make_node("node-1"))
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("strict"))
+    status, _, _ = await send(fake_apiserver, "DELETE", "/api/v1/nodes/node-1", fake_apiserver.token)
+    assert status == 422

@@ -44,18 +44,34 @@ webhook configuration kinds):
   admitted as the write itself, answered as it would be, nothing stored, no event.
 - Errors are ``Status`` objects (``kind: Status``, ``code``, ``reason``, ``message``).
 
-Authentication, RBAC and ValidatingAdmissionPolicies, as kube-apiserver 1.36 enforces
-them (``rbac.py`` and ``admission_policy.py`` say what is mirrored from where). The
-default token is ``kubernetes-admin`` in ``system:masters``, which RBAC always allows; a
-token of ``token_for``/``write_kubeconfig(user_name=...)`` is that user, and a
-ServiceAccount's user name (``system:serviceaccount:<ns>:<name>``) brings that
-ServiceAccount's groups. Nothing is authorized until RBAC manifests are ``apply``-ed;
-from then on every request is, and a refusal is a 403 worded as kube-apiserver words it.
-Loaded ValidatingAdmissionPolicies run on every write that passes (CREATE for POST,
-UPDATE for PUT and every PATCH, DELETE; on the object and its subresources), for every
-user the policy matches (the administrator too, as on a real server), and deny with the
-422 (or the validation's reason) a real server sends; an expression the ``cel`` package
-cannot evaluate is answered with a 500 naming it rather than with a guess.
+Authentication, RBAC and admission, as kube-apiserver 1.36 enforces them (``rbac.py``,
+``admission_policy.py``, ``mutating_policy.py``, ``webhooks.py``, ``json_patch.py``,
+``cel_env.py`` and ``defaults.py`` say what is mirrored from where). The default token
+is ``kubernetes-admin`` in ``system:masters``, which RBAC always allows; a token of
+``token_for``/``write_kubeconfig(user_name=...)`` is that user, and a ServiceAccount's
+user name (``system:serviceaccount:<ns>:<name>``) brings that ServiceAccount's groups.
+Nothing is authorized until RBAC manifests are ``apply``-ed; from then on every request
+is, and a refusal is a 403 worded as kube-apiserver words it.
+
+Admission runs on every write that passes authorization (CREATE for POST, UPDATE for
+PUT and every PATCH, DELETE; on the object and its subresources), for every user a
+policy matches (the administrator too, as on a real server), in the real order:
+
+1. defaulting of a created object (only a pod's ``spec.schedulerName``:
+   ``default-scheduler`` when empty);
+2. mutating admission: loaded MutatingAdmissionPolicies (JSONPatch mutations, with
+   params, matchConditions, variables, failurePolicy, reinvocationPolicy), then, if
+   ``call_webhooks``, the webhooks of stored MutatingWebhookConfigurations, called over
+   HTTPS; run once more when a mutation asks for it, as the real chain reinvokes;
+3. for a create: uid, creationTimestamp, and the name of a ``generateName`` create;
+4. validating admission: loaded ValidatingAdmissionPolicies (with params), which deny
+   with the 422 (or the validation's reason) a real server sends. Validating webhooks
+   are never called.
+
+The object stored (or, in a dry run, answered) is the mutated one. Refusals carry the
+real wording and code. What the fake cannot evaluate as a real server would (an
+expression using a CEL function the ``cel`` package lacks, a webhook service it has no
+address for) is answered with a 500 naming it rather than with a guess.
 
 resourceVersions come from one global counter shared by every resource, like etcd's
 revision. Watching or listing from a resourceVersion older than the compaction point
@@ -94,12 +110,16 @@ Test controls (plain methods; the data survives ``stop``/``start``)::
 Authorization and admission controls::
 
     server.apply(yaml.safe_load_all(text))      # Roles, ClusterRoles and bindings turn RBAC
-                                                #   on; ValidatingAdmissionPolicies and
-                                                #   bindings run on writes; objects of
-                                                #   registered kinds are stored; the rest
-                                                #   (e.g. ServiceAccounts) is returned.
+                                                #   on; Validating- and MutatingAdmission-
+                                                #   Policies and bindings run on writes;
+                                                #   objects of registered kinds are stored
+                                                #   (RuntimeClasses as params, webhook
+                                                #   configurations); the rest (e.g.
+                                                #   ServiceAccounts) is returned.
                                                 #   ValueError, nothing loaded, for what the
-                                                #   fake cannot run (CEL ``.?`` syntax...)
+                                                #   fake cannot run (CEL ``.?`` syntax, an
+                                                #   ApplyConfiguration mutation, a paramKind
+                                                #   that is not a registered resource...)
     sa = rbac.service_account("ns", "name")     # "system:serviceaccount:ns:name"
     token = server.token_for(sa)                # a bearer token of that user; with
     server.token_for("ann", groups=["ops"])     #   groups of its own for other users
@@ -108,14 +128,22 @@ Authorization and admission controls::
     server.rbac = None                          # RBAC off again (allow everything)
     server.admission_policies = admission_policy.Policies()  # no policies again
     rbac.authorize(server.rbac, rbac.Attributes(...))  # the decision, without HTTP
-    admission_policy.admit(server.admission_policies, admission_policy.AdmissionAttributes(...))
+    admission_policy.admit(server.admission_policies, admission_policy.AdmissionAttributes(...),
+                           params=lambda api_version, kind: admission_policy.ParamKind(False, [...]))
+    mutating_policy.mutate(server.admission_policies, attributes, params=...)  # one round
+    server = FakeApiServer(call_webhooks=True)  # call mutating webhooks (off by default:
+    server.call_webhooks = True                 #   stored configurations stay inert)
+    server.webhook_addresses[("ns", "svc", 443)] = ("127.0.0.1", port)  # where a
+                                                #   clientConfig.service is dialled; TLS is
+                                                #   verified against its caBundle for
+                                                #   "svc.ns.svc" (clientConfig.url: as is)
 
 The pytest fixtures ``fake_apiserver`` (started, stopped at teardown) and
 ``fake_kubeconfig`` (a kubeconfig file for it) live in ``tests.support.apiserver.fixtures``;
 tests/conftest.py registers them for every test.
 """
 
-from tests.support.apiserver import admission_policy, rbac
+from tests.support.apiserver import admission_policy, mutating_policy, rbac, webhooks
 from tests.support.apiserver.objects import make_node, make_pod, make_runtime_class
 from tests.support.apiserver.server import (
     CONFIGMAPS,
@@ -150,6 +178,8 @@ __all__ = [
     "make_node",
     "make_pod",
     "make_runtime_class",
+    "mutating_policy",
     "rbac",
     "status_object",
+    "webhooks",
 ]

@@ -99,15 +99,16 @@ def make_pod(
     namespace: str = "default",
     node_name: str | None = None,
     runtime_class: str | None = None,
-    scheduler_name: str = "default-scheduler",
+    scheduler_name: str | None = "default-scheduler",
     phase: str = "Pending",
     tolerations: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """A core/v1 Pod; ``node_name`` None means not yet scheduled."""
-    spec: dict[str, Any] = {
-        "schedulerName": scheduler_name,
-        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
-    }
+    """A core/v1 Pod; ``node_name`` None means not yet scheduled; ``scheduler_name``
+    None leaves ``spec.schedulerName`` out, as a manifest does (a create defaults it)."""
+    spec: dict[str, Any] = {}
+    if scheduler_name is not None:
+        spec["schedulerName"] = scheduler_name
+    spec["containers"] = [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]
     if node_name is not None:
         spec["nodeName"] = node_name
     if runtime_class is not None:

@@ -21,21 +21,36 @@ Faithfulness notes (what a real kube-apiserver does, and where this one is simpl
   authentication (401), then an injected failure (where priority and fairness would
   answer 429), then authorization (403, ``rbac.py``), then the handler. Paths the fake
   does not serve are 404 before all of that (a real server authorizes them first).
-- In a write, admission (``admission_policy.py``) sees the object as it will be stored,
-  after the checks a real server makes before it: 404 for a missing object, 409 for a
-  failed uid or resourceVersion precondition (store.go ``Update``, and storage
-  ``Preconditions.Check`` for DELETE, come first), but before the 409 AlreadyExists of a
-  create (storage's, after admission). A PATCH is admitted as an UPDATE of the patched
-  object; a status write as an UPDATE of the ``status`` subresource whose object is the
-  old one with the new status (the status strategies' ``PrepareForUpdate``).
+- A write goes through mutating admission (``_mutate``: MutatingAdmissionPolicies,
+  ``mutating_policy.py``, then, with ``call_webhooks``, mutating webhooks,
+  ``webhooks.py``; the chain run a second time when a plugin asks for it,
+  admission/reinvocation.go), then validating admission (ValidatingAdmissionPolicies,
+  ``admission_policy.py``; validating webhooks are never called), in the places
+  kube-apiserver's handlers and store put them:
+  - create (endpoints/handlers/create.go, registry/generic/registry/store.go
+    ``create``): system fields wiped, the object defaulted (``defaults.py``: a pod's
+    schedulerName), mutating admission (no uid, creationTimestamp nor, for a
+    ``generateName`` create, name yet), then uid, creationTimestamp and the generated
+    name, then validating admission, then the 409 AlreadyExists;
+  - update (PUT, and PATCH as an UPDATE of the patched object; handlers/update.go and
+    patch.go, store.go ``Update``): 404 for a missing object and 409 for a uid
+    precondition first, then mutating admission of the object as sent, then the 409 of
+    a stale resourceVersion, then the status strategy (a status write keeps the old
+    object but its status, ``PrepareForUpdate``), then validating admission of the object
+    as it will be stored;
+  - delete (registry/rest/delete.go ``AdmissionToValidateObjectDeleteFunc``): 404 and
+    the 409 of failed preconditions first, then mutating (webhooks only: policies do not
+    handle DELETE) and validating admission with the stored object as ``oldObject``.
+  Objects are never defaulted on update (a stored object already is).
 - Writes of ``pods/eviction`` and ``pods/binding`` are served just enough to be
   authorized and admitted as real ones are (CREATE of that subresource, with the posted
   Eviction or Binding as ``object``): eviction deletes the pod (no disruption budgets),
   binding sets ``spec.nodeName``. DELETE is immediate (no graceful deletion, no
   finalizers) for every resource, pods included.
 - A dry run (``dryRun=All``) is authorized and admitted with ``request.dryRun`` true,
-  and answered as the write would be (a create without a resourceVersion, an update
-  with the old one); nothing is stored and no resourceVersion is used.
+  and answered as the write would be, mutations included (a create without a
+  resourceVersion, an update with the old one); nothing is stored and no
+  resourceVersion is used.
 """
 
 from __future__ import annotations
@@ -43,9 +58,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import random
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -53,10 +69,14 @@ import orjson
 import yaml
 from aiohttp import web
 
-from tests.support.apiserver import admission_policy, rbac
+from tests.support.apiserver import admission_policy, mutating_policy, rbac, webhooks
+from tests.support.apiserver.defaults import apply_defaults
 from tests.support.apiserver.objects import status_object
 
 JsonObj = dict[str, Any]
+
+# Every object the fake creates was created at this instant.
+CREATION_TIMESTAMP = "2026-01-01T00:00:00Z"
 
 
 @dataclass(frozen=True)
@@ -321,6 +341,7 @@ class FakeApiServer:
         bookmark_interval: float | None = None,
         history_limit: int | None = None,
         default_watch_timeout: float = 1800.0,
+        call_webhooks: bool = False,
     ) -> None:
         self.host = host
         self.port = port
@@ -353,8 +374,13 @@ class FakeApiServer:
         # RBAC authorization: None (the default) allows every request; ``apply`` of any
         # Role, ClusterRole or binding turns it on.
         self.rbac: rbac.Rbac | None = None
-        # ValidatingAdmissionPolicies and their bindings, run on every write.
+        # Validating and mutating admission policies and their bindings, run on every write.
         self.admission_policies = admission_policy.Policies()
+        # Call the webhooks of stored MutatingWebhookConfigurations on writes (webhooks.py).
+        self.call_webhooks = call_webhooks
+        # Where a webhook's ``clientConfig.service`` is reached: (namespace, name, port)
+        # -> (host, port) to dial; TLS is verified for ``<name>.<namespace>.svc``.
+        self.webhook_addresses: dict[tuple[str, str, int], tuple[str, int]] = {}
 
     # ----- setup -------------------------------------------------------------------
 
@@ -470,14 +496,15 @@ class FakeApiServer:
         """Load manifests as ``kubectl apply`` would, e.g. ``yaml.safe_load_all`` of a file.
 
         Roles, ClusterRoles, RoleBindings and ClusterRoleBindings (rbac.authorization.k8s.io/v1)
-        go to RBAC, which from then on authorizes every request (``rbac.py``);
-        ValidatingAdmissionPolicies and their bindings (admissionregistration.k8s.io/v1) go
-        to admission, which runs them on every write (``admission_policy.py``); each
-        replaces one of its kind and name loaded before. A manifest of a registered
-        resource's kind is stored (``put``); any other (a ServiceAccount, say) is returned,
-        with nothing done. All or nothing: a manifest the fake cannot load (a policy
-        expression the ``cel`` package cannot parse, a ClusterRole aggregationRule) raises
-        ValueError naming it, and nothing is loaded.
+        go to RBAC, which from then on authorizes every request (``rbac.py``); Validating-
+        and MutatingAdmissionPolicies and their bindings (admissionregistration.k8s.io/v1)
+        go to admission, which runs them on every write (``admission_policy.py``,
+        ``mutating_policy.py``); each replaces one of its kind and name loaded before. A
+        manifest of a registered resource's kind is stored (``put``); any other (a
+        ServiceAccount, say) is returned, with nothing done. All or nothing: a manifest the
+        fake cannot load (a policy expression the ``cel`` package cannot parse, an
+        ApplyConfiguration mutation, a paramKind that is not a registered resource, a
+        ClusterRole aggregationRule) raises ValueError naming it, and nothing is loaded.
         """
         docs = [dict(doc) for doc in manifests if doc]
         staged_rbac = self.rbac.copy() if self.rbac is not None else rbac.Rbac()
@@ -501,6 +528,13 @@ class FakeApiServer:
                     ignored.append(doc)
                 else:
                     to_store.append((rtype, doc))
+        served = {(r.api_version, r.kind) for r in self._resources.values()}
+        unserved = sorted(staged_policies.param_kinds() - served)
+        if unserved:
+            api_version, kind = unserved[0]
+            raise admission_policy.PolicyError(
+                f"paramKind {api_version} {kind} is not a resource the fake API server serves: register it"
+            )
         if loads_rbac:
             self.rbac = staged_rbac
         self.admission_policies = staged_policies
@@ -567,7 +601,7 @@ class FakeApiServer:
             meta.pop("namespace", None)
         new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
         meta.setdefault("uid", str(uuid.uuid4()))
-        meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+        meta.setdefault("creationTimestamp", CREATION_TIMESTAMP)
         return new
 
     def modify(
@@ -843,7 +877,14 @@ class FakeApiServer:
             decision = rbac.authorize(self.rbac, attributes)
             if not decision.allowed:
                 return _status_response(rbac.forbidden_status(attributes, decision.reason))
-        write = _Write(user, rtype, namespace, subresource, dry_run=query.get("dryRun") == "All")
+        write = _Write(
+            user,
+            rtype,
+            namespace,
+            subresource,
+            dry_run=query.get("dryRun") == "All",
+            options=_operation_options(request.method, query),
+        )
         try:
             if request.method in ("POST", "PUT", "PATCH", "DELETE") and query.get("dryRun", "All") != "All":
                 return self._unsupported_dry_run(request.method, query["dryRun"])
@@ -1039,8 +1080,9 @@ class FakeApiServer:
                     dry_run=write.dry_run,
                     namespace_object=self._namespace_object(write.namespace),
                 ),
+                params=self._params,
             )
-        except admission_policy.UnsupportedExpression as exc:
+        except admission_policy.PolicyError as exc:
             # Not a decision a real server would make: say so, loudly.
             return _status_response(status_object(500, str(exc)))
         write.warnings.extend(verdict.warnings)
@@ -1063,14 +1105,106 @@ class FakeApiServer:
             "status": {"phase": "Active"},
         }
 
+    def _params(self, api_version: str, kind: str) -> admission_policy.ParamKind | None:
+        """The policies' ParamSource: every stored object of a registered kind, in
+        namespace/name order."""
+        for rtype in self._resources.values():
+            if (rtype.api_version, rtype.kind) == (api_version, kind):
+                return admission_policy.ParamKind(rtype.namespaced, self.objects(rtype))
+        return None
+
+    def _resolve_webhook(self, namespace: str, name: str, port: int) -> tuple[str, int] | None:
+        return self.webhook_addresses.get((namespace, name, port))
+
+    async def _mutate(
+        self,
+        write: _Write,
+        operation: str,
+        name: str,
+        new: JsonObj | None,
+        old: JsonObj | None,
+        kind: tuple[str, str, str] | None = None,
+    ) -> JsonObj | web.Response | None:
+        """Mutating admission of a write (admission/reinvocation.go over the chain of
+        MutatingAdmissionPolicy, then MutatingAdmissionWebhook when ``call_webhooks``):
+        the object as mutated, or the answer refusing the write. The chain runs a second
+        time when a plugin asks for it (mutating_policy.py says when), never a third."""
+        rtype = write.rtype
+        run_policies = bool(self.admission_policies.mutating_policies) and operation in ("CREATE", "UPDATE")
+        hooks: list[webhooks.Webhook] = []
+        if self.call_webhooks and MUTATING_WEBHOOKS.key in self._objects:
+            hooks = webhooks.webhooks_in_order(self.objects(MUTATING_WEBHOOKS))
+        if not run_policies and not hooks:
+            return new
+        attributes = admission_policy.AdmissionAttributes(
+            operation=operation,
+            user=write.user,
+            group=rtype.group,
+            version=rtype.version,
+            resource=rtype.plural,
+            kind=kind or (rtype.group, rtype.version, rtype.kind),
+            subresource=write.subresource,
+            namespace=write.namespace or "",
+            name=name,
+            object=copy.deepcopy(new),
+            old_object=copy.deepcopy(old),
+            dry_run=write.dry_run,
+            namespace_object=self._namespace_object(write.namespace),
+        )
+        reinvocation = mutating_policy.ReinvocationContext()
+        try:
+            while True:
+                if run_policies:
+                    verdict = mutating_policy.mutate(
+                        self.admission_policies, attributes, params=self._params, reinvocation=reinvocation
+                    )
+                    if verdict.denial is not None:
+                        return _status_response(verdict.denial)
+                    attributes = replace(attributes, object=verdict.object)
+                if hooks:
+                    answer = await webhooks.dispatch(
+                        hooks,
+                        attributes,
+                        options=write.options,
+                        resolve=self._resolve_webhook,
+                        reinvocation=reinvocation,
+                    )
+                    write.warnings.extend(answer.warnings)
+                    if answer.denial is not None:
+                        return _status_response(answer.denial)
+                    attributes = replace(attributes, object=answer.object)
+                if reinvocation.is_reinvoke or not reinvocation.should_reinvoke:
+                    break
+                reinvocation.is_reinvoke = True
+        except admission_policy.PolicyError as exc:
+            # Not a decision a real server would make: say so, loudly.
+            return _status_response(status_object(500, str(exc)))
+        return attributes.object
+
+    def _generated_name(self, rtype: ResourceType, base: str, namespace: str | None) -> str:
+        """storage/names ``SimpleNameGenerator``: the base cut to 58 characters and five
+        random characters of utilrand's alphabet; one not taken (store.go retries a
+        generated name that exists, ``createWithGenerateNameRetry``)."""
+        while True:
+            name = base[:58] + "".join(random.choices("bcdfghjklmnpqrstvwxz2456789", k=5))
+            if self._key(rtype, name, namespace) not in self._objects[rtype.key]:
+                return name
+
     async def _create(self, request: web.Request, write: _Write) -> web.Response:
         """POST to a collection: 201 with the stored object, 409 AlreadyExists for a
         taken name (registry/generic/registry/store.go ``Create``: storage.KeyExists
-        becomes ``errors.NewAlreadyExists``, after admission). The server sets uid,
-        resourceVersion and creationTimestamp; a resourceVersion in the body is refused,
-        as in ``Create`` (``BeforeCreate`` requires it empty: "resourceVersion should not
-        be set on objects to be created"). A dry run answers the object as it would be
-        stored, without a resourceVersion, and stores nothing."""
+        becomes ``errors.NewAlreadyExists``, after admission). A resourceVersion in the
+        body is refused, as in ``Create`` (``BeforeCreate`` requires it empty:
+        "resourceVersion should not be set on objects to be created").
+
+        In the order of endpoints/handlers/create.go and store.go ``create``: the
+        object's system fields are wiped (``rest.WipeObjectMetaSystemFields``: uid,
+        creationTimestamp...) and it is defaulted (``defaults.py``), then mutating
+        admission runs on it (``_mutate``: no uid, no creationTimestamp, and for a
+        ``generateName`` create no name yet), then the store fills uid and
+        creationTimestamp and generates the name, then validating admission runs on the
+        object as it will be stored. A dry run answers that object, without a
+        resourceVersion, and stores nothing."""
         rtype, namespace = write.rtype, write.namespace
         body = await self._body_object(request, rtype)
         meta = body.setdefault("metadata", {})
@@ -1082,7 +1216,42 @@ class FakeApiServer:
             meta["namespace"] = namespace
         if meta.get("resourceVersion"):
             raise _BadRequest("resourceVersion should not be set on objects to be created")
-        name = meta.get("name")
+        name = str(meta.get("name") or "")
+        if not name and not meta.get("generateName"):
+            return _status_response(
+                status_object(
+                    422,
+                    f'{rtype.kind}.{rtype.group} "" is invalid: metadata.name: Required value',
+                    reason="Invalid",
+                )
+            )
+        for system_field in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ):
+            meta.pop(system_field, None)
+        if not rtype.namespaced:
+            meta.pop("namespace", None)
+        new = copy.deepcopy(body)
+        new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
+        apply_defaults((rtype.group, rtype.version, rtype.kind), new)
+        mutated = await self._mutate(write, "CREATE", name, new, None)
+        if isinstance(mutated, web.Response):
+            return mutated
+        new = copy.deepcopy(mutated or {})
+        meta = new.setdefault("metadata", {})
+        if rtype.namespaced:
+            meta["namespace"] = namespace
+        new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
+        # store.go create: FillObjectMetaSystemFields, then the generated name.
+        meta["creationTimestamp"] = CREATION_TIMESTAMP
+        meta["uid"] = str(uuid.uuid4())
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = self._generated_name(rtype, str(meta["generateName"]), namespace)
+        name = str(meta.get("name") or "")
         if not name:
             return _status_response(
                 status_object(
@@ -1091,8 +1260,6 @@ class FakeApiServer:
                     reason="Invalid",
                 )
             )
-        meta.pop("uid", None)
-        new = self._prepared_for_create(rtype, body)
         denial = self._admit(write, "CREATE", name, new, None)
         if denial is not None:
             return denial
@@ -1122,11 +1289,23 @@ class FakeApiServer:
             )
         )
 
-    def _commit_update(self, write: _Write, name: str, old: JsonObj, new: JsonObj) -> web.Response:
-        """The end of every update (PUT and PATCH, of the object or its status): the new
-        object as it will be stored goes through admission as an UPDATE, then is stored
-        (200 with it) or, in a dry run, only answered (with the old resourceVersion)."""
+    async def _commit_update(
+        self, write: _Write, name: str, old: JsonObj, new: JsonObj, conflict: web.Response | None = None
+    ) -> web.Response:
+        """The end of every update (PUT and PATCH, of the object or its status), in the
+        order of store.go ``Update``: the new object goes through mutating admission as an
+        UPDATE (the update handler's transformers, ``objInfo.UpdatedObject``), then a
+        stale resourceVersion is refused (``conflict``, compared after that), then the
+        status strategy keeps only the status of a status write, then validating
+        admission sees the object as it will be stored, which is stored (200 with it) or,
+        in a dry run, only answered (with the old resourceVersion)."""
         rtype = write.rtype
+        mutated = await self._mutate(write, "UPDATE", name, self._as_replacement(rtype, old, new), old)
+        if isinstance(mutated, web.Response):
+            return mutated
+        if conflict is not None:
+            return conflict
+        new = mutated or {}
         if write.subresource == "status":
             # The status strategies' PrepareForUpdate: only the status changes.
             status = new.get("status")
@@ -1148,7 +1327,8 @@ class FakeApiServer:
         """PUT of a whole object (or of its status): optimistic concurrency on
         ``metadata.resourceVersion`` (store.go ``Update``: a stale one is
         ``errors.NewConflict`` "the object has been modified; please apply your changes to
-        the latest version and try again", checked before admission). An absent object is
+        the latest version and try again", checked after mutating admission and before
+        validating admission, ``_commit_update``). An absent object is
         404 here: Leases, like most resources, do not allow create on update
         (``AllowCreateOnUpdate`` false). A PUT without a resourceVersion is an
         unconditional update, as for these resources on a real server."""
@@ -1161,13 +1341,14 @@ class FakeApiServer:
         if old is None:
             return _not_found(rtype, name)
         wanted_rv = meta.get("resourceVersion")
+        conflict = None
         if wanted_rv and wanted_rv != old["metadata"]["resourceVersion"]:
-            return self._conflict(
+            conflict = self._conflict(
                 rtype,
                 name,
                 "the object has been modified; please apply your changes to the latest version and try again",
             )
-        return self._commit_update(write, name, old, body)
+        return await self._commit_update(write, name, old, body, conflict)
 
     async def _patch(self, request: web.Request, write: _Write, name: str) -> web.Response:
         # Built-in kinds take both (the API server's patch handler, staging/src/k8s.io/
@@ -1203,8 +1384,9 @@ class FakeApiServer:
                 f"Precondition failed: UID in precondition: {wanted_uid}, UID in object meta: {old['metadata'].get('uid')}",
             )
         wanted_rv = (patch.get("metadata") or {}).get("resourceVersion")
+        conflict = None
         if wanted_rv is not None and wanted_rv != old["metadata"]["resourceVersion"]:
-            return self._conflict(
+            conflict = self._conflict(
                 rtype,
                 name,
                 "the object has been modified; please apply your changes to the latest version and try again",
@@ -1213,7 +1395,7 @@ class FakeApiServer:
             new = _strategic_merge_patch(old, patch, dict(rtype.merge_keys))
         else:
             new = _merge_patch(old, patch)
-        return self._commit_update(write, name, old, new)
+        return await self._commit_update(write, name, old, new, conflict)
 
     async def _delete(self, request: web.Request, write: _Write, name: str) -> web.Response:
         """DELETE of one object, with the DeleteOptions body's ``preconditions`` (uid,
@@ -1235,6 +1417,7 @@ class FakeApiServer:
         if dry_run not in ([], ["All"]):
             return self._unsupported_dry_run("DELETE", ",".join(map(str, dry_run)))
         write.dry_run = write.dry_run or dry_run == ["All"]
+        write.options = _delete_options(options, write.dry_run)
         old = self._objects[rtype.key].get(self._key(rtype, name, write.namespace))
         if old is None:
             return _not_found(rtype, name)
@@ -1248,6 +1431,11 @@ class FakeApiServer:
                     f"Precondition failed: {label} in precondition: {wanted}, "
                     f"{label} in object meta: {old['metadata'].get(field_name, '')}",
                 )
+        # registry/rest/delete.go AdmissionToValidateObjectDeleteFunc: mutating, then
+        # validating admission, with the stored object as oldObject.
+        mutated = await self._mutate(write, "DELETE", name, None, old)
+        if isinstance(mutated, web.Response):
+            return mutated
         denial = self._admit(write, "DELETE", name, None, old)
         if denial is not None:
             return denial
@@ -1274,6 +1462,10 @@ class FakeApiServer:
         old = self._objects[rtype.key].get(self._key(rtype, name, write.namespace))
         if old is None:
             return _not_found(rtype, name)
+        mutated = await self._mutate(write, "CREATE", name, body, None, kind=kind)
+        if isinstance(mutated, web.Response):
+            return mutated
+        body = mutated or body
         target = (body.get("target") or {}).get("name") if write.subresource == "binding" else None
         if write.subresource == "binding" and not target:
             return _status_response(
@@ -1430,6 +1622,35 @@ class _Write:
     subresource: str
     dry_run: bool = False
     warnings: list[str] = field(default_factory=list)
+    # The operation's options as a webhook is sent them (CreateOptions, UpdateOptions,
+    # DeleteOptions).
+    options: JsonObj | None = None
+
+
+def _operation_options(method: str, query: Mapping[str, str]) -> JsonObj | None:
+    """The CreateOptions (POST) or UpdateOptions (PUT, and PATCH: patch.go
+    ``patchToUpdateOptions``) a write carries, from its query, as meta/v1 writes them."""
+    kind = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "UpdateOptions"}.get(method)
+    if kind is None:
+        return None
+    options: JsonObj = {"kind": kind, "apiVersion": "meta.k8s.io/v1"}
+    if query.get("dryRun"):
+        options["dryRun"] = [query["dryRun"]]
+    for name in ("fieldManager", "fieldValidation"):
+        if query.get(name):
+            options[name] = query[name]
+    return options
+
+
+def _delete_options(body: Mapping[str, Any], dry_run: bool) -> JsonObj:
+    """A DELETE's DeleteOptions (its body, the query's dryRun), as meta/v1 writes them."""
+    options: JsonObj = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}
+    for name in ("gracePeriodSeconds", "preconditions", "orphanDependents", "propagationPolicy"):
+        if body.get(name) is not None:
+            options[name] = body[name]
+    if dry_run:
+        options["dryRun"] = ["All"]
+    return options
 
 
 def _qualified(rtype: ResourceType) -> str:
