@@ -303,8 +303,9 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "webhook-mutating-configuration",
         _name,
-        DEFAULT_WEBHOOK_CONFIGURATION,
-        "the MutatingWebhookConfiguration (pods) whose caBundle webhook-certificate-secret keeps",
+        None,
+        "the MutatingWebhookConfiguration (the pod webhook) whose caBundle webhook-certificate-secret "
+        "keeps too; unset: none (pod admission is done by the API server's policies, or not at all)",
         "NAME",
     ),
     Setting(
@@ -545,7 +546,7 @@ class ServeSettings:
     webhook_certificate_secret: str | None
     webhook_service: str
     webhook_validating_configuration: str
-    webhook_mutating_configuration: str
+    webhook_mutating_configuration: str | None
     route_pods_to_scheduler: str | None
     namespace: str | None
     capture_dir: str | None

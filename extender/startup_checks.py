@@ -48,7 +48,8 @@ def configuration_warnings(
     if label_nodes and admission_port is None:
         warnings.append(
             "label-nodes is on but admission-port is not: the pod webhook cannot require the class labels "
-            "of pods, so kube-scheduler does not narrow to a class's nodes (the labels are kept, and the "
+            "of pods; unless the API server's admission policies do (components/pod-admission-policy/"
+            "label-nodes), kube-scheduler does not narrow to a class's nodes (the labels are kept, and the "
             "extender still judges every pod)"
         )
     return warnings

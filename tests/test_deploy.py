@@ -46,7 +46,7 @@ from extender.http.tls import admission_tls_files
 from extender.policy_file import load_policy
 from extender.settings import ServeSettings, resolve_serve
 from tests.support.docs import fenced_blocks
-from tests.support.manifests import OVERLAYS, one, render
+from tests.support.manifests import OVERLAYS, one, render, render_webhook_way
 from tests.support.paths import DOCS, MONITORING, REPO
 
 DEPLOY = REPO / "deploy"
@@ -67,15 +67,21 @@ EXPECTED_KINDS = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("apps/v1", "Deployment"),
     ("policy/v1", "PodDisruptionBudget"),
-    # Every overlay carries both webhooks and their Service (components/admission-webhook,
-    # components/pod-webhook); all built-in kinds: a bare API server accepts them.
+    # Every overlay carries the RuntimeClass webhook and its Service
+    # (components/admission-webhook), and large-cluster the pod webhook
+    # (components/pod-webhook); all built-in kinds: a bare API server accepts them.
     ("v1", "Service"),
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
     # What confines each write RBAC grants whole (every component that writes carries
-    # one; GA since Kubernetes 1.30).
+    # one; GA since Kubernetes 1.30), and what refuses a pod's overhead that is not its
+    # class's (components/pod-admission-policy).
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
+    # Pod admission in the API server (components/pod-admission-policy; GA and on by
+    # default since Kubernetes 1.36).
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"),
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"),
 }
 
 # JSON field names of KubeSchedulerConfiguration v1 (staging/src/k8s.io/kube-scheduler/
@@ -740,8 +746,18 @@ def test_dockerfile_entrypoint_runs() -> None:
 
 WEBHOOK_COMPONENT = "components/admission-webhook"
 WEBHOOK_CERT_MANAGER = "components/admission-webhook/cert-manager"
-# Every overlay includes the component (and the pod webhook's): one `kubectl apply -k`.
+# Every overlay includes the component: one `kubectl apply -k`.
 WEBHOOK_OVERLAYS = ["overlays/predicate-mode", "overlays/alongside-admission", "overlays/tls"]
+# How an overlay admits pods: as shipped, by policies in the API server
+# (components/pod-admission-policy); or its copy for an API server without
+# MutatingAdmissionPolicy, by the pod webhook (docs/pod-webhook.md).
+WAYS = ["policy", "webhook"]
+
+
+def _render_way(overlay: str, way: str) -> tuple[Manifest, ...]:
+    return render(overlay) if way == "policy" else render_webhook_way(overlay)
+
+
 CERT_SECRET = "runtimeclass-extender-webhook-certificate"
 WEBHOOK_KINDS = {
     ("v1", "Service"),
@@ -845,9 +861,10 @@ def test_webhook_policy_and_rules() -> None:
     assert "url" not in hook["clientConfig"]
 
 
+@pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
-def test_webhook_certificates_are_self_managed_in_every_overlay(overlay: str) -> None:
-    docs = _render(overlay)
+def test_webhook_certificates_are_self_managed_in_every_overlay(overlay: str, way: str) -> None:
+    docs = _render_way(overlay, way)
     extender = _container(docs, "extender")
     settings = _serve_settings(extender)
     # No files: the extender keeps its own CA and pair in one Secret (no cert-manager,
@@ -868,11 +885,18 @@ def test_webhook_certificates_are_self_managed_in_every_overlay(overlay: str) ->
         settings.webhook_validating_configuration
         == _one(docs, "ValidatingWebhookConfiguration")["metadata"]["name"]
     )
-    assert (
-        settings.webhook_mutating_configuration
-        == _one(docs, "MutatingWebhookConfiguration")["metadata"]["name"]
-    )
-    for hook in (_webhook(docs), _pod_webhook(docs)):
+    hooks = [_webhook(docs)]
+    if way == "webhook":
+        assert (
+            settings.webhook_mutating_configuration
+            == _one(docs, "MutatingWebhookConfiguration")["metadata"]["name"]
+        )
+        hooks.append(_pod_webhook(docs))
+    else:
+        # No pod webhook, and no caBundle of one to keep.
+        assert settings.webhook_mutating_configuration is None
+        assert not [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    for hook in hooks:
         reference = hook["clientConfig"]["service"]
         assert (reference["name"], reference["namespace"]) == (settings.webhook_service, namespace)
         assert "caBundle" not in hook["clientConfig"]
@@ -880,12 +904,14 @@ def test_webhook_certificates_are_self_managed_in_every_overlay(overlay: str) ->
     assert (settings.client_ca_file is not None) == (overlay == "overlays/tls")
 
 
-@pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
-def test_webhook_certificate_rbac_is_least_privilege(overlay: str) -> None:
-    """The Secret and the two configurations by name; create on Secrets and list on
-    EndpointSlices only in the extender's namespace (a Role: RBAC cannot limit create by
-    name, and slice names are generated)."""
-    docs = _render(overlay)
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, "overlays/large-cluster"])
+def test_webhook_certificate_rbac_is_least_privilege(overlay: str, way: str) -> None:
+    """The Secret and the webhook configurations by name (the pod webhook's only where
+    there is one: none where the API server's policies admit pods); create on Secrets and
+    list on EndpointSlices only in the extender's namespace (a Role: RBAC cannot limit
+    create by name, and slice names are generated)."""
+    docs = _render_way(overlay, way)
     namespace = _deployment(docs)["metadata"]["namespace"]
     settings = _serve_settings(_container(docs, "extender"))
     role = _one(docs, "Role", CERT_ROLE)
@@ -906,7 +932,12 @@ def test_webhook_certificate_rbac_is_least_privilege(overlay: str) -> None:
         ("discovery.k8s.io", "endpointslices", "list", ()),
     }
     cluster_role = _one(docs, "ClusterRole", CA_BUNDLE_ROLE)
-    configurations = {settings.webhook_validating_configuration, settings.webhook_mutating_configuration}
+    kept = [("validatingwebhookconfigurations", settings.webhook_validating_configuration)]
+    if settings.webhook_mutating_configuration is not None:
+        kept.append(("mutatingwebhookconfigurations", settings.webhook_mutating_configuration))
+    # A pod webhook exactly where a MutatingWebhookConfiguration is installed.
+    assert len(kept) == 1 + len([d for d in docs if d["kind"] == "MutatingWebhookConfiguration"])
+    assert (len(kept) == 2) == (way == "webhook" or overlay == "overlays/large-cluster")
     granted = {
         (g, r, v, name)
         for rule in cluster_role["rules"]
@@ -918,13 +949,10 @@ def test_webhook_certificate_rbac_is_least_privilege(overlay: str) -> None:
     assert all(rule.get("resourceNames") for rule in cluster_role["rules"])
     assert granted == {
         ("admissionregistration.k8s.io", resource, verb, name)
-        for resource, name in (
-            ("validatingwebhookconfigurations", settings.webhook_validating_configuration),
-            ("mutatingwebhookconfigurations", settings.webhook_mutating_configuration),
-        )
+        for resource, name in kept
         for verb in ("get", "list", "watch", "patch")
     }
-    assert len(configurations) == 1  # one name in resourceNames covers both kinds
+    assert len({name for _, name in kept}) == 1  # one name in resourceNames covers both kinds
     for kind, name in (("RoleBinding", CERT_ROLE), ("ClusterRoleBinding", CA_BUNDLE_ROLE)):
         binding = _one(docs, kind, name)
         assert binding["roleRef"]["name"] == name
@@ -979,9 +1007,10 @@ def test_webhook_component_leaves_the_scheduler_path_alone(overlay: str) -> None
     assert after["readinessProbe"] == before["readinessProbe"]
     assert _container(docs, "kube-scheduler") == _container(plain, "kube-scheduler")
     assert not {(d["apiVersion"], d["kind"]) for d in docs} & CERT_MANAGER_KINDS
-    # ... and every overlay carries exactly what the components add to the base.
+    # ... and every overlay (the webhook way) carries exactly what the components add to
+    # the base.
     for shipped in WEBHOOK_OVERLAYS:
-        rendered = _render(shipped)
+        rendered = render_webhook_way(shipped)
         assert not {(d["apiVersion"], d["kind"]) for d in rendered} & CERT_MANAGER_KINDS
         assert _container(rendered, "kube-scheduler")["image"] == _container(plain, "kube-scheduler")["image"]
         for kind in ("Service", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
@@ -1118,6 +1147,11 @@ POD_WEBHOOK_CERT_MANAGER = "components/pod-webhook/cert-manager"
 POD_WEBHOOK_KINDS = WEBHOOK_KINDS | {("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")}
 
 
+def _pod_webhooks(docs: tuple[Manifest, ...]) -> list[Manifest]:
+    """The pod webhook's hooks, where there is one."""
+    return [hook for d in docs if d["kind"] == "MutatingWebhookConfiguration" for hook in d["webhooks"]]
+
+
 def _pod_webhook(docs: tuple[Manifest, ...]) -> Manifest:
     hooks = _one(docs, "MutatingWebhookConfiguration")["webhooks"]
     assert len(hooks) == 1
@@ -1140,9 +1174,9 @@ def _extender_env(container: Manifest, docs: tuple[Manifest, ...]) -> dict[str, 
     return env
 
 
-@pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
+@pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, "overlays/large-cluster"])
 def test_pod_webhook_reaches_the_pod_path_on_the_shared_listener(overlay: str) -> None:
-    docs = _render(overlay)
+    docs = render_webhook_way(overlay)
     kinds = {(d["apiVersion"], d["kind"]) for d in docs}
     assert POD_WEBHOOK_KINDS <= kinds <= EXPECTED_KINDS, kinds - EXPECTED_KINDS
     pods, runtimeclasses = _pod_webhook(docs), _webhook(docs)
@@ -1165,7 +1199,7 @@ def test_pod_webhook_reaches_the_pod_path_on_the_shared_listener(overlay: str) -
 
 
 def test_pod_webhook_policy_rules_and_selectors() -> None:
-    docs = _render("overlays/predicate-mode")
+    docs = render_webhook_way("overlays/predicate-mode")
     hook = _pod_webhook(docs)
     assert len(hook["name"].split(".")) >= 3
     assert hook["rules"] == [
@@ -1197,9 +1231,9 @@ def test_pod_webhook_policy_rules_and_selectors() -> None:
     assert "objectSelector" not in hook  # the pod label opts out of routing only: the webhook reads it
 
 
-@pytest.mark.parametrize("overlay", WEBHOOK_OVERLAYS)
+@pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, "overlays/large-cluster"])
 def test_pod_webhook_routes_to_the_profile_and_knows_its_namespace(overlay: str) -> None:
-    docs = _render(overlay)
+    docs = render_webhook_way(overlay)
     extender = _container(docs, "extender")
     namespace = build_parser().parse_args(extender["args"])
     settings = resolve_serve(namespace, environ=_extender_env(extender, docs))
@@ -1213,6 +1247,11 @@ def test_pod_webhook_routes_to_the_profile_and_knows_its_namespace(overlay: str)
     assert after["env"][: len(before["env"])] == before["env"]
     assert extender["args"][: len(before["args"])] == before["args"]
     assert _scheduler_config(docs) == _scheduler_config(_render(overlay))
+    # The webhook's caBundle is kept with the RuntimeClass webhook's.
+    assert (
+        settings.webhook_mutating_configuration
+        == _one(docs, "MutatingWebhookConfiguration")["metadata"]["name"]
+    )
     # Container order survives (the other components patch the extender as container 1).
     assert [c["name"] for c in _deployment(docs)["spec"]["template"]["spec"]["containers"]] == [
         "kube-scheduler",
@@ -1220,8 +1259,15 @@ def test_pod_webhook_routes_to_the_profile_and_knows_its_namespace(overlay: str)
     ]
 
 
-def test_pod_webhook_with_cert_manager_gets_the_shared_certificates_ca() -> None:
-    docs = _render_with("overlays/predicate-mode", WEBHOOK_CERT_MANAGER, POD_WEBHOOK_CERT_MANAGER)
+@pytest.mark.parametrize("way", WAYS)
+def test_pod_webhook_with_cert_manager_gets_the_shared_certificates_ca(way: str) -> None:
+    """The pod webhook's caBundle from the shared Certificate, in the webhook way and in
+    large-cluster mode's narrowed webhook beside the policies."""
+    overlay = "overlays/predicate-mode" if way == "webhook" else "overlays/large-cluster"
+    if way == "webhook":
+        docs = render_webhook_way(overlay, WEBHOOK_CERT_MANAGER, POD_WEBHOOK_CERT_MANAGER)
+    else:
+        docs = _render_with(overlay, WEBHOOK_CERT_MANAGER, POD_WEBHOOK_CERT_MANAGER)
     certificate = _one(docs, "Certificate")
     expected = f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
@@ -1433,17 +1479,33 @@ def test_an_overlay_installs_into_another_namespace(overlay: str) -> None:
     assert _extender_env(extender, docs)["POD_NAMESPACE"] == "other"
     assert _scheduler_lease_namespace(docs) == "other"
     user = {"userInfo": {"username": "system:serviceaccount:other:runtimeclass-extender"}}
-    policies = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    # The policies that confine the extender's writes (the pod admission policies admit
+    # everyone's pods: their namespaces are below).
+    policies = [
+        d
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        and d["spec"]["matchConditions"][0]["name"] == "only-the-extender"
+    ]
     assert policies
     for policy in policies:
         for condition in policy["spec"]["matchConditions"]:
             assert cel.evaluate(condition["expression"], {"request": user}) is True, policy["metadata"][
                 "name"
             ]
-    hook = _pod_webhook(docs)
-    selector = {e["key"]: e for e in hook["namespaceSelector"]["matchExpressions"]}
-    assert selector[WEBHOOK_LABEL] == {"key": WEBHOOK_LABEL, "operator": "NotIn", "values": ["ignore"]}
-    assert _DEFAULT_NAMESPACE in selector["kubernetes.io/metadata.name"]["values"]
+    # Pod admission, by policies (and large-cluster's narrowed webhook), leaves out the
+    # opted-out namespaces, the install's own among them by its label.
+    selectors = [
+        d["spec"]["matchResources"]["namespaceSelector"]
+        for d in docs
+        if d["kind"].endswith("AdmissionPolicyBinding") and "matchResources" in d["spec"]
+    ]
+    selectors += [hook["namespaceSelector"] for hook in _pod_webhooks(docs)]
+    assert len(selectors) >= 3
+    for namespace_selector in selectors:
+        selector = {e["key"]: e for e in namespace_selector["matchExpressions"]}
+        assert selector[WEBHOOK_LABEL] == {"key": WEBHOOK_LABEL, "operator": "NotIn", "values": ["ignore"]}
+        assert _DEFAULT_NAMESPACE in selector["kubernetes.io/metadata.name"]["values"]
 
 
 # --- deploy/components/monitoring (opt-in: no overlay includes it) ----------------------

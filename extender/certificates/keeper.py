@@ -4,11 +4,12 @@ A leader actor (``extender.leader.actor``), run by ``extender.leader.runner``.
 
 On every replica (``observe``, and the informers' listeners):
 
-- its informers follow that one Secret and both webhook configurations
+- its informers follow that one Secret and the webhook configurations (the RuntimeClass
+  webhook's, and the pod webhook's where it is installed: ``mutating_configuration``)
   (``fieldSelector=metadata.name=<name>``, which RBAC authorizes by ``resourceNames``
   for list and watch);
 - once all three are listed, and on every change of any of them, it decides what to
-  serve: the Secret's pair, once the caBundle of every webhook of both configurations
+  serve: the Secret's pair, once the caBundle of every webhook of those configurations
   that calls the extender's Service, as its informers show them, holds a CA that
   signed it (``plan.trust``, judged on the CAs the bundles hold: after the Secret was
   recreated the old CA lives only there); until then the pair it served before, or,
@@ -32,7 +33,7 @@ or in flight, backoff per object that also retries refusals, and damping, so a
 caBundle that a GitOps tool takes back right after each write is written again at
 most once per ``retry_max`` instead of in a hot loop.
 
-Each write is computed when it is sent, from fresh GETs of the Secret and both
+Each write is computed when it is sent, from fresh GETs of the Secret and the
 configurations and the plan: the Secret by POST (``409 AlreadyExists``: another
 writer won; the queue reads again), or by PUT carrying the resourceVersion it read;
 the caBundles by strategic merge patch of the webhooks list, keyed by ``name``
@@ -130,7 +131,8 @@ class CertificateOptions:
     namespace: str
     service: str
     validating_configuration: str
-    mutating_configuration: str
+    # None: no pod webhook (the API server's admission policies do its job).
+    mutating_configuration: str | None
     check_interval: float = DEFAULT_CHECK_INTERVAL
     # Whole-request timeout of one read or write.
     request_timeout: float = 10.0
@@ -164,19 +166,20 @@ class CertificateOptions:
 
     @property
     def configurations(self) -> tuple[tuple[str, str, str], ...]:
-        """(label, collection, name) of both webhook configurations."""
-        return (
-            (
-                f"ValidatingWebhookConfiguration/{self.validating_configuration}",
-                VALIDATING,
-                self.validating_configuration,
-            ),
-            (
-                f"MutatingWebhookConfiguration/{self.mutating_configuration}",
-                MUTATING,
-                self.mutating_configuration,
-            ),
+        """(label, collection, name) of the webhook configurations whose caBundles it keeps."""
+        validating = (
+            f"ValidatingWebhookConfiguration/{self.validating_configuration}",
+            VALIDATING,
+            self.validating_configuration,
         )
+        if self.mutating_configuration is None:
+            return (validating,)
+        mutating = (
+            f"MutatingWebhookConfiguration/{self.mutating_configuration}",
+            MUTATING,
+            self.mutating_configuration,
+        )
+        return (validating, mutating)
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,7 @@ def bundle_of(configuration: Mapping[str, Any] | None, *, service: str, namespac
 
 @dataclass(frozen=True)
 class Fresh:
-    """The Secret and both configurations as one round of GETs found them."""
+    """The Secret and the configurations as one round of GETs found them."""
 
     secret: dict[str, Any] | None
     state: SecretState
@@ -255,7 +258,7 @@ class _Metrics(Collector):
             yield expiry
         trusted = GaugeMetricFamily(
             TRUSTED_METRIC,
-            "1 while both webhook configurations' caBundles trust the certificate the admission "
+            "1 while the webhook configurations' caBundles trust the certificate the admission "
             "listener serves, else 0; self-managed webhook certificates only.",
         )
         trusted.add_metric([], 1.0 if self._keeper.trust().trusted else 0.0)
@@ -445,7 +448,7 @@ class WebhookCertificates(LeaderActor):
             log.log(level, message, extra={"secret": self.secret_name})
 
     def bundles(self) -> dict[str, Bundle]:
-        """Both configurations as the reflectors last saw them ({} until both listed)."""
+        """The configurations as the reflectors last saw them ({} until all are listed)."""
         informers = self.configuration_informers
         if not all(informer.synced for informer in informers.values()):
             return {}
@@ -511,7 +514,7 @@ class WebhookCertificates(LeaderActor):
     # ----- the leader -----------------------------------------------------------------
 
     async def lead(self) -> None:
-        """Keep the Secret and both caBundles as ``plan`` wants them; until cancelled."""
+        """Keep the Secret and the caBundles as ``plan`` wants them; until cancelled."""
         # Never plan from a cold cache: an unlisted Secret would look absent.
         for informer in self.informers:
             await informer.wait_synced()
@@ -618,7 +621,7 @@ class WebhookCertificates(LeaderActor):
         return plan(fresh.state, fresh.bundles, now, self.policy, served=served)
 
     async def _read(self) -> Fresh:
-        """The Secret and both configurations, afresh; raises ApiError (but for 404),
+        """The Secret and the configurations, afresh; raises ApiError (but for 404),
         aiohttp.ClientError, TimeoutError, OSError or ValueError."""
         secret = await self._get(SECRET, self.options.secret)
         bundles: dict[str, Bundle] = {}

@@ -80,22 +80,29 @@ def add_version_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_cluster_arguments(
-    parser: argparse.ArgumentParser, *, with_pods: bool = False, policy: bool = True, title: str | None = None
+    parser: argparse.ArgumentParser,
+    *,
+    with_pods: bool = False,
+    policy: bool = True,
+    live_only: bool = False,
+    title: str | None = None,
 ) -> None:
-    """--cluster-file, --kubeconfig, --context and --request-timeout (and --policy-file
-    with ``policy``); ``title`` replaces the group's heading."""
+    """--cluster-file (unless ``live_only``), --kubeconfig, --context and
+    --request-timeout (and --policy-file with ``policy``); ``title`` replaces the group's
+    heading."""
     what = "a cluster file with pods" if with_pods else "a cluster file"
     source = parser.add_argument_group(
         title or f"cluster ({what}, or else the live cluster of the kubeconfig)"
     )
-    source.add_argument(
-        "--cluster-file",
-        metavar="PATH",
-        action=GivenOnce,
-        help="Nodes, RuntimeClasses and Pods (kubectl get nodes,runtimeclasses,pods -A -o yaml)"
-        if with_pods
-        else "Nodes and RuntimeClasses (kubectl get nodes,runtimeclasses -o yaml)",
-    )
+    if not live_only:
+        source.add_argument(
+            "--cluster-file",
+            metavar="PATH",
+            action=GivenOnce,
+            help="Nodes, RuntimeClasses and Pods (kubectl get nodes,runtimeclasses,pods -A -o yaml)"
+            if with_pods
+            else "Nodes and RuntimeClasses (kubectl get nodes,runtimeclasses -o yaml)",
+        )
     source.add_argument(
         "--kubeconfig",
         metavar="PATH",

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from extender.settings import GivenOnce
+from extender.settings import DEFAULT_NODE_LABEL_PREFIX, GivenOnce
 from extender.tools.arguments import add_cluster_arguments, add_output_argument, add_version_argument
 
 KUBECTL_PROG = "kubectl runtimeclass"
@@ -72,6 +72,12 @@ def _run_check(args: argparse.Namespace) -> int:
     return run_check(args)
 
 
+def _run_check_pod_admission(args: argparse.Namespace) -> int:
+    from extender.tools.pod_admission import run_check_pod_admission
+
+    return run_check_pod_admission(args)
+
+
 # ----- parsers ----------------------------------------------------------------------
 
 
@@ -91,7 +97,8 @@ def add_filter_command(commands: Any, *, prog: str = "runtimeclass-extender") ->
 
 
 def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> None:
-    """Register explain, classes, replay, audit and check on an argparse subparsers object."""
+    """Register explain, classes, replay, audit, check and check-pod-admission on an argparse
+    subparsers object."""
     exp = commands.add_parser(
         "explain",
         help="which nodes can run a RuntimeClass (or a pod), and why not the others",
@@ -140,6 +147,9 @@ def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> 
 
     # RuntimeClass manifests judged before they reach a cluster (extender.tools.check).
     add_check_command(commands, prog=prog)
+
+    # The live cluster's pod admission against the pod webhook's (extender.tools.pod_admission).
+    add_check_pod_admission_command(commands, prog=prog)
 
 
 def add_audit_command(commands: Any, *, prog: str) -> None:
@@ -202,6 +212,66 @@ def add_check_command(commands: Any, *, prog: str) -> None:
         help="print one JSON or YAML document with a result per object instead of lines",
     )
     parser.set_defaults(run=_run_check, prog=prog)
+
+
+def add_check_pod_admission_command(commands: Any, *, prog: str) -> None:
+    """Register ``check-pod-admission`` on an argparse subparsers object."""
+    parser = commands.add_parser(
+        "check-pod-admission",
+        help="create a dry-run pod of each RuntimeClass and check that admission gives it what the pod "
+        "webhook would (exit 1 on a difference)",
+        description="List the live cluster's RuntimeClasses and create one pod of each in NAMESPACE with "
+        "dryRun=All (admitted, stored nowhere). Each pod the API server answers must be what the pod "
+        "webhook's own review makes of it: routed to --scheduler-name, given the class's Pod Overhead, and "
+        "with --label-nodes the class's node-label requirement. This proves that the admission policies "
+        "(components/pod-admission-policy) run, not only that the API server accepted them, and that they "
+        "agree with the policy file. Needs create on pods in NAMESPACE (a dry run is authorized as the "
+        "create) and list on RuntimeClasses. "
+        "Exit status: 0 every class as expected, 1 some not, 2 bad input or no cluster.",
+    )
+    add_cluster_arguments(
+        parser, live_only=True, title="cluster (the live cluster of the kubeconfig; the check creates pods)"
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default="default",
+        metavar="NAME",
+        help="where the probe pods are created (a dry run: nothing is stored); a namespace workloads run in, "
+        "not one left out of pod admission (default: default)",
+    )
+    parser.add_argument(
+        "--runtimeclass",
+        action="append",
+        metavar="NAME",
+        help="check this RuntimeClass (repeat for more; default: every one)",
+    )
+    parser.add_argument(
+        "--scheduler-name",
+        default="runtimeclass-scheduler",
+        metavar="NAME",
+        help="the scheduler pods should be routed to, the extender's --route-pods-to-scheduler "
+        "(default: runtimeclass-scheduler, the profile of deploy/)",
+    )
+    parser.add_argument(
+        "--label-nodes",
+        action="store_true",
+        help="large-cluster mode: pods of a class with node rules must require its node label",
+    )
+    parser.add_argument(
+        "--node-label-prefix",
+        default=DEFAULT_NODE_LABEL_PREFIX,
+        metavar="PREFIX",
+        help=f"the extender's --node-label-prefix (default: {DEFAULT_NODE_LABEL_PREFIX})",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "json", "yaml"),
+        default="table",
+        help="output format (default: table)",
+    )
+    parser.set_defaults(run=_run_check_pod_admission, prog=prog)
 
 
 def build_kubectl_parser() -> argparse.ArgumentParser:

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from tests.support.docs import fenced_blocks
-from tests.support.helm import CHART, NAMESPACE, differences, template
-from tests.support.manifests import DEPLOY, one, render, render_own
+from tests.support.helm import CHART, NAMESPACE, SERVER_1_36, differences, template
+from tests.support.manifests import DEPLOY, one, render, render_own, render_webhook_way
 from tests.support.paths import DOCS
 
 OTHER = "other"
@@ -45,12 +45,21 @@ class Case:
     # False where kustomize's order of the extender's flags follows the order the
     # overlay lists its components in, and the chart has one place for each flag.
     flag_order: bool = True
+    # The API server the chart is rendered for (podAdmission auto): a 1.36 one, or ()
+    # for one without MutatingAdmissionPolicy; and whether the overlay is its copy for
+    # such a server (components/pod-webhook in place of the pod admission policies).
+    api_versions: tuple[str, ...] = SERVER_1_36
+    webhook_way: bool = False
 
     def chart(self) -> tuple[dict[str, object], ...]:
         files = [SETUP_VALUES / self.file] if self.file else []
-        return template(self.values, files=files, namespace=self.namespace or NAMESPACE)
+        return template(
+            self.values, files=files, namespace=self.namespace or NAMESPACE, api_versions=self.api_versions
+        )
 
     def kustomize(self) -> tuple[dict[str, object], ...]:
+        if self.webhook_way:
+            return render_webhook_way(self.overlay, *self.components, namespace=self.namespace)
         return render(self.overlay, *self.components, namespace=self.namespace)
 
 
@@ -129,7 +138,7 @@ WITH_COMPONENTS = [
         "no pod webhook",
         "base",
         ("components/admission-webhook", "components/leader-election"),
-        {"mode": "alongside-admission", "podWebhook.enabled": "false"},
+        {"mode": "alongside-admission", "podAdmission.mode": "none"},
     ),
     Case(
         "no pod webhook, no leader election, cert-manager",
@@ -137,13 +146,80 @@ WITH_COMPONENTS = [
         ("components/admission-webhook", "components/admission-webhook/cert-manager"),
         {
             "mode": "alongside-admission",
-            "podWebhook.enabled": "false",
+            "podAdmission.mode": "none",
             "leaderElection.enabled": "false",
             "certManager.enabled": "true",
         },
     ),
 ]
-CASES = SHIPPED + IN_ANOTHER_NAMESPACE + WITH_COMPONENTS
+POLICIES = ("components/pod-admission-policy",)
+LABEL_POLICIES = ("components/pod-admission-policy/label-nodes",)
+# Pod admission (podAdmission): auto on an API server without MutatingAdmissionPolicy is
+# each overlay's copy the webhook way (docs/pod-webhook.md); webhook on a 1.36 one too;
+# policy whatever the server says; both is the webhook way plus the policies (the step
+# between the two, docs/upgrading.md).
+POD_ADMISSION = [
+    *(
+        Case(
+            f"{case.id} without MutatingAdmissionPolicy",
+            case.overlay,
+            file=case.file,
+            api_versions=(),
+            webhook_way=True,
+        )
+        for case in SHIPPED
+    ),
+    Case(
+        "large-cluster without MutatingAdmissionPolicy in other",
+        "overlays/large-cluster",
+        file="large-cluster-values.yaml",
+        namespace=OTHER,
+        api_versions=(),
+        webhook_way=True,
+    ),
+    Case(
+        "predicate-mode, webhook",
+        "overlays/predicate-mode",
+        values={"podAdmission.mode": "webhook"},
+        webhook_way=True,
+    ),
+    Case(
+        "predicate-mode, policy",
+        "overlays/predicate-mode",
+        values={"podAdmission.mode": "policy"},
+        api_versions=(),
+    ),
+    Case(
+        "large-cluster, policy, cert-manager",
+        "overlays/large-cluster",
+        CERT_MANAGER,
+        {"labelNodes.enabled": "true", "podAdmission.mode": "policy", "certManager.enabled": "true"},
+        api_versions=(),
+    ),
+    Case(
+        "predicate-mode, both",
+        "overlays/predicate-mode",
+        POLICIES,
+        {"podAdmission.mode": "both"},
+        webhook_way=True,
+    ),
+    Case(
+        "large-cluster, both, in other",
+        "overlays/large-cluster",
+        POLICIES + LABEL_POLICIES,
+        {"labelNodes.enabled": "true", "podAdmission.mode": "both"},
+        namespace=OTHER,
+        webhook_way=True,
+    ),
+    Case(
+        "alongside-admission, both, cert-manager",
+        "overlays/alongside-admission",
+        (*POLICIES, *CERT_MANAGER),
+        {"mode": "alongside-admission", "podAdmission.mode": "both", "certManager.enabled": "true"},
+        webhook_way=True,
+    ),
+]
+CASES = SHIPPED + IN_ANOTHER_NAMESPACE + WITH_COMPONENTS + POD_ADMISSION
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
@@ -292,14 +368,19 @@ def test_files_holds_the_payloads_the_templates_read() -> None:
         "overlays/tls/scheduler-config.yaml",
         "components/monitoring/dashboard.json",
         "components/monitoring/prometheusrule.yaml",
+        "components/pod-admission-policy/routing.yaml",
+        "components/pod-admission-policy/overhead.yaml",
+        "components/pod-admission-policy/label-nodes/node-label.yaml",
     }
 
 
 def _files_read(text: str) -> set[str]:
     """The paths under files/ a template reads: literal .Files.Get paths, and the
     scheduler configurations, which _helpers.tpl names one by one."""
-    return set(re.findall(r'\.Files\.Get "files/([^"]+)"', text)) | set(
-        re.findall(r'"((?:base|overlays/[a-z-]+)/scheduler-config\.yaml)"', text)
+    return (
+        set(re.findall(r'\.Files\.Get "files/([^"]+)"', text))
+        | set(re.findall(r'\(list \. "files/([^"]+)"\)', text))
+        | set(re.findall(r'"((?:base|overlays/[a-z-]+)/scheduler-config\.yaml)"', text))
     )
 
 

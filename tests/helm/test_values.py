@@ -76,7 +76,10 @@ REFUSED = [
     ({"mode": "predicate-mode"}, "- at '/mode': value must be one of 'predicate', 'alongside-admission'"),
     ({"replicas": "two"}, "- at '/replicas': got string, want integer"),
     ({"replicas": "0"}, "- at '/replicas': minimum: got 0, want 1"),
-    ({"podWebhook.enabled": "yes"}, "- at '/podWebhook/enabled': got string, want boolean"),
+    (
+        {"podAdmission.mode": "sometimes"},
+        "- at '/podAdmission/mode': value must be one of 'auto', 'policy', 'webhook', 'both', 'none'",
+    ),
     (
         {"requeuePendingPods.enabled": "sometimes"},
         "- at '/requeuePendingPods/enabled': got string, want null or boolean",
@@ -91,8 +94,8 @@ REFUSED = [
     ({"tls": "null"}, "- at '': missing property 'tls'"),
     # Combinations no overlay ships.
     (
-        {"labelNodes.enabled": "true", "podWebhook.enabled": "false"},
-        "- at '/podWebhook/enabled': value must be true",
+        {"labelNodes.enabled": "true", "podAdmission.mode": "none"},
+        "- at '/podAdmission/mode': value must be one of 'auto', 'policy', 'webhook', 'both'",
     ),
     (
         {"labelNodes.enabled": "true", "mode": "alongside-admission"},
@@ -248,6 +251,6 @@ def test_notes_follow_the_parts() -> None:
     large = _commands(_notes({"labelNodes.enabled": "true", "monitoring.enabled": "true"}))
     assert "kubectl get events --field-selector reason=RuntimeClassFitsNoNode" in large
     assert "kubectl -n other get podmonitor,prometheusrule runtimeclass-extender" in large
-    alongside = _notes({"mode": "alongside-admission", "podWebhook.enabled": "false"})
+    alongside = _notes({"mode": "alongside-admission", "podAdmission.mode": "none"})
     assert "--disable-admission-plugins" not in alongside
     assert "kubectl get validatingwebhookconfiguration runtimeclass-extender \\" in _commands(alongside)

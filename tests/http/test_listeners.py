@@ -38,6 +38,7 @@ from tests.support.waiting import eventually
 from tests.support.webhook_certificates import (
     CONFIGURATION,
     DNS_NAME,
+    MUTATING_HOOK,
     NAMESPACE,
     SECRET,
     add_webhook_configurations,
@@ -203,6 +204,7 @@ def test_the_listener_flags_parse(tmp_path: Path) -> None:
     settings = resolve_serve(namespace, environ={})
     assert (settings.probe_port, settings.probe_host, settings.admission_host) == (8081, "0.0.0.0", "0.0.0.0")
     assert settings.webhook_certificate_secret == "runtimeclass-extender-webhook-certificate"
+    # No pod webhook unless its component names it (the API server's policies may do its job).
     assert (
         settings.webhook_service,
         settings.webhook_validating_configuration,
@@ -210,18 +212,29 @@ def test_the_listener_flags_parse(tmp_path: Path) -> None:
     ) == (
         "runtimeclass-extender-webhook",
         "runtimeclass-extender",
-        "runtimeclass-extender",
+        None,
     )
+    with_pod_webhook = resolve_serve(
+        cli.build_parser().parse_args(["serve", "--webhook-mutating-configuration=runtimeclass-extender"]),
+        environ={},
+    )
+    assert with_pod_webhook.webhook_mutating_configuration == "runtimeclass-extender"
 
 
 @pytest.mark.parametrize("leader_elect", [False, True], ids=["single", "leader-elect"])
+@pytest.mark.parametrize("pod_webhook", [True, False], ids=["pod-webhook", "pod-admission-policy"])
 async def test_self_managed_webhook_certificates_end_to_end(
     fake_apiserver: FakeApiServer,
     fake_kubeconfig: Path,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
     leader_elect: bool,
+    pod_webhook: bool,
 ) -> None:
+    """With the pod webhook (components/pod-webhook names its configuration) the CA goes
+    into both configurations; without it (the API server's policies admit pods) into
+    the RuntimeClass webhook's alone, and a MutatingWebhookConfiguration left behind is
+    not touched (its right is not granted then)."""
     monkeypatch.setenv("POD_NAMESPACE", NAMESPACE)
     fake_apiserver.add(NODES, make_node("n1"))
     fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor"))
@@ -234,6 +247,7 @@ async def test_self_managed_webhook_certificates_end_to_end(
         admission_host="127.0.0.1",
         kubeconfig=str(fake_kubeconfig),
         webhook_certificate_secret=SECRET,
+        webhook_mutating_configuration=CONFIGURATION if pod_webhook else None,
         leader_elect=leader_elect,
         leader_elect_lease_duration=1.0,
         leader_elect_renew_deadline=0.6,
@@ -270,7 +284,11 @@ async def test_self_managed_webhook_certificates_end_to_end(
         await eventually(trusted, what="both caBundles trusting the served certificate")
         status, body = await _call("GET", probes + "/readyz")
         assert status == 200 and body["webhookCertificate"]["trusted"] is True
-        for bundle in ca_bundles(fake_apiserver).values():
+        bundles = ca_bundles(fake_apiserver)
+        if not pod_webhook:
+            assert bundles.pop(MUTATING_HOOK) == b""
+        assert bundles
+        for bundle in bundles.values():
             context = ssl.create_default_context(cadata=bundle.decode())
             async with (
                 aiohttp.ClientSession() as session,

@@ -60,8 +60,13 @@ CLUSTER_SCOPED = frozenset(
         "MutatingWebhookConfiguration",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
     }
 )
+# What a Kubernetes 1.36 API server serves that the chart asks about (podAdmission
+# auto): helm install asks the cluster, helm template knows it from --api-versions.
+SERVER_1_36 = ("admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",)
 
 
 def helm() -> str:
@@ -88,10 +93,14 @@ def template(
     files: Iterable[Path] = (),
     namespace: str = NAMESPACE,
     chart: Path = CHART,
+    api_versions: Iterable[str] = SERVER_1_36,
 ) -> tuple[Manifest, ...]:
     """``helm template`` of the chart with ``--set key=value`` for each of ``values`` (and
-    ``-f`` for each of ``files``), in ``namespace``; its objects."""
+    ``-f`` for each of ``files``), in ``namespace``, as for an API server that serves
+    ``api_versions`` (a 1.36 one by default; () for what helm knows without a cluster);
+    its objects."""
     args = ["template", RELEASE, str(chart), "--namespace", namespace]
+    args += [flag for version in api_versions for flag in ("--api-versions", version)]
     args += [flag for path in files for flag in ("-f", str(path))] + _set_flags(values)
     result = run_helm(*args)
     assert result.returncode == 0, f"helm {' '.join(args)} failed:\n{result.stderr}"

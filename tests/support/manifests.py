@@ -78,6 +78,58 @@ def render_own(kustomization: str, files: dict[str, str] | None = None) -> tuple
     return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc is not None)
 
 
+# docs/pod-webhook.md's edit of a copy of an overlay for an API server without
+# MutatingAdmissionPolicy: the pod webhook in place of the pod admission policies (and of
+# the webhook's narrowing to what they cannot compute).
+_POLICY_WAY = (
+    "- ../../components/pod-admission-policy/label-nodes\n",
+    "- ../../components/pod-webhook/long-class-names\n",
+    "- ../../components/pod-webhook\n",
+)
+_POLICIES = "- ../../components/pod-admission-policy\n"
+
+
+def webhook_way(kustomization: str) -> str:
+    """An overlay's kustomization.yaml with components/pod-webhook in place of
+    components/pod-admission-policy and the pieces that go with it."""
+    lines = [line for line in kustomization.splitlines(keepends=True) if line not in _POLICY_WAY]
+    return "".join("- ../../components/pod-webhook\n" if line == _POLICIES else line for line in lines)
+
+
+@cache
+def render_webhook_way(overlay: str, *components: str, namespace: str | None = None) -> tuple[Manifest, ...]:
+    """``deploy/<overlay>`` the webhook way (``webhook_way``), with ``components`` and
+    ``namespace`` added as ``render`` adds them: every overlay is copied beside
+    deploy/overlays (its relative paths stay right, and tls's ../predicate-mode is the
+    copy) and edited."""
+    kubectl = _kubectl()
+    with tempfile.TemporaryDirectory(dir=DEPLOY) as directory:
+        copies = Path(directory)
+        for source in (DEPLOY / "overlays").iterdir():
+            shutil.copytree(source, copies / source.name)
+            path = copies / source.name / "kustomization.yaml"
+            path.write_text(webhook_way(path.read_text(encoding="utf-8")), encoding="utf-8")
+        target = copies / Path(overlay).name
+        if components or namespace is not None:
+            wrapper: Manifest = {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [f"../{target.name}"],
+            }
+            if components:
+                wrapper["components"] = [os.path.relpath(DEPLOY / c, copies / "own") for c in components]
+            if namespace is not None:
+                wrapper["namespace"] = namespace
+            (copies / "own").mkdir()
+            (copies / "own" / "kustomization.yaml").write_text(yaml.safe_dump(wrapper))
+            target = copies / "own"
+        result = subprocess.run(
+            [kubectl, "kustomize", str(target)], capture_output=True, text=True, check=False
+        )
+    assert result.returncode == 0, f"kubectl kustomize of {overlay} the webhook way failed:\n{result.stderr}"
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc is not None)
+
+
 def one(docs: tuple[Manifest, ...] | list[Manifest], kind: str, name: str | None = None) -> Manifest:
     found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
     assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"

@@ -73,3 +73,50 @@ kind: Issuer
 name: runtimeclass-extender-selfsigned
 {{- end -}}
 {{- end }}
+
+{{/*
+How pods that name a RuntimeClass are admitted (docs/pod-webhook.md): podAdmission.mode,
+or for "auto" policy where the API server serves admissionregistration.k8s.io/v1
+MutatingAdmissionPolicy (Kubernetes 1.36), else webhook. helm install and upgrade read
+what the cluster serves; helm template knows only what --api-versions tells it.
+*/}}
+{{- define "runtimeclass-extender.podAdmission" -}}
+{{- $mode := .Values.podAdmission.mode -}}
+{{- if eq $mode "auto" -}}
+{{- $mode = ternary "policy" "webhook" (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") -}}
+{{- end -}}
+{{- $mode -}}
+{{- end }}
+
+{{/*
+"true" when the pod admission policies are rendered (components/pod-admission-policy).
+*/}}
+{{- define "runtimeclass-extender.podPolicies" -}}
+{{- if has (include "runtimeclass-extender.podAdmission" .) (list "policy" "both") }}true{{ end -}}
+{{- end }}
+
+{{/*
+"true" when the pod webhook is rendered (components/pod-webhook): for webhook and both,
+and beside the policies in large-cluster mode for the class names they cannot label
+(components/pod-webhook/long-class-names).
+*/}}
+{{- define "runtimeclass-extender.podWebhook" -}}
+{{- $mode := include "runtimeclass-extender.podAdmission" . -}}
+{{- if or (has $mode (list "webhook" "both")) (and (eq $mode "policy") .Values.labelNodes.enabled) }}true{{ end -}}
+{{- end }}
+
+{{/*
+The documents of a YAML file under files/ (a byte copy of a component's), each with the
+chart's labels, as kustomize's labels: field adds them. Called with (list $ "path").
+*/}}
+{{- define "runtimeclass-extender.documents" -}}
+{{- $root := index . 0 -}}
+{{- range $text := regexSplit "(?m)^---\\s*$" ($root.Files.Get (index . 1)) -1 }}
+{{- $doc := fromYaml $text }}
+{{- if $doc }}
+{{- $_ := set $doc.metadata "labels" (include "runtimeclass-extender.labels" $root | fromYaml) }}
+---
+{{ toYaml $doc }}
+{{- end }}
+{{- end }}
+{{- end }}

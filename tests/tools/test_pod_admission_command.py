@@ -1,0 +1,179 @@
+"""``check-pod-admission`` against the test API server: policies that run, policies that do
+not (an API server that serves the API with the feature gate off admits pods untouched),
+the label requirement and the policy file, and the errors a user can fix."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.admission.probe import Admission, apply_patch, differences
+from extender.cli import main
+from tests.admission.test_pod_admission_both_ways import CLASSES, LONG, RUNTIME_HANDLER_POLICY
+from tests.support.apiserver import PODS, RUNTIME_CLASSES, FakeApiServer
+from tests.support.manifests import render
+
+SHORT = [rc for rc in CLASSES if rc["metadata"]["name"] != LONG]
+PREFIX = "runtimeclass.node-restriction.kubernetes.io"
+
+
+def _pod_policies(overlay: str) -> list[dict[str, Any]]:
+    """Copies: ``render`` caches what it renders."""
+    return [
+        copy.deepcopy(d)
+        for d in render(overlay)
+        if d["metadata"]["name"].startswith("runtimeclass-extender-pod-")
+    ]
+
+
+async def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = await asyncio.to_thread(main, ["check-pod-admission", *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture
+def classes(fake_apiserver: FakeApiServer) -> FakeApiServer:
+    for rc in SHORT:
+        fake_apiserver.add(RUNTIME_CLASSES, rc)
+    return fake_apiserver
+
+
+async def test_policies_that_run_pass_and_store_nothing(
+    classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    classes.apply(_pod_policies("overlays/predicate-mode"))
+    status, out, err = await _run(capsys, "--kubeconfig", str(fake_kubeconfig))
+    assert status == 0, out + err
+    rows = [line.split() for line in out.splitlines()]
+    assert rows[0] == ["RUNTIMECLASS", "SCHEDULER", "OVERHEAD", "NODE", "LABEL", "RESULT"]
+    by_class = {row[0]: row for row in rows[1:]}
+    assert set(by_class) == {rc["metadata"]["name"] for rc in SHORT}
+    assert by_class["gvisor"][1:] == ["runtimeclass-scheduler", "cpu=250m,memory=64Mi", "(none)", "ok"]
+    assert by_class["plain"][1:] == ["runtimeclass-scheduler", "(none)", "(none)", "ok"]
+    assert "every probe pod admitted as the pod webhook would admit it" in err
+    # Dry runs: every probe admitted, none stored.
+    assert classes.objects(PODS) == []
+    posts = [r for r in classes.requests if r.verb == "post"]
+    assert posts and all(dict(r.query).get("dryRun") == "All" for r in posts)
+
+
+async def test_policies_that_do_not_run_are_found_out(
+    classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a 1.36 server with MutatingAdmissionPolicy=false does: it accepted the
+    policies, and admits every pod untouched."""
+    status, out, err = await _run(capsys, "--kubeconfig", str(fake_kubeconfig), "--runtimeclass", "gvisor")
+    assert status == 1
+    assert out.splitlines()[1].split(None, 4) == [
+        "gvisor",
+        "default-scheduler",
+        "(none)",
+        "(none)",
+        "differs: schedulerName default-scheduler, want runtimeclass-scheduler; "
+        "overhead (none), want cpu=250m,memory=64Mi",
+    ]
+    assert "1 of 1 RuntimeClasses admitted otherwise than the pod webhook would admit them" in err
+
+
+async def test_the_label_requirement_follows_the_policy_file(
+    classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Large-cluster policies as shipped agree with the bundled policy; a policy file
+    that makes every class have node rules (RuntimeHandler) does not agree with them
+    until docs/large-clusters.md's patch is made, and the check says for which classes."""
+    classes.apply(_pod_policies("overlays/large-cluster"))
+    kubeconfig = ["--kubeconfig", str(fake_kubeconfig), "--label-nodes", "-o", "json"]
+    status, out, _ = await _run(capsys, *kubeconfig)
+    assert status == 0, out
+    results = {r["runtimeClass"]: r for r in json.loads(out)["results"]}
+    assert results["gvisor"]["got"]["nodeLabel"] == f"{PREFIX}/gvisor=true"
+    assert results["kata"]["got"]["nodeLabel"] == "(none)"
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(RUNTIME_HANDLER_POLICY, encoding="utf-8")
+    status, out, _ = await _run(capsys, *kubeconfig, "--policy-file", str(policy))
+    assert status == 1
+    differing = {r["runtimeClass"] for r in json.loads(out)["results"] if r["differences"]}
+    assert differing == {"kata", "plain", "empty-selector", "empty-overhead"}
+    for doc in _pod_policies("overlays/large-cluster"):
+        if doc["kind"].endswith("AdmissionPolicy") and doc["metadata"]["name"].endswith("-node-label"):
+            doc["spec"]["variables"][1]["expression"] = "true"
+            classes.apply([doc])
+    status, out, _ = await _run(capsys, *kubeconfig, "--policy-file", str(policy))
+    assert status == 0, out
+
+
+async def test_what_a_user_can_fix_is_one_line(
+    classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    kubeconfig = ["--kubeconfig", str(fake_kubeconfig)]
+    status, _, err = await _run(capsys, *kubeconfig, "-n", "kube-system")
+    assert status == 2 and "pod admission leaves that namespace out" in err and "Traceback" not in err
+    status, _, err = await _run(capsys, *kubeconfig, "--runtimeclass", "nope")
+    assert status == 2 and "no RuntimeClass named nope" in err
+    # No right to create pods (not even a dry run): says what the check needs.
+    classes.apply(
+        [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "reader"},
+                "rules": [{"apiGroups": ["node.k8s.io"], "resources": ["runtimeclasses"], "verbs": ["list"]}],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "reader"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "reader"},
+                "subjects": [{"kind": "User", "name": "ann"}],
+            },
+        ]
+    )
+    reader = classes.write_kubeconfig(tmp_path / "reader", user_name="ann")
+    status, _, err = await _run(capsys, "--kubeconfig", str(reader))
+    assert status == 2 and "cannot create pods in namespace default (dry run)" in err
+    await classes.stop()
+    status, _, err = await _run(capsys, *kubeconfig)
+    assert status == 2 and "cannot reach" in err and "Traceback" not in err
+
+
+def test_the_expected_pod_is_the_webhooks_patch_applied() -> None:
+    pod = {"spec": {"schedulerName": "default-scheduler", "nodeSelector": {"a/b": "c"}}}
+    patched = apply_patch(
+        pod,
+        [
+            {"op": "replace", "path": "/spec/schedulerName", "value": "s"},
+            {"op": "add", "path": "/spec/nodeSelector/x~1y~0z", "value": "true"},
+            {"op": "add", "path": "/spec/overhead", "value": {"cpu": "1"}},
+        ],
+    )
+    assert patched["spec"] == {
+        "schedulerName": "s",
+        "nodeSelector": {"a/b": "c", "x/y~z": "true"},
+        "overhead": {"cpu": "1"},
+    }
+    assert pod["spec"]["schedulerName"] == "default-scheduler"  # a copy
+    for bad in ({"op": "remove", "path": "/spec"}, {"op": "replace", "path": "/spec/missing", "value": 1}):
+        with pytest.raises(ValueError):
+            apply_patch(pod, [bad])
+
+
+def test_differences_compare_by_value_and_only_the_prefixs_labels() -> None:
+    want = Admission({"spec": {"schedulerName": "s", "overhead": {"cpu": "250m"}, "nodeSelector": {}}})
+    got = Admission(
+        {"spec": {"schedulerName": "s", "overhead": {"cpu": "0.25"}, "nodeSelector": {"zone": "a"}}}
+    )
+    assert differences(want, got, label_prefix=PREFIX) == []
+    labelled = Admission(
+        {"spec": {"schedulerName": "s", "overhead": {"cpu": "250m"}, "nodeSelector": {f"{PREFIX}/x": "true"}}}
+    )
+    assert differences(want, labelled, label_prefix=PREFIX) == [f"node label {PREFIX}/x=true, want (none)"]
+    assert differences(want, Admission(None, "denied: no"), label_prefix=PREFIX) == ["refused: denied: no"]
+    assert differences(Admission(None, "conflict"), got, label_prefix=PREFIX) == [
+        "admitted, but the pod webhook refuses it: conflict"
+    ]
