@@ -73,7 +73,7 @@ def leader_actors(
     if options.audit is not None:
         actors.append(Auditor(api, state, options=options.audit, gate=gate))
     if options.label is not None:
-        actors.append(NodeLabeller(api, state, policy, options=options.label, gate=gate, pending=pending))
+        actors.append(NodeLabeller(api, state, policy, options=options.label, pending=pending))
     if options.events is not None:
         actors.append(
             ClassEvents(

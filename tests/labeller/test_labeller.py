@@ -34,7 +34,7 @@ from tests.support.replicas import Start, replica_set
 from tests.support.waiting import eventually
 
 PREFIX = "runtimeclass.node-restriction.kubernetes.io"
-FAST = LabelOptions(rate=2000.0, burst=200, max_in_flight=10, request_timeout=2.0, drain_timeout=1.0)
+FAST = LabelOptions(rate=2000.0, burst=200, concurrency=10, request_timeout=2.0, drain_timeout=1.0)
 ADDED = "runtimeclass_extender_node_labels_added_total"
 REMOVED = "runtimeclass_extender_node_labels_removed_total"
 
@@ -204,7 +204,7 @@ async def test_a_new_leader_resumes_without_churn(fake_apiserver: FakeApiServer,
     assert patched == 20
     await a.stop()
     await eventually(lambda: b.leading, what="b takes over")
-    await eventually(lambda: b.labeller is not None and not b.labeller.writes.busy, what="b idle")
+    await eventually(lambda: b.labeller is not None and not b.labeller.queue.busy, what="b idle")
     assert node_patches(fake_apiserver) == patched  # nothing rewritten
     # And b keeps them in line from then on.
     fake_apiserver.modify(NODES, "plain-0", {"metadata": {"labels": {"sandbox": "gvisor"}}})
@@ -324,10 +324,10 @@ async def test_an_edit_that_moves_no_label_compares_nothing(
     compared: list[int] = []  # the compares a class change started, by nodes compared
     compare = a.labeller._compare
 
-    async def counting(names: list[str], keys: set[str] | None, changed: set[str]) -> None:
-        if changed:
-            compared.append(len(names))
-        await compare(names, keys, changed)
+    async def counting(class_name: str | None) -> None:
+        if class_name is not None:
+            compared.append(len(a.state.nodes))
+        await compare(class_name)
 
     a.labeller._compare = counting  # type: ignore[method-assign]
     fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", {"metadata": {"labels": {"team": "infra"}}})
@@ -370,9 +370,9 @@ async def test_a_compare_of_many_nodes_yields_the_loop(
         assert a.labeller is not None
         compare = a.labeller._compare
 
-        async def counting(names: list[str], keys: set[str] | None, changed: set[str]) -> None:
+        async def counting(class_name: str | None) -> None:
             before = ticks
-            await compare(names, keys, changed)
+            await compare(class_name)
             compares.append(ticks - before)
 
         a.labeller._compare = counting  # type: ignore[method-assign]

@@ -1,0 +1,133 @@
+"""A leader actor that writes: a queue of keys and ``reconcile(key)``.
+
+The one recipe for an actor that changes the cluster (``extender.leader.actor`` says
+where the shape is defined and names the one actor outside it). A ``Controller``:
+
+- names the stores it reads (``reads``): a term starts once all of them are listed,
+  never on a cold cache (node-feature-discovery stripped the labels of whole clusters
+  by acting on a half-listed one);
+- turns every change its stores' listeners hear into a key, ``self.queue.add(key)``
+  (or ``add_after`` to coalesce a burst into one pass), whether it leads or not: the
+  queue drops what is added outside a term, so a follower queues nothing;
+- says which keys a term starts with (``term_keys``: level-triggered, every one there may be
+  work for), how one key is brought to what the state asks for (``reconcile``, which
+  reads the state now and returns a ``Result``), and what each end means to it
+  (``report``: counters, log lines; ``WriteLog`` says the failures the same way in
+  every actor).
+
+The base does the rest: ``lead`` waits for the stores, runs the queue for the term
+(every key added, the queue cleared when the term ends), and ``drain`` gives what is
+queued a bounded time on shutdown. The smallest controller, with the test API server's
+nodes, is in docs/development.md ("Leader actors").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from extender.kube.store import Store
+from extender.leader.actor import LeaderActor, wait_while
+from extender.leader.workqueue import Failed, Report, Result, Sleep, Turn, WorkQueue, WriteOptions
+
+__all__ = ["Controller", "WriteLog"]
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Controller(LeaderActor, Generic[K]):
+    """Base of every writing actor; see the module doc."""
+
+    def __init__(
+        self,
+        options: WriteOptions,
+        *,
+        clock: Any = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.options = options
+        self.queue: WorkQueue[K] = WorkQueue(options, clock=clock, sleep=sleep, name=self.name)
+
+    @property
+    def reads(self) -> Sequence[Store[Any]]:
+        """The stores a term needs listed before it starts (its informers' by default)."""
+        return tuple(informer.store for informer in self.informers)
+
+    def waiting(self) -> list[str]:
+        informers = super().waiting()
+        own = {id(informer.store) for informer in self.informers}
+        stores = [
+            f"{store.kind}: not listed yet"
+            for store in self.reads
+            if id(store) not in own and not store.synced
+        ]
+        return [*stores, *informers]
+
+    @property
+    def leading(self) -> bool:
+        """A term runs on this replica (without an election: for the whole run)."""
+        return self.queue.running
+
+    async def lead(self) -> None:
+        for store in self.reads:
+            await store.wait_synced()
+        self.starting()
+        await self.queue.run(self)
+
+    async def drain(self) -> None:
+        await wait_while(lambda: self.queue.busy, self.options.drain_timeout)
+
+    def starting(self) -> None:
+        """Called as a term starts, its stores listed (a log line, say)."""
+        return None
+
+    # ----- what each controller says ----------------------------------------------------
+
+    def term_keys(self) -> Iterable[K]:
+        raise NotImplementedError
+
+    async def reconcile(self, key: K, turn: Turn) -> Result:
+        raise NotImplementedError
+
+    def report(self, key: K, report: Report) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class WriteLog:
+    """How every writer logs a failing write: a WARNING once per streak of failures,
+    naming the key, the status and the API server's message, with a hint for what
+    fixes a refusal (403: RBAC; 422: admission); and the retries at ``retry_level``.
+
+    ``failing`` is the warning's message ("cannot label node"); ``exhausted``, if
+    given, replaces it for a retryable failure that has lasted ``max_attempts``.
+    """
+
+    logger: logging.Logger
+    subject: str
+    failing: str
+    retrying: str
+    hints: Mapping[int, str] = field(default_factory=dict)
+    exhausted: str = ""
+    suffix: str = ""
+    retry_level: int = logging.DEBUG
+
+    def __call__(self, key: object, report: Report, **extra: Any) -> None:
+        result = report.result
+        if not isinstance(result, Failed):
+            return
+        fields = {self.subject: str(key), "status": result.sent.status, "error": result.sent.message, **extra}
+        if report.failure:
+            if report.failure == "retries_exhausted" and self.exhausted:
+                message = self.exhausted
+            else:
+                message = self.failing + self.hints.get(result.sent.status, "")
+            self.logger.warning(message + self.suffix, extra={**fields, "reason": report.failure})
+        if report.retry_in is not None:
+            self.logger.log(
+                self.retry_level, self.retrying, extra={**fields, "retryIn": round(report.retry_in, 3)}
+            )
