@@ -34,16 +34,20 @@ Races and how they are closed:
   only binds to nodes it has seen, after they turned Ready, so in practice the node's
   event is long in by then.
 
-It is a leader actor (``extender.leader.actor``). With leader election (``serve
---leader-elect``) every replica keeps its informer and index current, but only the
-leader acts: it logs the per-pod lines and exports the
-gauges; a follower does neither (two replicas would log every warning twice, and alert
-rules summing the gauge would count every pod twice). A replica that becomes leader
-logs the one summary line, as at start, and the per-pod lines from then on.
+It is a leader actor (``extender.leader.actor``), the one that writes nothing and so
+is no ``Controller``: its term is the time its ``lead`` runs (started once the pods,
+Nodes and RuntimeClasses are listed, until the term ends; without an election, the
+whole run). With leader election (``serve --leader-elect``) every replica keeps its
+informer and index current, but only during a term does it act: it logs the per-pod
+lines and exports the gauges; a follower does neither (two replicas would log every
+warning twice, and alert rules summing the gauge would count every pod twice). A
+replica whose term starts logs the one summary line, as at start, and the per-pod
+lines from then on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +72,6 @@ from extender.kube.informer import Informer
 from extender.kube.reflector import ReflectorOptions, WatchedResource
 from extender.kube.store import Store
 from extender.leader.actor import LeaderActor
-from extender.leader.gate import LeaderGate
 
 log = logging.getLogger("extender.audit")
 
@@ -127,11 +130,10 @@ class Auditor(LeaderActor):
         state: ClusterState,
         *,
         options: AuditOptions | None = None,
-        gate: LeaderGate | None = None,
     ) -> None:
         self.options = options or AuditOptions()
-        # With leader election: log and export only while this replica leads.
-        self.gate = gate
+        # A term runs (``lead``): the logs and gauges are this replica's.
+        self._in_term = False
         self.state = state
         self.interner = TolerationInterner()
         self.pod_informer: Informer[ScheduledPod] = Informer(
@@ -151,8 +153,9 @@ class Auditor(LeaderActor):
 
     @property
     def acting(self) -> bool:
-        """Synced, and the leader (or no election): the logs and gauges are this replica's."""
-        return self.synced and (self.gate is None or self.gate.leading)
+        """A term runs here (it starts once everything is listed): the logs and gauges
+        are this replica's."""
+        return self._in_term
 
     @property
     def synced(self) -> bool:
@@ -174,11 +177,17 @@ class Auditor(LeaderActor):
         log.info("auditing running pods", extra={"fieldSelector": RUNNING_POD_SELECTOR})
 
     async def lead(self) -> None:
-        """At the start of each term (or of the run): one line summing up what is found."""
+        """A term: once everything is listed, one line summing up what is found, then a
+        line per transition until the term ends (cancelled)."""
         await self.pods.wait_synced()
         await self.state.nodes.wait_synced()
         await self.state.runtime_classes.wait_synced()
-        self._announce_sync()
+        self._in_term = True
+        try:
+            self._announce_sync()
+            await asyncio.Event().wait()
+        finally:
+            self._in_term = False
 
     # ----- logging ------------------------------------------------------------------
 

@@ -8,7 +8,9 @@ cannot name the class once the label has ruled the nodes out), and the keeper of
 self-managed webhook certificates (``webhook-certificate-secret``). ``serve`` turns its
 settings into ``ActorOptions`` and the tests' replicas pass theirs, and both build the
 actors here, so there is one way an actor is wired: a new one is one more field and
-one more line below.
+one more line below. How to write one (a ``Controller``: keys, a queue,
+``reconcile(key)``) is docs/development.md, "Leader work, and how to add a leader
+actor", the one recipe ``extender.leader.actor`` points to.
 
 The actors that read pending pods (the requeuer, the labeller, the events) share one
 informer of them (``extender.cluster.pending_pods``): each pod event is received and
@@ -71,7 +73,7 @@ def leader_actors(
     if options.requeue is not None:
         actors.append(Requeuer(api, state, options=options.requeue, pending=pending, gate=gate))
     if options.audit is not None:
-        actors.append(Auditor(api, state, options=options.audit, gate=gate))
+        actors.append(Auditor(api, state, options=options.audit))
     if options.label is not None:
         actors.append(NodeLabeller(api, state, policy, options=options.label, pending=pending))
     if options.events is not None:

@@ -1,37 +1,38 @@
 """The shape of leader work: what every replica observes, and what only the leader does.
 
-Several replicas answer ``/filter`` side by side; work that *changes* the cluster
-(the requeuer's pod patches, the audit's warnings and gauges, and every actor added
-after them) must come from one. Each such part is a ``LeaderActor``:
+Several replicas answer ``/filter`` side by side; work that *changes* the cluster (the
+node labels, the events on pending pods, the requeue nudges, the webhook certificates,
+the audit's warnings and gauges, and every actor added after them) must come from one.
+Each such part is a ``LeaderActor``, run by ``extender.leader.runner``:
 
 - ``informers``: the resources it watches beyond the cluster state, run on **every**
   replica for the whole life of the process, so a new leader acts at once on warm
   caches. The runner waits for them (and for the cluster state) before the election
   campaigns, exports their health on ``/healthz`` and ``/metrics``, and names the one
-  it is waiting for when the campaign cannot start.
-- ``observe``: what else every replica keeps current between terms (plans, indexes,
-  queues of what the leader owes). Runs for the life of the process; it may return
-  at once when the informers' listeners do all of it.
+  it is waiting for when the campaign cannot start (``waiting``).
+- ``observe``: what else every replica keeps current between terms. Runs for the life
+  of the process; it may return at once when the informers' listeners do all of it.
 - ``lead``: what only the Lease holder does, for one **term**. It is started when the
-  term starts, cancelled *and awaited* when it ends, before the Lease is handed on;
-  it never runs on two replicas at once (see ``extender.leader.election`` for the
-  timing argument). Returning ends the actor's work for that term; raising is a bug
-  that costs this actor only: the runner logs and counts it, and starts the part again
-  after a backoff (``extender.leader.runner``), never ending the process's health.
-- ``drain``: on shutdown, while still leading, a *bounded* wait for what ``lead`` owes
-  (writes already planned) to go out, before ``lead`` is cancelled.
+  term starts, cancelled *and awaited* when it ends, before the Lease is handed on; it
+  never runs on two replicas at once (``extender.leader.election`` has the timing
+  argument). With no election the term is the whole run. A ``lead`` that returns has
+  done its work for the term (the job then waits for the term's end, never ending the
+  process's health); one that raises is a bug that costs this actor only (logged,
+  counted, started again after a backoff).
+- ``drain``: on shutdown, while still leading, a *bounded* wait for what ``lead``
+  owes to go out, before ``lead`` is cancelled.
 - ``register_metrics``: its counters and gauges, on the app's registry.
 
-**Write actors level-triggered.** At each term start, and on every change an informer
-reports, ``lead`` should recompute what the cluster *should* hold from what the
-informers *show* it holds, and write only the difference, never replay a log of
-events: a replica that takes over mid-way, a write lost with a term, or a change made
-by hand are then all corrected by the same code path, and nothing is written twice.
-Writes go through one ``extender.leader.writes.WriteQueue`` per actor (rate limit,
-retries, one pending write per key, hand-back at term end).
+**The one recipe: an actor that writes is a ``Controller``** (``extender.leader.
+controller``): its listeners turn every change into a key on its ``WorkQueue``, the
+queue calls ``reconcile(key)``, which reads the current state and returns what happened,
+and the queue owns the term (every key added when it starts, everything forgotten when
+it ends; keys added outside a term are dropped, so a follower queues nothing).
+docs/development.md ("Leader actors") shows the smallest one.
 
-With no election (a single replica, no ``--leader-elect``), this replica is the leader
-for as long as it runs.
+**The one exception: the audit** (``extender.audit.auditor``) writes nothing, so it has
+no queue: its ``lead`` marks its term (its logs and gauges are this replica's while it
+runs) and waits for the term to end.
 """
 
 from __future__ import annotations
