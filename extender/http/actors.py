@@ -85,7 +85,6 @@ def leader_actors(
                 prefix=options.label_prefix,
                 pending=pending,
                 options=options.events,
-                gate=gate,
                 # The Lease identity names the replica that wrote an event.
                 instance=gate.identity if gate is not None else "",
             )

@@ -14,19 +14,35 @@ more), one saying so, as the extender itself says it for a pod it is asked about
 
     RuntimeClass "gvisor" not found (the pod requires its node label ...)
 
+**A controller** (``extender.leader.controller``), level-triggered, with two kinds of
+key:
+
+- ``PASS``, the pass over every pending pod: the key a term starts with, and the one
+  every change of a pod, a node or a class adds with ``add_after(PASS, interval)`` (one
+  pass per ``interval`` however many changes; node events come by the hundred a
+  second). It groups the schedulable pending pods by class, checks once per class
+  whether the class fits no node (or is gone while a pod requires its label), and
+  adds the key of each event owed that is not known to exist.
+- ``PodEvent(pod, runtime_class)``, one pod's event for its class. It carries no
+  state: its reconcile reads the pod and the class as they are *now*, decides whether
+  an event is due and what it says (its revision, note and name), and writes it
+  through the queue (``Turn.write``, which asks again after a wait for the rate
+  limit). A pod bound, deleted or held back meanwhile, or a class that fits a node
+  now, writes nothing.
+
 **At most one write per pod and class revision.** The event's name is derived from the
 pod's uid and the revision of what decides the class's nodes
 (``ClassLabels.rules_key``: an edit of the class's labels or annotations is no new
 revision, and writes nothing), and it is created with POST: a second write for the
-same pair (a new leader, a re-list) gets ``409 AlreadyExists`` and counts as done.
-client-go's recorder dedupes on (type, action, reason, controller, instance, regarding,
-related); this never writes a series at all, so a thousand pending pods are a thousand
-events, each once, at the write queue's rate. A write refused (403, 422) is tried
-again with backoff per event, never once per pass.
-
-**Level-triggered**, like every leader actor: at the start of a term and after changes
-(pods, classes, nodes; coalesced to one pass per ``interval``), the pods that should
-carry an event are recomputed from the caches and each one not yet written is queued.
+same pair (a new leader, a re-list) is answered ``409 AlreadyExists``, which the
+reconcile reads as done (counted ``existing``). The names known to exist (written, or
+found existing) are kept per pod uid while the pod pends, so a pass queues nothing for
+them. client-go's recorder dedupes on (type, action, reason, controller, instance,
+regarding, related); this never writes a series at all, so a thousand pending pods are
+a thousand events, each once, at the queue's rate. A write refused (403, 422) is tried
+again with the key's backoff, never once per pass, and said once per streak
+(``WriteLog``). The queue owns the term: a new term starts from the caches, a follower
+queues nothing, and on shutdown while leading the events queued get ``drain_timeout``.
 The pending pods come from the informer every actor that reads them shares
 (``extender.cluster.pending_pods``).
 """
@@ -37,8 +53,9 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from http import HTTPStatus
 from typing import Any
 
@@ -53,12 +70,21 @@ from extender.cluster.pending_pods import PendingPod
 from extender.cluster.state import ClusterState
 from extender.kube.api import send
 from extender.kube.informer import Informer
-from extender.kube.store import Named
+from extender.kube.store import Named, Store
 from extender.kube.times import format_micro_time
-from extender.leader.actor import LeaderActor
-from extender.leader.gate import LeaderGate
-from extender.leader.writes import Sent, Sleep, WriteOptions, WriteQueue
-from extender.tasks import run_all
+from extender.leader.controller import Controller, WriteLog
+from extender.leader.workqueue import (
+    Done,
+    Failed,
+    Report,
+    Result,
+    Sent,
+    Sleep,
+    Turn,
+    Unchanged,
+    Write,
+    WriteOptions,
+)
 from policies.objects import RuntimeClassView
 from policies.registry import Policy
 
@@ -79,10 +105,41 @@ MAX_NAME = 253
 EVENT_RESULTS = ("written", "existing", "failed")
 
 
-@dataclass(frozen=True, slots=True)
-class Due:
-    """One event to write: on ``pod``, for ``class_name`` at ``class_version`` (the
-    digest of what decides its nodes, or ``ABSENT_VERSION`` for a deleted class)."""
+def event_name(pod: PendingPod, class_name: str, class_version: str) -> str:
+    """The event's name: one per pod (by uid) and class revision, a DNS subdomain."""
+    digest = hashlib.sha256(f"{pod.uid}/{class_name}/{class_version}".encode()).hexdigest()[:16]
+    suffix = f".runtimeclass-{digest}"
+    # The pod's name (a DNS subdomain itself) cut short, without a dangling "-" or "."
+    # before the suffix.
+    head = pod.pod_name[: MAX_NAME - len(suffix)].rstrip("-.")
+    return head + suffix
+
+
+@dataclass(frozen=True)
+class Pass:
+    """The key of a pass over every pending pod: the event keys owed, queued."""
+
+
+PASS = Pass()
+
+
+@dataclass(frozen=True)
+class PodEvent:
+    """The key of one pod's event for its class: ``pod`` its store key
+    (namespace/name). Everything the event says is read when its turn comes."""
+
+    pod: str
+    runtime_class: str
+
+
+Key = Pass | PodEvent
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event as a reconcile decided it from the state of that moment: on ``pod``, for
+    ``class_name`` at ``class_version`` (the digest of what decides its nodes, or
+    ``ABSENT_VERSION`` for a deleted class). The ``detail`` of its ``Write``."""
 
     pod: PendingPod
     class_name: str
@@ -91,19 +148,19 @@ class Due:
     reason: str = REASON
 
     @property
-    def event_name(self) -> str:
-        digest = hashlib.sha256(
-            f"{self.pod.uid}/{self.class_name}/{self.class_version}".encode()
-        ).hexdigest()[:16]
-        suffix = f".runtimeclass-{digest}"
-        # A DNS subdomain: the pod's name (one itself) cut short, without a dangling
-        # "-" or "." before the suffix.
-        head = self.pod.pod_name[: MAX_NAME - len(suffix)].rstrip("-.")
-        return head + suffix
+    def name(self) -> str:
+        return event_name(self.pod, self.class_name, self.class_version)
 
 
-@dataclass(frozen=True)
-class EventOptions:
+def _event_of(write: Write) -> Event:
+    """The event a ``Write`` of this actor made (its ``detail``)."""
+    event = write.detail
+    assert isinstance(event, Event)
+    return event
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventOptions(WriteOptions):
     # Events per second and bursts (a thousand pending pods: a thousand events, paced).
     rate: float = 10.0
     burst: int = 20
@@ -115,7 +172,16 @@ class EventOptions:
     retry_max: float = 300.0
 
 
-class ClassEvents(LeaderActor):
+WRITE_LOG = WriteLog(
+    log,
+    subject="pod",
+    failing="cannot write the event",
+    retrying="event write will be retried",
+    hints={403: ": grant create on events.k8s.io events"},
+)
+
+
+class ClassEvents(Controller[Key]):
     """Writes one Warning event per pending pod of a class that fits no node."""
 
     name = "runtimeclass-events"
@@ -129,42 +195,42 @@ class ClassEvents(LeaderActor):
         prefix: str,
         pending: PendingPodInformer | None = None,
         options: EventOptions | None = None,
-        gate: LeaderGate | None = None,
         instance: str = "",
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
+        self.options: EventOptions = options or EventOptions()
+        super().__init__(self.options, clock=clock, sleep=sleep)
         self._api = api
         self.state = state
-        self.gate = gate
-        self.options = options = options or EventOptions()
         self.labels = ClassLabels(prefix, policy)
         self.instance = (instance or REPORTING_CONTROLLER)[:MAX_SHORT]
         # The informer of pending pods the actors share (its own when built alone).
         self.pod_informer = pending or PendingPodInformer(api, label_prefix=prefix)
         self.pods = self.pod_informer.pods
-        self.writes: WriteQueue[Due] = WriteQueue(
-            self,
-            WriteOptions(rate=options.rate, burst=options.burst, retry_max=options.retry_max),
-            clock=clock,
-            sleep=sleep,
-        )
         # Event names known to exist (written, or found existing), by pod uid: never
         # written again; forgotten when the pod leaves the pending set, so the map stays
         # as large as the pending pods.
         self.written: dict[str, set[str]] = {}
         self.counter: Counter | None = None
-        self._wake = asyncio.Event()
-        for store in (self.pods, state.nodes, state.runtime_classes):
-            store.add_listener(self._changed)
-        self.pods.add_listener(self._forget_gone)
+        # Whether each class fits no node, as of one generation of the node and class
+        # stores: a pass asks once per class and each event's reconcile asks again, so
+        # the nodes are looked over once per class until something changes.
+        self._fits_for: tuple[int, int] | None = None
+        self._fits_none: dict[str, bool] = {}
+        state.nodes.add_listener(self._changed)
+        state.runtime_classes.add_listener(self._changed)
+        self.pods.add_listener(self._pod_changed)
+
+    # ----- the actor ----------------------------------------------------------------
 
     @property
     def informers(self) -> Sequence[Informer[Any]]:
         return (self.pod_informer,)
 
-    def waiting(self) -> list[str]:
-        return [*(f"{kind}: not listed yet" for kind in self.state.unsynced_kinds()), *super().waiting()]
+    @property
+    def reads(self) -> Sequence[Store[Any]]:
+        return (self.state.nodes, self.state.runtime_classes, *super().reads)
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         self.counter = Counter(
@@ -178,60 +244,64 @@ class ClassEvents(LeaderActor):
         for result in EVENT_RESULTS:
             self.counter.labels(result)
 
-    def _changed(self, _kind: str, _old: Named | None, _new: Named | None) -> None:
-        self._wake.set()
+    def term_keys(self) -> Iterable[Key]:
+        return (PASS,)
 
-    def _forget_gone(self, _kind: str, old: Named | None, new: Named | None) -> None:
+    # ----- listeners: every change is a pass, coalesced -------------------------------
+
+    def _changed(self, _kind: str, _old: Named | None, _new: Named | None) -> None:
+        self.queue.add_after(PASS, self.options.interval)
+
+    def _pod_changed(self, kind: str, old: Named | None, new: Named | None) -> None:
         if isinstance(old, PendingPod) and (new is None or getattr(new, "uid", None) != old.uid):
             self.written.pop(old.uid, None)  # bound, deleted or replaced
+        self._changed(kind, old, new)
 
-    async def lead(self) -> None:
-        await self.pods.wait_synced()
-        await self.state.nodes.wait_synced()
-        await self.state.runtime_classes.wait_synced()
-        self._wake.set()
-        try:
-            await run_all(self.writes.run, self._pass_loop)
-        finally:
-            # The next term, here or elsewhere, recomputes the events owed.
-            self.writes.clear()
+    # ----- what is owed ---------------------------------------------------------------
 
-    async def _pass_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            for due in self.due_events():
-                if due.event_name not in self.written.get(due.pod.uid, ()):
-                    self.writes.put(due)
-            # Node events can arrive by the hundred a second: one pass per interval.
-            await asyncio.sleep(self.options.interval)
-
-    def due_events(self) -> list[Due]:
-        """Every pending, schedulable pod of a class with node rules that fit no node,
-        and every one requiring the label of a class that no longer exists."""
+    def due_events(self) -> list[Event]:
+        """Every event owed now, known to exist or not: on each pending, schedulable pod
+        of a class with node rules that fit no node (checked once per class), and on
+        each one requiring the label of a class that no longer exists."""
         by_class: dict[str, list[PendingPod]] = {}
         for pod in self.pods.values():
             if pod.schedulable:
                 by_class.setdefault(pod.runtime_class_name, []).append(pod)
-        nodes = self.state.nodes
-        due: list[Due] = []
+        due: list[Event] = []
         for class_name, pods in by_class.items():
-            runtime_class = self.state.runtime_classes.get(class_name)
-            if runtime_class is None:
-                key = self.labels.key(class_name)
-                note = self._not_found_note(class_name, key)
-                due.extend(
-                    Due(pod, class_name, ABSENT_VERSION, note, NOT_FOUND_REASON)
-                    for pod in pods
-                    if key in pod.required
-                )
-                continue
-            if not self._fits_no_node(runtime_class):
-                continue
-            note = self.note(runtime_class, len(nodes))
-            version = self.version(runtime_class)
-            due.extend(Due(pod, class_name, version, note) for pod in pods)
+            owed = self._owed(class_name)
+            if owed is not None:
+                due.extend(event for pod in pods if (event := self._event(pod, *owed)) is not None)
         return due
+
+    def event_due(self, pod: PendingPod, class_name: str) -> Event | None:
+        """The event ``pod`` is owed now for ``class_name`` (None: none), from the
+        class and the nodes as the stores hold them."""
+        if not pod.schedulable or pod.runtime_class_name != class_name:
+            return None
+        owed = self._owed(class_name)
+        return None if owed is None else self._event(pod, *owed)
+
+    def _owed(self, class_name: str) -> tuple[RuntimeClassView | None, str] | None:
+        """What the pods of ``class_name`` are owed now: the class (None: deleted) and
+        the note; None when the class fits some node."""
+        runtime_class = self.state.runtime_classes.get(class_name)
+        if runtime_class is None:
+            return None, self._not_found_note(class_name, self.labels.key(class_name))
+        if self._fits_no_node(runtime_class):
+            return runtime_class, self.note(runtime_class, len(self.state.nodes))
+        return None
+
+    def _event(self, pod: PendingPod, runtime_class: RuntimeClassView | None, note: str) -> Event | None:
+        class_name = pod.runtime_class_name
+        if runtime_class is None:
+            if self.labels.key(class_name) not in pod.required:
+                return None  # the class is gone, and nothing of it holds the pod back
+            return Event(pod, class_name, ABSENT_VERSION, note, NOT_FOUND_REASON)
+        return Event(pod, class_name, self.version(runtime_class), note)
+
+    def _known(self, event: Event) -> bool:
+        return event.name in self.written.get(event.pod.uid, ())
 
     def version(self, runtime_class: RuntimeClassView | None) -> str:
         """The revision of what decides the class's nodes (``ABSENT_VERSION``: deleted)."""
@@ -240,10 +310,17 @@ class ClassEvents(LeaderActor):
         return revision_digest(self.labels.rules_key(runtime_class))
 
     def _fits_no_node(self, runtime_class: RuntimeClassView) -> bool:
-        labels = self.labels
-        return labels.has_node_rules(runtime_class) and not labels.fits_any(
-            runtime_class, self.state.nodes.values()
-        )
+        stamp = (self.state.nodes.generation, self.state.runtime_classes.generation)
+        if stamp != self._fits_for:
+            self._fits_for, self._fits_none = stamp, {}
+        found = self._fits_none.get(runtime_class.name)
+        if found is None:
+            labels = self.labels
+            found = labels.has_node_rules(runtime_class) and not labels.fits_any(
+                runtime_class, self.state.nodes.values()
+            )
+            self._fits_none[runtime_class.name] = found
+        return found
 
     @staticmethod
     def _not_found_note(class_name: str, key: str) -> str:
@@ -257,31 +334,48 @@ class ClassEvents(LeaderActor):
         text = f'RuntimeClass "{runtime_class.name}": 0 of {nodes} nodes match {self.labels.describe(runtime_class)}'
         return text if len(text) <= MAX_NOTE else text[: MAX_NOTE - 1] + "…"
 
-    # ----- the writes (extender.leader.writes.WriteHandler) -------------------------
+    # ----- reconciling --------------------------------------------------------------
 
-    def key(self, item: Due) -> str:
-        return item.event_name
+    async def reconcile(self, key: Key, turn: Turn) -> Result:
+        if isinstance(key, Pass):
+            for due in self.due_events():
+                if not self._known(due):
+                    self.queue.add(PodEvent(due.pod.name, due.class_name))
+            return Unchanged("passed")
+        result = await turn.write(partial(self._write, key))
+        if (
+            isinstance(result, Failed)
+            and result.write is not None
+            and result.sent.status == HTTPStatus.CONFLICT
+        ):
+            # AlreadyExists: the name is the pod's and the class revision's, so it was
+            # written before (by this replica or a predecessor). Done, nothing to retry.
+            result = Done(result.write, result.sent, note="existing")
+        if isinstance(result, Done) and result.write is not None:
+            event = _event_of(result.write)
+            current = self.pods.get(event.pod.name)
+            if current is not None and current.uid == event.pod.uid:  # else forgotten already
+                self.written.setdefault(event.pod.uid, set()).add(event.name)
+        return result
 
-    def due(self, item: Due) -> str | None:
-        current = self.pods.get(item.pod.name)
-        if current is None or current.uid != item.pod.uid or not current.schedulable:
-            return "not_pending"
-        runtime_class = self.state.runtime_classes.get(item.class_name)
-        if self.version(runtime_class) != item.class_version:
-            return "class_changed"  # the next pass says what holds now
-        if runtime_class is not None and not self._fits_no_node(runtime_class):
-            return "fits_now"
-        return None
+    def _write(self, key: PodEvent) -> Write | Unchanged:
+        """The pod's event as things are now (the ``detail``), or why there is none."""
+        pod = self.pods.get(key.pod)
+        if pod is None:
+            return Unchanged("not_pending")
+        event = self.event_due(pod, key.runtime_class)
+        if event is None:
+            return Unchanged("not_due")
+        if self._known(event):
+            return Unchanged("exists")
+        return Write((event.name, event.reason, event.note), partial(self._send, event), detail=event)
 
-    def content(self, item: Due) -> Hashable:
-        return (item.event_name, item.reason, item.note)
-
-    async def send(self, item: Due) -> Sent:
+    async def _send(self, item: Event) -> Sent:
         pod = item.pod
-        event = {
+        body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"name": item.event_name, "namespace": pod.namespace},
+            "metadata": {"name": item.name, "namespace": pod.namespace},
             "eventTime": format_micro_time(),
             "reportingController": REPORTING_CONTROLLER,
             "reportingInstance": self.instance,
@@ -297,52 +391,31 @@ class ClassEvents(LeaderActor):
                 "uid": pod.uid,
             },
         }
-        sent = await send(
+        return await send(
             self._api,
             "POST",
             EVENTS,
             path_params={"namespace": pod.namespace},
-            body=event,
+            body=body,
             content_type="application/json",
             timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
         )
-        if sent.status == HTTPStatus.CONFLICT:
-            # AlreadyExists: the same pod and class revision, written before (by this
-            # replica or a predecessor). Done, not a conflict to retry.
-            return Sent(HTTPStatus.OK, "already exists")
-        return sent
 
-    def settle(self, item: Due, outcome: str, *, reason: str = "", sent: Sent | None = None) -> None:
-        if outcome == "sent":
-            current = self.pods.get(item.pod.name)
-            if current is not None and current.uid == item.pod.uid:  # else forgotten already
-                self.written.setdefault(item.pod.uid, set()).add(item.event_name)
-            existing = sent is not None and sent.message == "already exists"
-            if self.counter is not None:
-                self.counter.labels("existing" if existing else "written").inc()
+    def report(self, key: Key, report: Report) -> None:
+        if not isinstance(key, PodEvent):
+            return  # a pass writes nothing (one that raised is logged by the queue)
+        result, counter = report.result, self.counter
+        if isinstance(result, Done) and result.write is not None:
+            existing = result.note == "existing"
+            if counter is not None:
+                counter.labels("existing" if existing else "written").inc()
             if not existing:
+                event = _event_of(result.write)
                 log.info(
                     "pending pod's RuntimeClass fits no node",
-                    extra={"pod": item.pod.name, "runtimeClass": item.class_name, "note": item.note},
+                    extra={"pod": key.pod, "runtimeClass": event.class_name, "note": event.note},
                 )
-        elif outcome == "failed":
-            status, message = (sent.status, sent.message) if sent is not None else (0, "")
-            log.warning(
-                "cannot write the event"
-                + (": grant create on events.k8s.io events" if status == 403 else ""),
-                extra={"pod": item.pod.name, "status": status, "error": message, "reason": reason},
-            )
-            if self.counter is not None:
-                self.counter.labels("failed").inc()
-
-    def retrying(self, item: Due, sent: Sent, delay: float) -> None:
-        # Debug: a refusal was logged once, as a warning, when its streak began.
-        log.debug(
-            "event write will be retried",
-            extra={
-                "pod": item.pod.name,
-                "status": sent.status,
-                "error": sent.message,
-                "retryIn": round(delay, 3),
-            },
-        )
+        elif isinstance(result, Failed):
+            WRITE_LOG(key.pod, report, runtimeClass=key.runtime_class)
+            if counter is not None and report.failure:
+                counter.labels("failed").inc()

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from extender.cluster.pending_pods import PendingPod
-from extender.labeller.events import REASON, REPORTING_CONTROLLER, ClassEvents, Due
+from extender.labeller.events import REASON, REPORTING_CONTROLLER, ClassEvents, event_name
 from extender.leader.runner import LeaderRunner
 from extender.policy_file import load_policy
+from tests.support import replicas as replica_support
 from tests.support.apiserver import (
     EVENTS,
     NODES,
@@ -122,11 +125,11 @@ async def test_a_new_leader_writes_no_event_twice(fake_apiserver: FakeApiServer,
 
 def test_event_names_are_dns_subdomains_per_pod_and_class_revision() -> None:
     pod = PendingPod("default", "x" * 253, "uid-1", "gvisor", SCHED)
-    name = Due(pod, "gvisor", "7", "note").event_name
+    name = event_name(pod, "gvisor", "7")
     assert len(name) <= 253 and name.startswith("x") and ".runtimeclass-" in name
-    assert Due(pod, "gvisor", "8", "note").event_name != name  # another revision, another event
+    assert event_name(pod, "gvisor", "8") != name  # another revision, another event
     dashed = PendingPod("default", "a-" * 120 + "b", "uid-2", "gvisor", SCHED)
-    assert "-." not in Due(dashed, "gvisor", "7", "note").event_name
+    assert "-." not in event_name(dashed, "gvisor", "7")
 
 
 async def test_the_runner_waits_for_pods_nodes_and_classes(
@@ -213,3 +216,47 @@ async def test_a_pod_requiring_the_label_of_a_deleted_class_hears_it_is_not_foun
     assert event["regarding"]["name"] == "requiring" and event["reason"] == "RuntimeClassNotFound"
     assert event["note"].startswith('RuntimeClass "gvisor" not found (the pod requires its node label ')
     assert key in event["note"]
+
+
+async def test_shutdown_while_leading_writes_the_events_queued_within_the_bound(
+    fake_apiserver: FakeApiServer, replicas: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopping the leader gives the events it has queued ``drain_timeout`` to go out
+    before the term is cancelled (the actor had no drain: they were dropped, and the
+    pods went without theirs until another replica's term)."""
+    # Five events a second, one at a time: six pods take a second, within the bound.
+    slow = replace(replica_support.FAST_EVENTS, rate=5.0, burst=1)
+    monkeypatch.setattr(replica_support, "FAST_EVENTS", slow)
+    scarce_cluster(fake_apiserver, pods=6)
+    a = await replicas("a")
+    await eventually(lambda: len(events(fake_apiserver)) == 1, what="the first event")
+    assert a.leading
+    started = time.monotonic()
+    await a.stop()
+    assert time.monotonic() - started < 5.0  # EventOptions.drain_timeout
+    assert len(events(fake_apiserver)) == 6
+    assert posts(fake_apiserver) == 6
+
+
+async def test_an_event_says_what_holds_when_it_is_written(
+    fake_apiserver: FakeApiServer, replicas: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an event says is read from the caches when its turn comes: a node added
+    while the events wait for the rate limit is counted by every one written after (a
+    queued write carried the note of the pass that queued it, and one waiting for its
+    token went out with it)."""
+    slow = replace(replica_support.FAST_EVENTS, rate=2.0, burst=1)  # one every 0.5 s
+    monkeypatch.setattr(replica_support, "FAST_EVENTS", slow)
+    scarce_cluster(fake_apiserver, pods=3)
+    await replicas("a")
+    await eventually(lambda: len(events(fake_apiserver)) == 1, what="the first event")
+    fake_apiserver.add(NODES, make_node("n4", labels={"runtime/pool": "a"}))
+    await eventually(lambda: len(events(fake_apiserver)) == 3, timeout=5.0, what="three events")
+    notes = sorted(e["note"] for e in events(fake_apiserver))
+    assert notes == [
+        'RuntimeClass "gvisor": 0 of 4 nodes match scheduling.nodeSelector runtime/pool=b',
+        'RuntimeClass "gvisor": 0 of 5 nodes match scheduling.nodeSelector runtime/pool=b',
+        'RuntimeClass "gvisor": 0 of 5 nodes match scheduling.nodeSelector runtime/pool=b',
+    ]
+    await asyncio.sleep(0.3)  # passes after the node's: nothing is written again
+    assert posts(fake_apiserver) == 3
