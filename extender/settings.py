@@ -5,9 +5,12 @@ variable ``RUNTIMECLASS_EXTENDER_MAX_BODY_BYTES`` and the key ``max-body-bytes``
 YAML file given by ``--config``. Precedence: flag, then environment, then config file,
 then the default. Invalid values fail at start with a message naming the setting.
 
-``resolve`` returns a frozen, typed ``ServeSettings``. Every default is written once,
-here: the components that have the same knob (the capture writer, the live cluster,
-the requeuer) take their defaults from these constants.
+Each setting is declared once, as a field of the frozen, typed ``ServeSettings``: its
+type and default, and in the field's metadata its parser, help text and metavar.
+``SERVE_SETTINGS`` (the flags, in ``--help`` order, and what ``resolve`` reads) is made
+from those fields; ``resolve_serve`` returns a ``ServeSettings``. Every default is
+written once, here: the components that have the same knob (the capture writer, the
+live cluster, the requeuer) take their defaults from these constants.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ import difflib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from extender.kube.defaults import DEFAULT_SCHEDULER, LEADER_JITTER_FACTOR
 
@@ -123,6 +126,9 @@ def _names(text: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Setting:
+    """One setting as flag, environment and config file see it: a row of ``SERVE_SETTINGS``,
+    made from a field of ``ServeSettings``."""
+
     name: str
     parse: Callable[[str], Any]
     default: Any
@@ -180,276 +186,341 @@ DEFAULT_LABEL_NODES_RATE = 100.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 
-SERVE_SETTINGS: tuple[Setting, ...] = (
-    Setting("host", str, "0.0.0.0", "address to listen on"),
-    Setting("port", _port, 8888, "port to listen on (0 picks a free one)"),
-    Setting(
-        "probe-port",
-        _port,
+_T = TypeVar("_T")
+
+
+def _setting(
+    default: _T, parse: Callable[[str], _T], help: str, metavar: str | None = None, *, once: bool = False
+) -> _T:
+    """A field of ``ServeSettings``: its default, and in its metadata the rest of its
+    ``Setting`` (the name is the field's, in kebab case). mypy checks that ``parse`` and
+    ``default`` give the field's type."""
+    return field(default=default, metadata={"parse": parse, "help": help, "metavar": metavar, "once": once})
+
+
+class _LiveClusterOnly(NamedTuple):
+    """A setting that works through the API server, which ``--cluster-file`` replaces."""
+
+    setting: str  # as the message names it
+    why: str  # the rest of the message: what it needs the API server for, and what to do
+    unless: str | None = None  # a setting that, when given, means this one is not used
+
+
+# Each refused with --cluster-file as "<setting> needs a live cluster: <why>".
+_LIVE_CLUSTER_ONLY = (
+    _LiveClusterOnly(
+        "--leader-elect",
+        "the replicas compete for a Lease on the API server, and --cluster-file has none. "
+        "Drop one of the two.",
+    ),
+    _LiveClusterOnly(
+        "--audit-running-pods",
+        "it watches running pods through the API server, and --cluster-file has none to watch "
+        "(for a file with pods, run runtimeclass-extender audit --cluster-file). Drop one of the two.",
+    ),
+    _LiveClusterOnly(
+        "--label-nodes",
+        "it writes labels on the nodes through the API server, and --cluster-file has none. "
+        "Drop one of the two.",
+    ),
+    _LiveClusterOnly(
+        "webhook-certificate-secret",
+        "the certificates are kept in a Secret and the webhook configurations on the API server, "
+        "and --cluster-file has none. Set admission-tls-cert-file and admission-tls-key-file instead.",
+        # The files win over self-managed certificates (extender.http.tls).
+        unless="admission-tls-cert-file",
+    ),
+    _LiveClusterOnly(
+        "--requeue-pending-pods",
+        "it watches unscheduled pods and patches them through the API server, which --cluster-file "
+        "does not provide. Drop one of the two.",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """The resolved settings of ``serve``: each field is one setting (``_setting``), in
+    the order of ``--help``."""
+
+    host: str = _setting("0.0.0.0", str, "address to listen on")
+    port: int = _setting(8888, _port, "port to listen on (0 picks a free one)")
+    probe_port: int | None = _setting(
         None,
+        _port,
         "also serve /healthz, /readyz and /metrics (nothing else) over HTTP on this port, for the "
         "kubelet's probes and metric scrapes when host is loopback; off by default",
         "PORT",
-    ),
-    Setting("probe-host", _path, None, "address of the probe-port listener; default: host", "HOST"),
-    Setting(
-        "cluster-file",
-        _path,
+    )
+    probe_host: str | None = _setting(
+        None, _path, "address of the probe-port listener; default: host", "HOST"
+    )
+    cluster_file: str | None = _setting(
         None,
+        _path,
         "read Nodes and RuntimeClasses from this file (kubectl get nodes,runtimeclasses -o yaml) "
         "instead of watching an API server",
         "PATH",
         once=True,
-    ),
-    Setting("policy-file", _path, None, "policy file (YAML); default: the bundled policy", "PATH"),
-    Setting(
-        "kubeconfig",
-        _path,
+    )
+    policy_file: str | None = _setting(None, _path, "policy file (YAML); default: the bundled policy", "PATH")
+    kubeconfig: str | None = _setting(
         None,
+        _path,
         "kubeconfig file for reaching the API server (default: KUBECONFIG, the in-cluster service "
         "account, then ~/.kube/config); used when no cluster-file is given",
         "PATH",
-    ),
-    Setting("context", _path, None, "kubeconfig context to use (default: its current-context)", "NAME"),
-    Setting(
-        "unhealthy-after",
-        _positive_float,
+    )
+    context: str | None = _setting(
+        None, _path, "kubeconfig context to use (default: its current-context)", "NAME"
+    )
+    unhealthy_after: float = _setting(
         DEFAULT_UNHEALTHY_AFTER,
+        _positive_float,
         "/healthz turns 503 once a watch has failed to reach the API server for this many seconds",
         "SECONDS",
-    ),
-    Setting(
-        "max-body-bytes",
-        _positive_int,
-        DEFAULT_MAX_BODY_BYTES,
-        "largest accepted request body; larger ones get 413",
-        "BYTES",
-    ),
-    Setting(
-        "max-nodes-per-request",
-        _positive_int,
+    )
+    max_body_bytes: int = _setting(
+        DEFAULT_MAX_BODY_BYTES, _positive_int, "largest accepted request body; larger ones get 413", "BYTES"
+    )
+    max_nodes_per_request: int = _setting(
         DEFAULT_MAX_NODES_PER_REQUEST,
+        _positive_int,
         "most node names (or Node items) accepted in one filter request; more get 400",
         "N",
-    ),
-    Setting(
-        "body-read-timeout",
-        _positive_float,
+    )
+    body_read_timeout: float = _setting(
         DEFAULT_BODY_READ_TIMEOUT,
+        _positive_float,
         "seconds to receive a whole filter request body; slower ones get 408",
         "SECONDS",
-    ),
-    Setting("log-level", _choice(*LOG_LEVELS), "info", "log level", "{" + ",".join(LOG_LEVELS) + "}"),
-    Setting(
-        "log-format", _choice(*LOG_FORMATS), "text", "log line format", "{" + ",".join(LOG_FORMATS) + "}"
-    ),
-    Setting("tls-cert-file", _path, None, "serve HTTPS with this certificate (PEM)", "PATH"),
-    Setting("tls-key-file", _path, None, "private key of tls-cert-file (PEM)", "PATH"),
-    Setting(
-        "client-ca-file",
-        _path,
+    )
+    log_level: str = _setting("info", _choice(*LOG_LEVELS), "log level", "{" + ",".join(LOG_LEVELS) + "}")
+    log_format: str = _setting(
+        "text", _choice(*LOG_FORMATS), "log line format", "{" + ",".join(LOG_FORMATS) + "}"
+    )
+    tls_cert_file: str | None = _setting(None, _path, "serve HTTPS with this certificate (PEM)", "PATH")
+    tls_key_file: str | None = _setting(None, _path, "private key of tls-cert-file (PEM)", "PATH")
+    client_ca_file: str | None = _setting(
         None,
+        _path,
         "require client certificates signed by these CAs (PEM; kube-scheduler's tlsConfig certFile/keyFile)",
         "PATH",
-    ),
-    Setting(
-        "admission-port",
-        _port,
+    )
+    admission_port: int | None = _setting(
         None,
+        _port,
         "also serve the admission webhooks (POST /admission/runtimeclasses and /admission/pods, plus /healthz and /readyz) "
         "over HTTPS on this port, without client certificates; off by default",
         "PORT",
-    ),
-    Setting("admission-host", _path, None, "address of the admission-port listener; default: host", "HOST"),
-    Setting(
-        "admission-tls-cert-file",
-        _path,
+    )
+    admission_host: str | None = _setting(
+        None, _path, "address of the admission-port listener; default: host", "HOST"
+    )
+    admission_tls_cert_file: str | None = _setting(
+        None, _path, "certificate (PEM) of the admission-port listener; default: tls-cert-file", "PATH"
+    )
+    admission_tls_key_file: str | None = _setting(
+        None, _path, "private key (PEM) of admission-tls-cert-file; default: tls-key-file", "PATH"
+    )
+    webhook_certificate_secret: str | None = _setting(
         None,
-        "certificate (PEM) of the admission-port listener; default: tls-cert-file",
-        "PATH",
-    ),
-    Setting(
-        "admission-tls-key-file",
-        _path,
-        None,
-        "private key (PEM) of admission-tls-cert-file; default: tls-key-file",
-        "PATH",
-    ),
-    Setting(
-        "webhook-certificate-secret",
         _name,
-        None,
         "self-managed certificates for the admission-port listener, kept in this Secret of the "
         "extender's namespace: a CA and a serving certificate for webhook-service, created and renewed "
         "by the leader, whose CA goes into both webhook configurations' caBundle; used "
         "when admission-tls-cert-file is not set (live mode only; off by default)",
         "NAME",
-    ),
-    Setting(
-        "webhook-service",
-        _name,
+    )
+    webhook_service: str = _setting(
         DEFAULT_WEBHOOK_SERVICE,
+        _name,
         "the Service the API server calls the webhooks through: the serving certificate names "
         "<service>, <service>.<namespace> and <service>.<namespace>.svc",
         "NAME",
-    ),
-    Setting(
-        "webhook-validating-configuration",
-        _name,
+    )
+    webhook_validating_configuration: str = _setting(
         DEFAULT_WEBHOOK_CONFIGURATION,
+        _name,
         "the ValidatingWebhookConfiguration (RuntimeClasses) whose caBundle webhook-certificate-secret keeps",
         "NAME",
-    ),
-    Setting(
-        "webhook-mutating-configuration",
-        _name,
+    )
+    webhook_mutating_configuration: str | None = _setting(
         None,
+        _name,
         "the MutatingWebhookConfiguration (the pod webhook) whose caBundle webhook-certificate-secret "
         "keeps too; unset: none (pod admission is done by the API server's policies, or not at all)",
         "NAME",
-    ),
-    Setting(
-        "route-pods-to-scheduler",
-        _name,
+    )
+    route_pods_to_scheduler: str | None = _setting(
         None,
+        _name,
         "the pod webhook (POST /admission/pods) sets spec.schedulerName to NAME on pods that name a "
         "RuntimeClass and name no scheduler (or default-scheduler); off by default (overhead only)",
         "NAME",
-    ),
-    Setting(
-        "namespace",
-        _name,
+    )
+    namespace: str | None = _setting(
         None,
+        _name,
         "the namespace the extender runs in (the deployment sets it from the downward API): the pod "
         "webhook never routes pods of this namespace or kube-system",
         "NAME",
-    ),
-    Setting(
-        "capture-dir",
-        _path,
+    )
+    capture_dir: str | None = _setting(
         None,
+        _path,
         "write each filter request, its answer and the state it was decided against to this directory "
         "(for replay); off by default",
         "DIR",
-    ),
-    Setting(
-        "capture-max-files",
-        _positive_int,
-        DEFAULT_CAPTURE_MAX_FILES,
-        "keep at most this many capture files",
-        "N",
-    ),
-    Setting(
-        "capture-max-bytes",
-        _positive_int,
+    )
+    capture_max_files: int = _setting(
+        DEFAULT_CAPTURE_MAX_FILES, _positive_int, "keep at most this many capture files", "N"
+    )
+    capture_max_bytes: int = _setting(
         DEFAULT_CAPTURE_MAX_BYTES,
+        _positive_int,
         "keep capture files within this many bytes in total (oldest removed first)",
         "BYTES",
-    ),
-    Setting(
-        "requeue-pending-pods",
-        _bool,
+    )
+    requeue_pending_pods: bool = _setting(
         False,
+        _bool,
         "when a RuntimeClass is added, changed or deleted, patch an annotation onto the unscheduled "
         "pods naming it so kube-scheduler retries them at once (live mode only; needs RBAC to "
         "list/watch/patch pods)",
-    ),
-    Setting(
-        "requeue-scheduler-names",
-        _names,
+    )
+    requeue_scheduler_names: tuple[str, ...] = _setting(
         DEFAULT_SCHEDULER_NAMES,
+        _names,
         "comma-separated schedulerNames whose pending pods requeue-pending-pods nudges "
         "(the profiles that use this extender)",
         "NAMES",
-    ),
-    Setting(
-        "requeue-window",
-        _positive_float,
+    )
+    requeue_window: float = _setting(
         DEFAULT_REQUEUE_WINDOW,
+        _positive_float,
         "RuntimeClass changes within this many seconds are coalesced into one nudge per pod",
         "SECONDS",
-    ),
-    Setting(
-        "requeue-rate",
-        _positive_float,
-        DEFAULT_REQUEUE_RATE,
-        "at most this many pod patches per second",
-        "PER_SECOND",
-    ),
-    Setting(
-        "audit-running-pods",
-        _bool,
+    )
+    requeue_rate: float = _setting(
+        DEFAULT_REQUEUE_RATE, _positive_float, "at most this many pod patches per second", "PER_SECOND"
+    )
+    audit_running_pods: bool = _setting(
         False,
+        _bool,
         "watch running pods and export runtimeclass_extender_misplaced_pods: pods on nodes that no "
         "longer fit their RuntimeClass, each logged when it becomes misplaced (live mode only; needs "
         "RBAC to list/watch pods)",
-    ),
-    Setting(
-        "label-nodes",
-        _bool,
+    )
+    label_nodes: bool = _setting(
         False,
+        _bool,
         "large-cluster mode: keep the label <node-label-prefix>/<class>=true on exactly the nodes that pass "
         "each RuntimeClass's node rules (the Lease holder writes them), and have the pod webhook require it, "
         "so kube-scheduler narrows to a class's nodes before it samples (live mode only; needs RBAC to patch "
         "nodes)",
-    ),
-    Setting(
-        "node-label-prefix",
-        _label_prefix,
+    )
+    node_label_prefix: str = _setting(
         DEFAULT_NODE_LABEL_PREFIX,
+        _label_prefix,
         "prefix of the label-nodes labels; under node-restriction.kubernetes.io kubelets cannot set them",
         "PREFIX",
-    ),
-    Setting(
-        "label-nodes-rate",
-        _positive_float,
+    )
+    label_nodes_rate: float = _setting(
         DEFAULT_LABEL_NODES_RATE,
+        _positive_float,
         "at most this many node label patches per second (label-nodes)",
         "PER_SECOND",
-    ),
-    Setting(
-        "leader-elect",
-        _bool,
+    )
+    leader_elect: bool = _setting(
         False,
+        _bool,
         "run several replicas: only the holder of a coordination.k8s.io/v1 Lease patches pending pods "
         "(requeue-pending-pods) and speaks for the audit (audit-running-pods); every replica answers "
         "/filter (live mode only; needs RBAC to get/create/update its Lease)",
-    ),
-    Setting(
-        "leader-elect-lease-name",
-        _path,
-        DEFAULT_LEASE_NAME,
-        "name of the Lease the replicas compete for",
-        "NAME",
-    ),
-    Setting(
-        "leader-elect-lease-namespace",
-        _path,
+    )
+    leader_elect_lease_name: str = _setting(
+        DEFAULT_LEASE_NAME, _path, "name of the Lease the replicas compete for", "NAME"
+    )
+    leader_elect_lease_namespace: str | None = _setting(
         None,
+        _path,
         "namespace of the Lease; default: POD_NAMESPACE, else the service account's namespace, else default",
         "NAMESPACE",
-    ),
-    Setting(
-        "leader-elect-lease-duration",
-        _positive_float,
+    )
+    leader_elect_lease_duration: float = _setting(
         DEFAULT_LEASE_DURATION,
+        _positive_float,
         "seconds a follower waits after the last renewal it saw before it takes the Lease over",
         "SECONDS",
-    ),
-    Setting(
-        "leader-elect-renew-deadline",
-        _positive_float,
+    )
+    leader_elect_renew_deadline: float = _setting(
         DEFAULT_RENEW_DEADLINE,
+        _positive_float,
         "seconds the leader keeps trying to renew before it stops acting; less than the lease duration",
         "SECONDS",
-    ),
-    Setting(
-        "leader-elect-retry-period",
-        _positive_float,
+    )
+    leader_elect_retry_period: float = _setting(
         DEFAULT_RETRY_PERIOD,
+        _positive_float,
         "seconds between attempts to acquire or renew the Lease",
         "SECONDS",
-    ),
+    )
+
+    def _given(self, setting: str) -> bool:
+        return bool(getattr(self, setting.removeprefix("--").replace("-", "_")))
+
+    def __post_init__(self) -> None:
+        # client-go's validation (tools/leaderelection/leaderelection.go NewLeaderElector).
+        if self.leader_elect_lease_duration <= self.leader_elect_renew_deadline:
+            raise SettingsError(
+                "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline "
+                f"(got {self.leader_elect_lease_duration:g} and {self.leader_elect_renew_deadline:g})"
+            )
+        if self.leader_elect_renew_deadline <= LEADER_JITTER_FACTOR * self.leader_elect_retry_period:
+            raise SettingsError(
+                "--leader-elect-renew-deadline must be greater than "
+                f"{LEADER_JITTER_FACTOR:g} x --leader-elect-retry-period "
+                f"(got {self.leader_elect_renew_deadline:g} and {self.leader_elect_retry_period:g})"
+            )
+        # What this election needs beyond client-go's checks (extender.leader.election,
+        # "Safety"): a leader that last renewed at t stops acting by t + retry + renew at
+        # the latest, and a follower takes over no earlier than t + lease; only
+        # retry + renew < lease keeps the two from acting at once.
+        renew_and_retry = self.leader_elect_renew_deadline + self.leader_elect_retry_period
+        if renew_and_retry >= self.leader_elect_lease_duration:
+            raise SettingsError(
+                "--leader-elect-renew-deadline plus --leader-elect-retry-period must be less than "
+                "--leader-elect-lease-duration, or a leader cut off from the API server may still act "
+                "when another takes over "
+                f"(got {self.leader_elect_renew_deadline:g} + {self.leader_elect_retry_period:g} >= "
+                f"{self.leader_elect_lease_duration:g})"
+            )
+        if self.probe_port is not None and self.probe_port != 0:
+            if self.probe_port == self.port:
+                raise SettingsError(
+                    f"probe-port {self.probe_port} is also port: the probes need a port of their own"
+                )
+            if self.probe_port == self.admission_port:
+                raise SettingsError(
+                    f"probe-port {self.probe_port} is also admission-port: the probes need a port of their own"
+                )
+        if (
+            self.webhook_certificate_secret
+            and not self.admission_tls_cert_file
+            and self.admission_port is None
+        ):
+            raise SettingsError(
+                "webhook-certificate-secret is set but admission-port is not: set the port to serve the webhooks"
+            )
+        if self.cluster_file:
+            for rule in _LIVE_CLUSTER_ONLY:
+                if self._given(rule.setting) and not (rule.unless and self._given(rule.unless)):
+                    raise SettingsError(f"{rule.setting} needs a live cluster: {rule.why}")
+
+
+SERVE_SETTINGS: tuple[Setting, ...] = tuple(
+    Setting(f.name.replace("_", "-"), default=f.default, **f.metadata) for f in fields(ServeSettings)
 )
 
 
@@ -518,124 +589,6 @@ def _load_config_file(path: str) -> Mapping[str, Any]:
     return document
 
 
-@dataclass(frozen=True)
-class ServeSettings:
-    """The resolved settings of ``serve`` (one field per row of ``SERVE_SETTINGS``)."""
-
-    host: str
-    port: int
-    probe_port: int | None
-    probe_host: str | None
-    cluster_file: str | None
-    policy_file: str | None
-    kubeconfig: str | None
-    context: str | None
-    unhealthy_after: float
-    max_body_bytes: int
-    max_nodes_per_request: int
-    body_read_timeout: float
-    log_level: str
-    log_format: str
-    tls_cert_file: str | None
-    tls_key_file: str | None
-    client_ca_file: str | None
-    admission_port: int | None
-    admission_host: str | None
-    admission_tls_cert_file: str | None
-    admission_tls_key_file: str | None
-    webhook_certificate_secret: str | None
-    webhook_service: str
-    webhook_validating_configuration: str
-    webhook_mutating_configuration: str | None
-    route_pods_to_scheduler: str | None
-    namespace: str | None
-    capture_dir: str | None
-    capture_max_files: int
-    capture_max_bytes: int
-    requeue_pending_pods: bool
-    requeue_scheduler_names: tuple[str, ...]
-    requeue_window: float
-    requeue_rate: float
-    audit_running_pods: bool
-    label_nodes: bool
-    node_label_prefix: str
-    label_nodes_rate: float
-    leader_elect: bool
-    leader_elect_lease_name: str
-    leader_elect_lease_namespace: str | None
-    leader_elect_lease_duration: float
-    leader_elect_renew_deadline: float
-    leader_elect_retry_period: float
-
-    def __post_init__(self) -> None:
-        if self.leader_elect and self.cluster_file:
-            raise SettingsError(
-                "--leader-elect needs a live cluster: the replicas compete for a Lease on the API "
-                "server, and --cluster-file has none. Drop one of the two."
-            )
-        # client-go's validation (tools/leaderelection/leaderelection.go NewLeaderElector).
-        if self.leader_elect_lease_duration <= self.leader_elect_renew_deadline:
-            raise SettingsError(
-                "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline "
-                f"(got {self.leader_elect_lease_duration:g} and {self.leader_elect_renew_deadline:g})"
-            )
-        if self.leader_elect_renew_deadline <= LEADER_JITTER_FACTOR * self.leader_elect_retry_period:
-            raise SettingsError(
-                "--leader-elect-renew-deadline must be greater than "
-                f"{LEADER_JITTER_FACTOR:g} x --leader-elect-retry-period "
-                f"(got {self.leader_elect_renew_deadline:g} and {self.leader_elect_retry_period:g})"
-            )
-        # What this election needs beyond client-go's checks (extender.leader.election,
-        # "Safety"): a leader that last renewed at t stops acting by t + retry + renew at
-        # the latest, and a follower takes over no earlier than t + lease; only
-        # retry + renew < lease keeps the two from acting at once.
-        renew_and_retry = self.leader_elect_renew_deadline + self.leader_elect_retry_period
-        if renew_and_retry >= self.leader_elect_lease_duration:
-            raise SettingsError(
-                "--leader-elect-renew-deadline plus --leader-elect-retry-period must be less than "
-                "--leader-elect-lease-duration, or a leader cut off from the API server may still act "
-                "when another takes over "
-                f"(got {self.leader_elect_renew_deadline:g} + {self.leader_elect_retry_period:g} >= "
-                f"{self.leader_elect_lease_duration:g})"
-            )
-        if self.audit_running_pods and self.cluster_file:
-            raise SettingsError(
-                "--audit-running-pods needs a live cluster: it watches running pods through the API "
-                "server, and --cluster-file has none to watch (for a file with pods, run "
-                "runtimeclass-extender audit --cluster-file). Drop one of the two."
-            )
-        if self.label_nodes and self.cluster_file:
-            raise SettingsError(
-                "--label-nodes needs a live cluster: it writes labels on the nodes through the API server, "
-                "and --cluster-file has none. Drop one of the two."
-            )
-        if self.probe_port is not None and self.probe_port != 0:
-            if self.probe_port == self.port:
-                raise SettingsError(
-                    f"probe-port {self.probe_port} is also port: the probes need a port of their own"
-                )
-            if self.probe_port == self.admission_port:
-                raise SettingsError(
-                    f"probe-port {self.probe_port} is also admission-port: the probes need a port of their own"
-                )
-        if self.webhook_certificate_secret and not self.admission_tls_cert_file:
-            if self.admission_port is None:
-                raise SettingsError(
-                    "webhook-certificate-secret is set but admission-port is not: set the port to serve the webhooks"
-                )
-            if self.cluster_file:
-                raise SettingsError(
-                    "webhook-certificate-secret needs a live cluster: the certificates are kept in a Secret "
-                    "and the webhook configurations on the API server, and --cluster-file has none. Set "
-                    "admission-tls-cert-file and admission-tls-key-file instead."
-                )
-        if self.requeue_pending_pods and self.cluster_file:
-            raise SettingsError(
-                "--requeue-pending-pods needs a live cluster: it watches unscheduled pods and patches "
-                "them through the API server, which --cluster-file does not provide. Drop one of the two."
-            )
-
-
 def resolve_serve(namespace: argparse.Namespace, environ: Mapping[str, str] | None = None) -> ServeSettings:
     """``serve``'s settings from its parsed flags, the environment and the config file."""
     return ServeSettings(**resolve(namespace, SERVE_SETTINGS, environ))
@@ -643,11 +596,10 @@ def resolve_serve(namespace: argparse.Namespace, environ: Mapping[str, str] | No
 
 def default_serve_settings(**overrides: Any) -> ServeSettings:
     """Every default, with ``overrides`` by attribute name (tests and embedding)."""
-    values = {setting.attr: setting.default for setting in SERVE_SETTINGS}
-    unknown = set(overrides) - set(values)
+    unknown = set(overrides) - {f.name for f in fields(ServeSettings)}
     if unknown:
         raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
-    return ServeSettings(**{**values, **overrides})
+    return ServeSettings(**overrides)
 
 
 def _with_suggestion(key: str, known: set[str]) -> str:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from extender import cli
-from extender.settings import ENV_PREFIX, SERVE_SETTINGS, SettingsError, resolve
+from extender.settings import ENV_PREFIX, SERVE_SETTINGS, SettingsError, default_serve_settings, resolve
 from tests.support.docs import fenced_blocks, page, section
 from tests.support.paths import REPO
 
@@ -286,3 +286,44 @@ def test_other_flags_given_twice_keep_the_last_as_kubectl_does() -> None:
     # pflag's rule for a single-valued flag; only cluster-file, which reads like
     # kubectl's repeatable -f, is refused.
     assert _resolve(["--port", "1", "--port", "2"])["port"] == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"leader_elect": True},
+            "--leader-elect needs a live cluster: the replicas compete for a Lease on the API server, "
+            "and --cluster-file has none. Drop one of the two.",
+        ),
+        (
+            {"audit_running_pods": True},
+            "--audit-running-pods needs a live cluster: it watches running pods through the API server, "
+            "and --cluster-file has none to watch (for a file with pods, run runtimeclass-extender audit "
+            "--cluster-file). Drop one of the two.",
+        ),
+        (
+            {"label_nodes": True},
+            "--label-nodes needs a live cluster: it writes labels on the nodes through the API server, "
+            "and --cluster-file has none. Drop one of the two.",
+        ),
+        (
+            {"webhook_certificate_secret": "s", "admission_port": 9443},
+            "webhook-certificate-secret needs a live cluster: the certificates are kept in a Secret and "
+            "the webhook configurations on the API server, and --cluster-file has none. Set "
+            "admission-tls-cert-file and admission-tls-key-file instead.",
+        ),
+        (
+            {"requeue_pending_pods": True},
+            "--requeue-pending-pods needs a live cluster: it watches unscheduled pods and patches them "
+            "through the API server, which --cluster-file does not provide. Drop one of the two.",
+        ),
+    ],
+)
+def test_what_needs_a_live_cluster_is_refused_with_a_cluster_file(
+    overrides: dict[str, Any], message: str
+) -> None:
+    default_serve_settings(**overrides)  # fine with a live cluster
+    with pytest.raises(SettingsError) as error:
+        default_serve_settings(cluster_file="cluster.yaml", **overrides)
+    assert str(error.value) == message
