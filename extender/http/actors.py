@@ -71,7 +71,9 @@ def leader_actors(
         )
     actors: list[LeaderActor] = []
     if options.requeue is not None:
-        actors.append(Requeuer(api, state, options=options.requeue, pending=pending, gate=gate))
+        actors.append(
+            Requeuer(api, state, options=options.requeue, pending=pending, election=gate is not None)
+        )
     if options.audit is not None:
         actors.append(Auditor(api, state, options=options.audit))
     if options.label is not None:

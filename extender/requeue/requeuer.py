@@ -17,20 +17,28 @@ requeue-pending-pods, refuses anything else from the extender). ``metadata.uid``
 guard, as in the kubelet's status patches: if the pod was deleted and recreated under
 the same name, the API server refuses the patch instead of touching the newcomer.
 
-It is a leader actor (``extender.leader.actor``), level-triggered:
+It is a controller (``extender.leader.controller``), level-triggered:
 
 - every replica follows, from the shared informer of pending pods
   (``extender.cluster.pending_pods``) and the RuntimeClass store, what each pending pod
   was last tried against and what its class is now (``extender.requeue.planner``, pure);
-- the leader, at the start of its term and after each RuntimeClass change (coalesced
-  over ``window`` seconds), computes from that state which pods are due a nudge and
-  queues them; nothing is queued from events, and followers queue nothing;
-- one patch worker, the leader's ``WriteQueue`` (``extender.leader.writes``): nudges
-  go out at most ``rate`` per second (token bucket with a small burst), one per pod
-  waiting or in flight, and are tried again with backoff on 409, 429 (honouring
-  Retry-After, which also pauses every other patch), 5xx, connection errors, timeouts
-  and refusals (a 403 until the RBAC is granted); each is computed when sent, from the
-  state at that moment.
+- its keys are a pod's (the pending-pod store's, ``namespace/name``) and ``PASS``. The
+  pass is every term's first key, and a RuntimeClass change adds it after ``window``
+  seconds (``add_after``: every change until then joins that one pass); its reconcile
+  asks the planner which pods are due a nudge and adds their keys. A pod's reconcile
+  reads the pod as it is at its turn and asks the planner for the nudge it is due
+  then, which it writes, or says why there is none (``not_pending``,
+  ``already_nudged``, ``recreated``). Followers add nothing (the queue runs only in a
+  term), and a pod's own event adds nothing: an update of the pod is itself what moves
+  it to the scheduler's active queue, and the passes find every pod due;
+- the controller's ``WorkQueue`` makes the patches: at most ``rate`` per second (token
+  bucket with a small burst), one reconcile per pod at a time, tried again with
+  backoff on 409, 429 (honouring Retry-After, which also pauses every other patch),
+  5xx, connection errors, timeouts and refusals (a 403 until the RBAC is granted).
+
+One line per RuntimeClass change says how many of its pending pods were requeued
+("RuntimeClass updated: requeued 3 pending pod(s)"), once each nudge the pass queued
+has ended; counters say how each ended (``extender.requeue.metrics``).
 
 Races and how they are closed:
 
@@ -38,22 +46,24 @@ Races and how they are closed:
   start were already tried against those classes. (A class created while the extender
   was down is therefore not noticed as new; such pods wait for the scheduler's own
   periodic retry, as without this feature.)
-- A pod bound or deleted before its turn: before each attempt the worker looks the pod
-  up in the informer; absent, it is skipped (``not_pending``). If the informer lags,
-  the PATCH itself answers 404 (``deleted``) or, for a pod recreated under the same
-  name, is refused by the uid guard; the 409 is retried, and the retry finds the new
-  uid and gives up (``recreated``). A bound pod that the informer has not yet dropped
-  may still get its annotation: harmless.
+- A pod bound or deleted before its turn: its reconcile finds it gone from the
+  informer and writes nothing (``not_pending``); the same after the wait for the rate
+  limit, which may be long. If the informer lags, the PATCH itself answers 404
+  (``deleted``) or, for a pod recreated under the same name, is refused by the uid
+  guard; the 409 is retried, and the retry finds the pod now under the name: nudged
+  if it is due itself, else skipped (``recreated``). A bound pod that the informer has not yet dropped may still get its
+  annotation: harmless.
 - Never twice for one class revision: a nudge is for the revision of the moment it is
   sent, and the planner remembers it until the pod shows it.
 - Two nudges in one second must differ, or the second patch is a no-op the scheduler
   never sees: the timestamp carries microseconds.
-- With leader election (``serve --leader-elect``) each nudge also writes
+- With leader election (``serve --leader-elect``; ``election``) each nudge also writes
   ``REVISION_ANNOTATION`` (the digest of the class revision) and carries the pod's
   resourceVersion as a precondition: a replica that takes the lead over reads from the
   pods which nudges its predecessor sent, and a patch that reaches the API server late
   (sent by a leader just cut off, delivered after its successor nudged the pod) fails
-  with 409 instead of nudging twice.
+  with 409 instead of nudging twice (its retry finds the pod nudged:
+  ``already_nudged``).
 """
 
 from __future__ import annotations
@@ -61,9 +71,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from http import HTTPStatus
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -76,39 +86,56 @@ from extender.cluster.state import ClusterState
 from extender.kube.api import send
 from extender.kube.informer import Informer
 from extender.kube.reflector import ReflectorOptions
-from extender.kube.store import Named
-from extender.leader.actor import LeaderActor, wait_while
-from extender.leader.gate import LeaderGate
-from extender.leader.writes import Sent, Sleep, WriteOptions, WriteQueue
+from extender.kube.store import Named, Store
+from extender.leader.controller import Controller, WriteLog
+from extender.leader.workqueue import (
+    Done,
+    Failed,
+    Report,
+    Result,
+    Retry,
+    Sent,
+    Sleep,
+    Turn,
+    Unchanged,
+    Write,
+    WriteOptions,
+)
 from extender.requeue.metrics import RequeueMetrics
 from extender.requeue.nudge import merge_patch, requeued_at
-from extender.requeue.planner import ClassChange, Nudge, Plan, RequeuePlanner
+from extender.requeue.planner import ClassChange, Nudge, RequeuePlanner
 from extender.settings import DEFAULT_REQUEUE_RATE, DEFAULT_REQUEUE_WINDOW, DEFAULT_SCHEDULER_NAMES
-from extender.tasks import run_all
 from policies.objects import RuntimeClassView
 
 log = logging.getLogger("extender.requeue")
 
 
-@dataclass(frozen=True)
-class RequeueOptions:
+@dataclass(frozen=True, kw_only=True)
+class RequeueOptions(WriteOptions):
     scheduler_names: tuple[str, ...] = DEFAULT_SCHEDULER_NAMES
     # Seconds from the first RuntimeClass change until the nudges are planned.
     window: float = DEFAULT_REQUEUE_WINDOW
-    # Patches per second, with bursts of up to ``burst``.
+    # Patches per second, with bursts of up to ``burst`` (the attempts before a failure
+    # is said, and the backoff between them, are the queue's defaults).
     rate: float = DEFAULT_REQUEUE_RATE
     burst: int = 5
-    # Attempts per nudge before it counts as failed; backoff between them (the write
-    # queue's defaults).
-    max_attempts: int = WriteOptions.max_attempts
-    retry_initial: float = WriteOptions.retry_initial
-    retry_max: float = WriteOptions.retry_max
     # Whole-request timeout of one PATCH.
     request_timeout: float = 10.0
     # Longest wait on shutdown for planned nudges to go out (the kubelet's default
     # grace period is 30 s; the rest of shutdown needs far less).
     drain_timeout: float = 5.0
     reflector: ReflectorOptions = field(default_factory=ReflectorOptions)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """The key of a pass over every pending pod: who is due a nudge, and what each
+    class's net change since the last pass moved (its summary line)."""
+
+
+PASS = Pass()
+# A pod's key (the pending-pod store's, "namespace/name"), or the pass.
+Key = str | Pass
 
 
 @dataclass
@@ -129,19 +156,37 @@ class _Batch:
 
 
 @dataclass
-class _Item:
-    uid: str
-    pod_key: str
+class _Planned:
+    """A pod key a pass queued, until its nudge ends (reporting only: what is written
+    is decided from the state when the key's turn comes)."""
+
     batch: _Batch
-    # Said failed (once): a later success no longer counts in the batch.
+    # The pod the pass found under the key: another one there later, not due, is a
+    # pod recreated under the same name (the skip reason).
+    uid: str
+    # Said failed (once): a later end no longer counts in the batch.
     failed: bool = False
 
 
-class Requeuer(LeaderActor):
+WRITE_LOG = WriteLog(
+    log,
+    subject="pod",
+    failing="cannot requeue pod",
+    exhausted="requeueing pod keeps failing",
+    suffix="; trying again with backoff",
+    retrying="requeue patch will be retried",
+    hints={403: ": grant the requeue ClusterRole (patch pods)"},
+    retry_level=logging.INFO,
+)
+
+
+class Requeuer(Controller[Key]):
     """Nudges the unscheduled pods naming a RuntimeClass that changed. See the module doc.
 
     Build it before the cluster watch starts (so it hears the RuntimeClasses' first
-    LIST) and run it with ``extender.leader.runner.LeaderRunner``.
+    LIST) and run it with ``extender.leader.runner.LeaderRunner``. ``election``: the
+    replicas elect a leader (``serve --leader-elect``), so each nudge also names its
+    class revision and is guarded by the pod's resourceVersion (see the module doc).
     """
 
     name = "requeuer"
@@ -155,34 +200,22 @@ class Requeuer(LeaderActor):
         pending: PendingPodInformer | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
-        gate: LeaderGate | None = None,
+        election: bool = False,
     ) -> None:
+        self.options: RequeueOptions = options or RequeueOptions()
+        super().__init__(self.options, clock=clock, sleep=sleep)
         self._api = api
-        # With leader election: patch only while this replica leads (see the module doc).
-        self.gate = gate
-        self.options = options = options or RequeueOptions()
+        self.election = election
         # The informer of pending pods the actors share (its own when built alone).
-        self.pod_informer = pending or PendingPodInformer(api, options=options.reflector)
+        self.pod_informer = pending or PendingPodInformer(api, options=self.options.reflector)
         self.pods = self.pod_informer.pods
-        self.planner = RequeuePlanner(options.scheduler_names)
+        self.planner = RequeuePlanner(self.options.scheduler_names)
         self.metrics: RequeueMetrics | None = None
-        self.writes: WriteQueue[_Item] = WriteQueue(
-            self,
-            WriteOptions(
-                rate=options.rate,
-                burst=options.burst,
-                max_attempts=options.max_attempts,
-                retry_initial=options.retry_initial,
-                retry_max=options.retry_max,
-            ),
-            clock=clock,
-            sleep=sleep,
-        )
-        self._changed = asyncio.Event()
         # The pods the requeuer nudges (ours, schedulable), for the gauge.
         self._ours = 0
-        # The nudge each pod's write carried, for the planner and the counters.
-        self._sending: dict[str, Nudge] = {}
+        # The pod keys this term's passes queued whose nudge has not ended yet, for the
+        # summary lines (reporting only; nothing sent is kept).
+        self._planned: dict[str, _Planned] = {}
         self._classes = state.runtime_classes
         self._classes.add_listener(self._class_changed)
         self.pods.add_listener(self._pod_changed)
@@ -195,61 +228,26 @@ class Requeuer(LeaderActor):
         for pod in self.pods.values():
             self._pod_changed(self.pods.kind, None, pod)
 
-    # ----- state --------------------------------------------------------------------
+    # ----- the actor ----------------------------------------------------------------
 
     @property
     def informers(self) -> Sequence[Informer[Any]]:
         return (self.pod_informer,)
 
-    def waiting(self) -> list[str]:
+    @property
+    def reads(self) -> Sequence[Store[Any]]:
         # The RuntimeClasses' first LIST is the planner's baseline.
-        classes = [] if self._classes.synced else [f"{self._classes.kind}: not listed yet"]
-        return [*classes, *super().waiting()]
+        return (self._classes, *super().reads)
 
     @property
     def queued(self) -> int:
-        """Nudges waiting for their turn or for a retry."""
-        return len(self.writes)
-
-    def _class_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:
-        current = new if new is not None else old
-        if current is None:
-            return
-        view = new if isinstance(new, RuntimeClassView) else None
-        # Store.replace sets synced after notifying: during the first LIST it is False.
-        initial = not self._classes.synced
-        if not initial:
-            self.planner.baseline_listed()  # before this change: the first LIST as it was
-        if (
-            self.planner.observe_class(current.name, scheduling_revision(view), initial=initial)
-            and self._leading
-        ):
-            self._changed.set()  # a follower plans nothing: its next term starts with a pass
-
-    def _pod_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:
-        if isinstance(old, PendingPod):
-            self._ours -= self.planner.ours(old)
-            if new is None or getattr(new, "uid", None) != old.uid:
-                # Bound (it left the spec.nodeName= watch), deleted, or replaced.
-                self.planner.forget_pod(old.uid)
-        if isinstance(new, PendingPod):
-            self._ours += self.planner.ours(new)
-            # Store.replace sets synced after notifying: the first LIST's pods are
-            # pending since before start.
-            self.planner.first_seen(new, initial=not self.pods.synced)
-            if new.requeued_for:
-                self.planner.seen_annotation(new)
-
-    @property
-    def _leading(self) -> bool:
-        return self.gate is None or self.gate.leading
+        """Nudges waiting for their turn or for a retry (the pass is not one)."""
+        return max(0, len(self.queue) - self.queue.has(PASS))
 
     @property
     def busy(self) -> bool:
         """True while a change is being coalesced or a nudge is queued or in flight."""
-        return self._changed.is_set() or self.writes.busy
-
-    # ----- the actor ----------------------------------------------------------------
+        return self.queue.busy
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         """Count nudges on ``registry`` (the app's, in ``serve``)."""
@@ -267,38 +265,72 @@ class Requeuer(LeaderActor):
         )
 
     async def lead(self) -> None:
-        """A pass at the start of the term and after each change; the patch worker."""
-        await self._classes.wait_synced()
-        await self.pods.wait_synced()
-        self.planner.baseline_listed()
-        self._changed.set()
         try:
-            await run_all(self.writes.run, self._plan_loop)
+            await super().lead()
         finally:
-            # The next term, here or elsewhere, recomputes what is owed from what is.
-            self._changed.clear()
-            self.writes.clear()
+            # The queue forgets its keys with the term; their summary lines go with them.
+            self._planned.clear()
 
-    async def drain(self) -> None:
-        """On shutdown: give the nudges already planned or queued up to
-        ``options.drain_timeout`` seconds to go out (a pod waiting on them would
-        otherwise wait for the scheduler's own periodic retry)."""
-        await wait_while(lambda: self.busy, self.options.drain_timeout)
+    def starting(self) -> None:
+        # Both stores are listed: the classes' baseline is what they hold now, unless a
+        # change fixed it already.
+        self.planner.baseline_listed()
 
-    # ----- planning -----------------------------------------------------------------
+    def term_keys(self) -> Iterable[Key]:
+        return (PASS,)
 
-    async def _plan_loop(self) -> None:
-        while True:
-            await self._changed.wait()
-            # Coalesce: every change until the window closes joins this pass.
-            await asyncio.sleep(self.options.window)
-            self._changed.clear()
-            self._enqueue(self.planner.plan(self.pods.values()))
+    # ----- listeners: what every replica observes -----------------------------------
 
-    def _enqueue(self, plan: Plan) -> None:
-        batches: dict[str, _Batch] = {change.class_name: _Batch(change, 0, 0) for change in plan.changes}
-        fresh = [nudge for nudge in plan.nudges if not self.writes.has(nudge.pod.uid)]
-        for nudge in fresh:
+    def _class_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:
+        current = new if new is not None else old
+        if current is None:
+            return
+        view = new if isinstance(new, RuntimeClassView) else None
+        # Store.replace sets synced after notifying: during the first LIST it is False.
+        initial = not self._classes.synced
+        if not initial:
+            self.planner.baseline_listed()  # before this change: the first LIST as it was
+        if self.planner.observe_class(current.name, scheduling_revision(view), initial=initial):
+            # Coalesce: every change until the window closes joins one pass. (Nothing
+            # while following: the next term starts with a pass.)
+            self.queue.add_after(PASS, self.options.window)
+
+    def _pod_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:
+        # What the planner knows of the pod. No key: an update of the pod is itself what
+        # moves it to the scheduler's active queue, and the passes find every pod due.
+        if isinstance(old, PendingPod):
+            self._ours -= self.planner.ours(old)
+            if new is None or getattr(new, "uid", None) != old.uid:
+                # Bound (it left the spec.nodeName= watch), deleted, or replaced.
+                self.planner.forget_pod(old.uid)
+        if isinstance(new, PendingPod):
+            self._ours += self.planner.ours(new)
+            # Store.replace sets synced after notifying: the first LIST's pods are
+            # pending since before start.
+            self.planner.first_seen(new, initial=not self.pods.synced)
+            if new.requeued_for:
+                self.planner.seen_annotation(new)
+
+    # ----- reconciling --------------------------------------------------------------
+
+    async def reconcile(self, key: Key, turn: Turn) -> Result:
+        if isinstance(key, Pass):
+            self._pass()
+            return Unchanged("planned")
+        result = await turn.write(partial(self._nudge, key))
+        if isinstance(result, Done) and result.write is not None:
+            nudge: Nudge = result.write.detail  # type: ignore[assignment]
+            self.planner.done(nudge)  # the pod was last tried against its revision
+        return result
+
+    def _pass(self) -> None:
+        """Queue every pod due a nudge; count each class change's pods for its line."""
+        plan = self.planner.plan(self.pods.values())
+        batches = {change.class_name: _Batch(change, 0, 0) for change in plan.changes}
+        for nudge in plan.nudges:
+            key = nudge.pod.name
+            if key in self._planned:
+                continue  # still queued from an earlier pass, and counted in its batch
             batch = batches.get(nudge.class_name)
             if batch is None:  # owed from before this term: a new leader's leftovers
                 current = nudge.revision
@@ -306,6 +338,7 @@ class Requeuer(LeaderActor):
                     ClassChange(nudge.class_name, current, current), 0, 0
                 )
             batch.total += 1
+            self._planned[key] = _Planned(batch, nudge.pod.uid)
         for nudge in plan.already_nudged:
             batches[nudge.class_name].already_nudged += 1
         if self.metrics is not None and plan.already_nudged:
@@ -313,42 +346,31 @@ class Requeuer(LeaderActor):
         for batch in batches.values():
             if batch.total == 0 and batch.change.kind != "resumed":
                 self._log_batch(batch)
-        for nudge in fresh:
-            pod = nudge.pod
-            self.writes.put(_Item(pod.uid, pod.name, batches[nudge.class_name]))
+        for nudge in plan.nudges:
+            self.queue.add(nudge.pod.name)
 
-    # ----- the writes (extender.leader.writes.WriteHandler) -------------------------
+    def _nudge(self, key: str) -> Write | Unchanged:
+        """The nudge the pod under ``key`` is due now (the ``detail``), or why none."""
+        pod: PendingPod | None = self.pods.get(key)
+        if pod is None:
+            return Unchanged("not_pending")  # bound or deleted
+        nudge = self.planner.due(pod)
+        if nudge is None:
+            planned = self._planned.get(key)
+            if planned is not None and planned.uid != pod.uid:
+                # Another pod under the name (the uid guard refused the old one's
+                # patch; this one is not due).
+                return Unchanged("recreated")
+            return Unchanged("already_nudged")  # by another replica, or changed back
+        # The class revision the nudge names (a nudge undone is due the same one again).
+        return Write(nudge.digest, partial(self._send, nudge), detail=nudge)
 
-    def key(self, item: _Item) -> str:
-        return item.uid
-
-    def due(self, item: _Item) -> str | None:
-        """None if the pod is still pending and due a nudge, else the skip reason."""
-        current = self.pods.get(item.pod_key)
-        if current is None:
-            return "not_pending"
-        if current.uid != item.uid:
-            return "recreated"
-        if self.planner.due(current) is None:
-            return "already_nudged"  # by another replica, or its class changed back
-        return None
-
-    def content(self, item: _Item) -> Hashable:
-        """The class revision the nudge names (a nudge undone is due the same one again)."""
-        pod = self.pods.get(item.pod_key)
-        nudge = self.planner.due(pod) if pod is not None and pod.uid == item.uid else None
-        return None if nudge is None else nudge.digest
-
-    async def send(self, item: _Item) -> Sent:
-        """One PATCH, for the nudge the pod is due now."""
-        pod = self.pods.get(item.pod_key)
-        nudge = self.planner.due(pod) if pod is not None and pod.uid == item.uid else None
-        if pod is None or nudge is None:
-            return Sent(HTTPStatus.OK, "not due")  # settled by due() on the next look
-        self._sending[item.uid] = nudge
+    async def _send(self, nudge: Nudge) -> Sent:
+        """One PATCH (module doc)."""
+        pod = nudge.pod
         # Only with leader election: without it the patch stays one annotation, and the
         # pod's resourceVersion (the informer's, now) is not a precondition.
-        revision = nudge.digest if self.gate is not None else None
+        revision = nudge.digest if self.election else None
         return await send(
             self._api,
             "PATCH",
@@ -359,58 +381,48 @@ class Requeuer(LeaderActor):
             timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
         )
 
-    def settle(self, item: _Item, outcome: str, *, reason: str = "", sent: Sent | None = None) -> None:
-        """Count one nudge's end: sent, skipped (reason) or failed (reason, once per
-        streak: it is tried again while due, and its later end is counted too)."""
-        if outcome == "failed":
-            self._failed(item, reason, sent)
+    # ----- reporting ----------------------------------------------------------------
+
+    def report(self, key: Key, report: Report) -> None:
+        """Count a nudge's end: sent, skipped (the reason) or failed (once per streak:
+        it is tried again while due, and its later end is counted too)."""
+        if isinstance(key, Pass):
+            return  # what a pass planned is counted as its nudges end
+        result, metrics = report.result, self.metrics
+        planned = self._planned.get(key)
+        if isinstance(result, Failed):
+            WRITE_LOG(key, report)
+            if metrics is not None:
+                metrics.retries.inc()
+                if report.failure:
+                    metrics.failed.labels(report.failure).inc()
+            if report.failure and planned is not None and not planned.failed:
+                planned.failed = True
+                planned.batch.failed += 1
+                self._log_batch_if_finished(planned.batch)
             return
-        nudge = self._sending.pop(item.uid, None)
-        if outcome == "sent" and nudge is None:
-            outcome = "already_nudged"  # nothing was due when its turn came: no PATCH
-        batch, metrics = item.batch, self.metrics
-        if outcome == "sent" and nudge is not None:
-            log.debug("requeued pod", extra={"pod": item.pod_key, "runtimeClass": nudge.class_name})
-            self.planner.done(nudge)
+        if isinstance(result, Retry):
+            return  # damped: the pod's turn comes again
+        self._planned.pop(key, None)
+        if isinstance(result, Done) and result.write is not None:
+            nudge: Nudge = result.write.detail  # type: ignore[assignment]
+            log.debug("requeued pod", extra={"pod": key, "runtimeClass": nudge.class_name})
             if metrics is not None:
                 metrics.sent.inc()
-            batch.sent += not item.failed
-        else:
-            batch.skipped += not item.failed
+            if planned is not None:
+                planned.batch.sent += not planned.failed
+        elif isinstance(result, Unchanged) and planned is not None:
+            # Only a planned nudge is skipped: a key reconciled again after its nudge
+            # ended (added while in flight) finds it done.
             if metrics is not None:
-                metrics.skipped.labels(outcome).inc()
+                metrics.skipped.labels(result.reason).inc()
+            planned.batch.skipped += not planned.failed
+        if planned is not None:
+            self._log_batch_if_finished(planned.batch)
+
+    def _log_batch_if_finished(self, batch: _Batch) -> None:
         if batch.finished:
             self._log_batch(batch)
-
-    def _failed(self, item: _Item, reason: str, sent: Sent | None) -> None:
-        status, message = (sent.status, sent.message) if sent is not None else (0, "")
-        hint = ": grant the requeue ClusterRole (patch pods)" if status == 403 else ""
-        what = (
-            "requeueing pod keeps failing" if reason == "retries_exhausted" else "cannot requeue pod" + hint
-        )
-        log.warning(
-            what + "; trying again with backoff",
-            extra={"pod": item.pod_key, "status": status, "error": message},
-        )
-        item.failed = True
-        item.batch.failed += 1
-        if self.metrics is not None:
-            self.metrics.failed.labels(reason).inc()
-        if item.batch.finished:
-            self._log_batch(item.batch)
-
-    def retrying(self, item: _Item, sent: Sent, delay: float) -> None:
-        if self.metrics is not None:
-            self.metrics.retries.inc()
-        log.info(
-            "requeue patch will be retried",
-            extra={
-                "pod": item.pod_key,
-                "status": sent.status,
-                "error": sent.message,
-                "retryIn": round(delay, 3),
-            },
-        )
 
     def _log_batch(self, batch: _Batch) -> None:
         change = batch.change

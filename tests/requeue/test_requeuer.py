@@ -342,10 +342,11 @@ async def test_a_recreated_pod_is_not_patched_by_the_old_ones_nudge(
 
 
 async def test_forbidden_is_counted_once_and_tried_again_once_allowed(
-    fake_apiserver: FakeApiServer, start: Start
+    fake_apiserver: FakeApiServer, start: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A refused nudge (403: the RBAC was missing for a while) is said once, then tried
     again with backoff, not dropped: the pod still needs it."""
+    caplog.set_level(logging.INFO, logger="extender.requeue")
     fake_apiserver.add(PODS, pending("waiting"))
     running = await start(fake_apiserver)
     fake_apiserver.fail_next(2, 403, verbs={"patch"}, resource=PODS, message='pods "waiting" is forbidden')
@@ -356,6 +357,36 @@ async def test_forbidden_is_counted_once_and_tried_again_once_allowed(
     assert running.metric("nudges_failed_total", reason="forbidden") == 1
     assert patches(fake_apiserver, "waiting") == 3
     assert running.metric("patch_retries_total") == 2
+    # One warning, with the hint docs/troubleshooting.md quotes; each retry at INFO.
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "extender.requeue"]
+    assert [r.getMessage() for r in warnings] == [
+        "cannot requeue pod: grant the requeue ClusterRole (patch pods); trying again with backoff"
+    ]
+    assert (warnings[0].__dict__["pod"], warnings[0].__dict__["status"]) == ("default/waiting", 403)
+    assert "cannot requeue pod: grant the requeue ClusterRole (patch pods)" in page("troubleshooting.md")
+    retries = [r for r in caplog.records if r.getMessage() == "requeue patch will be retried"]
+    assert len(retries) == 2 and all(r.levelno == logging.INFO for r in retries)
+
+
+async def test_a_nudge_that_keeps_failing_is_said_once_and_still_sent(
+    fake_apiserver: FakeApiServer, start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retryable failures (5xx) are said once, after max_attempts in a row, and the pod
+    is still nudged once they end; its class change's line counts it as failed."""
+    caplog.set_level(logging.INFO, logger="extender.requeue")
+    fake_apiserver.add(PODS, pending("waiting"))
+    running = await start(fake_apiserver, replace(FAST, max_attempts=2))
+    fake_apiserver.fail_next(3, 503, verbs={"patch"}, resource=PODS)
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor"))
+    await eventually(lambda: running.metric("nudges_sent_total") == 1, what="nudged in the end")
+    await running.settled("gvisor")
+    assert patches(fake_apiserver, "waiting") == 4
+    assert running.metric("nudges_failed_total", reason="retries_exhausted") == 1
+    assert running.metric("patch_retries_total") == 3
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == ["requeueing pod keeps failing; trying again with backoff"]
+    (summary,) = [r for r in caplog.records if r.getMessage().startswith("RuntimeClass added")]
+    assert (summary.__dict__["requeued"], summary.__dict__["failed"]) == (0, 1)
 
 
 # --- the rate limit -----------------------------------------------------------------
