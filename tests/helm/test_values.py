@@ -254,3 +254,17 @@ def test_notes_follow_the_parts() -> None:
     alongside = _notes({"mode": "alongside-admission", "podAdmission.mode": "none"})
     assert "--disable-admission-plugins" not in alongside
     assert "kubectl get validatingwebhookconfiguration runtimeclass-extender \\" in _commands(alongside)
+
+
+def test_notes_say_how_to_check_that_the_pod_admission_policies_run() -> None:
+    """A served policy is not a running one (a 1.36 server with the feature gate off):
+    where the chart installs the policies, the notes give the check that proves them;
+    with the webhook alone they do not."""
+    policy = _notes({"podAdmission.mode": "policy"})
+    assert "runtimeclass-extender check-pod-admission --namespace default" in policy
+    assert "Parts: the RuntimeClass webhook, the pod admission policies," in policy
+    webhook = _notes({"podAdmission.mode": "webhook"})
+    assert "check-pod-admission" not in webhook
+    assert "Parts: the RuntimeClass webhook, the pod webhook," in webhook
+    large = _notes({"podAdmission.mode": "policy", "labelNodes.enabled": "true"})
+    assert "the pod webhook (RuntimeClass names over 63 characters)" in large
