@@ -8,6 +8,13 @@ value a pod can choose. Reasons map onto a fixed label set (``policies.verdict.r
 RuntimeClass label is either a class that existed in the cluster when the call was
 decided, ``none`` (pod without a class) or ``unknown`` (pod naming a missing class).
 
+Every series a dashboard panel or an alert reads exists from the start, at 0, for every
+label value known then (Prometheus' instrumentation guide, "Avoid missing metrics"): the
+outcomes here, and through ``RuntimeClassSeries`` the counters labelled by RuntimeClass,
+for ``none``, ``unknown`` and each class in the cache (each with every reason, for the
+rejected nodes). Those follow the cache: a class's series appear with it, and are
+removed once it has been gone for ``RETIRED_CLASS_SECONDS``.
+
 Here: the request-path metrics of ``/filter`` (``FilterMetrics``, one middleware around
 the handler; a few dict operations per call plus one pass over the rejected nodes'
 reasons), counters read from other components' stats records (``StatsCollector``), and
@@ -35,7 +42,7 @@ from extender.cluster.metrics import ClusterCollector, SourceStatsProvider
 from extender.cluster.state import ClusterState
 from extender.filtering import ERROR_NOT_SYNCED, Decision
 from policies.registry import Policy
-from policies.verdict import RUNTIME_REASON_LABELS, reason_label
+from policies.verdict import REASON_LABELS, RUNTIME_REASON_LABELS, reason_label
 
 # 100 µs (an in-process decision for a small cluster) to 10 s (past kube-scheduler's
 # default 5 s httpTimeout: anything there is an outage, not latency).
@@ -80,6 +87,13 @@ OUTCOMES = (OUTCOME_OK, OUTCOME_NOT_SYNCED, OUTCOME_ERROR, *OUTCOME_BY_STATUS.va
 
 RUNTIME_CLASS_NONE = "none"
 RUNTIME_CLASS_UNKNOWN = "unknown"
+# How long the series of a RuntimeClass that left the cache are still exported: by then
+# no filter call can be counted under its name (a call is decided against the cache, and
+# a pod naming a deleted class counts as unknown) and any Prometheus that scrapes at
+# least every few minutes has read their last values. A class back within that time
+# keeps its series as they were; one back later starts them again from 0, which rate()
+# and increase() read as a counter reset (what it is).
+RETIRED_CLASS_SECONDS = 600.0
 
 
 def runtime_class_label(decision: Decision) -> str:
@@ -114,10 +128,107 @@ def is_replay(request: web.Request) -> bool:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class FilterMetrics:
-    """Request-path metrics of ``POST /filter``."""
+class RuntimeClassSeries(Collector):
+    """The ``/filter`` counters labelled ``runtime_class``, exported with a series for
+    every label value known: ``none``, ``unknown`` and each RuntimeClass in the cache (for
+    ``nodes_rejected``, each of those with every reason of ``REASON_LABELS``), at 0 until
+    counted, so ``rate()``, ``increase()`` and the panels reading them have a series from
+    the start, and an alert's ``increase()`` sees the first count as one.
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    The series follow the cache, checked on each collection (a scrape): a class's series
+    are added when a collection finds it there, and removed at the first collection
+    ``retention`` seconds (``RETIRED_CLASS_SECONDS``) after one first found it gone. A
+    series counted under a class no collection saw in the cache (a call decided just
+    before the class was deleted) is retired the same way. The counters are registered with no registry of their own: this
+    collector exports them, so nothing can collect them without the check first.
+    """
+
+    def __init__(
+        self,
+        classes: Callable[[], Iterable[str]],
+        *,
+        retention: float = RETIRED_CLASS_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._classes = classes
+        self._retention = retention
+        self._clock = clock
+        # Each counter with the values of its other label (None: it has none).
+        self._families: list[tuple[Counter, tuple[str | None, ...]]] = []
+        # (counter, runtime_class, reason) -> its child: the hot path asks for the same
+        # few on every call (labels() validates, locks and builds a tuple, about 2 µs).
+        self._children: dict[tuple[int, str, str | None], Counter] = {}
+        self._initialised: set[str] = set()
+        # Values of runtime_class that have series but are no class in the cache, with
+        # when a collection first found them gone.
+        self._gone: dict[str, float] = {}
+
+    def counter(self, name: str, documentation: str, *, reasons: bool = False) -> Counter:
+        """A counter labelled ``runtime_class`` (and ``reason`` with ``reasons``)."""
+        labels = ["reason", "runtime_class"] if reasons else ["runtime_class"]
+        family = Counter(name, documentation, labels, registry=None)
+        self._families.append((family, REASON_LABELS if reasons else (None,)))
+        return family
+
+    def child(self, family: Counter, runtime_class: str, reason: str | None = None) -> Counter:
+        """The series of ``family`` for ``runtime_class`` (and ``reason``)."""
+        key = (id(family), runtime_class, reason)
+        child = self._children.get(key)
+        if child is None:
+            labels = (reason, runtime_class) if reason is not None else (runtime_class,)
+            child = self._children[key] = family.labels(*labels)
+        return child
+
+    def follow(self) -> None:
+        """Add the series of the classes now in the cache; remove those of classes gone
+        for ``retention`` seconds."""
+        now = self._clock()
+        known = {*self._classes(), RUNTIME_CLASS_NONE, RUNTIME_CLASS_UNKNOWN}
+        for runtime_class in known - self._initialised:
+            for family, reasons in self._families:
+                for reason in reasons:
+                    self.child(family, runtime_class, reason)
+            self._initialised.add(runtime_class)
+        for runtime_class in self._gone.keys() & known:
+            del self._gone[runtime_class]
+        exported = {runtime_class for _, runtime_class, _ in self._children}
+        for runtime_class in exported - known:
+            since = self._gone.setdefault(runtime_class, now)
+            if now - since >= self._retention:
+                self._remove(runtime_class)
+
+    def _remove(self, runtime_class: str) -> None:
+        families = {id(family): family for family, _ in self._families}
+        for key in [key for key in self._children if key[1] == runtime_class]:
+            family_id, _, reason = key
+            labels = (reason, runtime_class) if reason is not None else (runtime_class,)
+            families[family_id].remove(*labels)
+            del self._children[key]
+        self._initialised.discard(runtime_class)
+        self._gone.pop(runtime_class, None)
+
+    def describe(self) -> Iterator[Metric]:
+        for family, _ in self._families:
+            yield from family.describe()
+
+    def collect(self) -> Iterator[Metric]:
+        self.follow()
+        for family, _ in self._families:
+            yield from family.collect()
+
+
+class FilterMetrics:
+    """Request-path metrics of ``POST /filter``. ``classes``: the names of the
+    RuntimeClasses in the cache, which the counters labelled by class follow."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        classes: Callable[[], Iterable[str]] = tuple,
+        *,
+        retention: float = RETIRED_CLASS_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.duration = Histogram(
             METRIC_PREFIX + "filter_duration_seconds",
             "Time to answer POST /filter, from the handler's start to the response being ready.",
@@ -132,36 +243,33 @@ class FilterMetrics:
             ["outcome"],
             registry=registry,
         )
-        self.nodes_rejected = Counter(
+        # By RuntimeClass: a series for none, unknown and every class in the cache, from
+        # the start (RuntimeClassSeries).
+        self.classes = RuntimeClassSeries(classes, retention=retention, clock=clock)
+        self.nodes_rejected = self.classes.counter(
             METRIC_PREFIX + "nodes_rejected",
             "Nodes the extender rejected, by reason (a fixed set) and by the pod's RuntimeClass "
             "(none: no class; unknown: the pod names a class that does not exist).",
-            ["reason", "runtime_class"],
-            registry=registry,
+            reasons=True,
         )
-        self.by_runtime_class = Counter(
+        self.by_runtime_class = self.classes.counter(
             METRIC_PREFIX + "filter_requests_by_runtimeclass",
             "POST /filter requests answered with a decision, by the pod's RuntimeClass (none: no "
             "class; unknown: the pod names a class that does not exist).",
-            ["runtime_class"],
-            registry=registry,
         )
-        self.runtime_rejections = Counter(
+        self.runtime_rejections = self.classes.counter(
             METRIC_PREFIX + "runtime_rejections",
             "Filter answers that left the pod no node, at least one of them rejected because it "
             "cannot run the pod's RuntimeClass (selector mismatch, missing or invalid class, "
             "unsupported handler), by RuntimeClass.",
-            ["runtime_class"],
-            registry=registry,
         )
-        self.fitting_nodes_not_offered = Counter(
+        self.fitting_nodes_not_offered = self.classes.counter(
             METRIC_PREFIX + "filter_fitting_nodes_not_offered",
             "Filter calls where no offered node fit the pod's RuntimeClass while the cache held "
             "fitting nodes kube-scheduler did not offer (its node sampling hid them: set "
             "percentageOfNodesToScore: 100 on the profile), by RuntimeClass.",
-            ["runtime_class"],
-            registry=registry,
         )
+        registry.register(self.classes)
         # `replay --url` sends captured requests again, marked with REPLAY_HEADER: they are
         # counted here and in no other filter metric, so a replay run does not show up as
         # kube-scheduler's traffic (rates, rejections, latency) on the dashboards.
@@ -206,9 +314,9 @@ class FilterMetrics:
             return
         runtime_class = runtime_class_label(decision)
         self._child(self.requests, self._outcome_of(decision, runtime_class)).inc()
-        self._child(self.by_runtime_class, runtime_class).inc()
+        self.classes.child(self.by_runtime_class, runtime_class).inc()
         if decision.hidden is not None:
-            self.fitting_nodes_not_offered.labels(runtime_class).inc()
+            self.classes.child(self.fitting_nodes_not_offered, runtime_class).inc()
 
     def _outcome_of(self, decision: Decision, runtime_class: str) -> str:
         result = decision.result
@@ -227,9 +335,9 @@ class FilterMetrics:
         for reason, count in rejected.items():
             labels[reason_label(reason)] += count
         for label, count in labels.items():
-            self.nodes_rejected.labels(label, runtime_class).inc(count)
+            self.classes.child(self.nodes_rejected, runtime_class, label).inc(count)
         if _passing_count(decision) == 0 and not RUNTIME_REASON_LABELS.isdisjoint(labels):
-            self.runtime_rejections.labels(runtime_class).inc()
+            self.classes.child(self.runtime_rejections, runtime_class).inc()
         return OUTCOME_OK
 
 
@@ -299,7 +407,7 @@ class Metrics:
         self, state: ClusterState, policy: Policy, sources: SourceStatsProvider | None = None
     ) -> None:
         self.registry = CollectorRegistry()
-        self.filter = FilterMetrics(self.registry)
+        self.filter = FilterMetrics(self.registry, state.runtime_classes.keys)
         self.cluster = ClusterCollector(state, policy, sources)
         self.registry.register(self.cluster)
 

@@ -4,11 +4,19 @@ the setup's values renders the objects ``kubectl kustomize`` renders for its ove
 another, equal field for field (tests/support/helm.py says what is normalised, and
 why). The payloads the chart reads from files/ are byte copies of deploy/'s.
 
+One object differs on purpose: with monitoring, the dashboard's ConfigMap holds the
+monitoring component's whole dashboard, and the chart's the dashboard of the features
+the release turns on. There the chart's must be exactly the generator's dashboard of
+those features (read from what the rendering installs), and with the component's in
+its place the rest compares field for field (tests/support/monitoring.py,
+``with_the_whole_dashboard``).
+
 docs/development.md says how the two are kept equal.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import textwrap
@@ -19,8 +27,16 @@ import pytest
 import yaml
 
 from tests.support.docs import fenced_blocks
-from tests.support.helm import CHART, NAMESPACE, SERVER_1_36, differences, template
+from tests.support.helm import CHART, NAMESPACE, SERVER_1_36, differences, run_helm, template
 from tests.support.manifests import DEPLOY, one, render, render_own, render_webhook_way
+from tests.support.monitoring import (
+    DASHBOARD_CONFIGMAP,
+    DASHBOARD_KEY,
+    generator,
+    installed_dashboard,
+    setup_features,
+    with_the_whole_dashboard,
+)
 from tests.support.paths import DOCS
 
 OTHER = "other"
@@ -225,6 +241,8 @@ CASES = SHIPPED + IN_ANOTHER_NAMESPACE + WITH_COMPONENTS + POD_ADMISSION
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
 def test_the_chart_renders_what_the_overlay_renders(case: Case) -> None:
     chart, overlay = case.chart(), case.kustomize()
+    if MONITORING in case.components:
+        chart = tuple(with_the_whole_dashboard(chart))
     assert differences(chart, overlay, flag_order=case.flag_order) == []
     # Not equal by being empty: the base alone has 15 objects, every setup more.
     assert len(chart) == len(overlay) > 20
@@ -296,7 +314,101 @@ def test_the_chart_renders_the_metrics_pages_overlay_of_ones_own() -> None:
     kube-prometheus-stack release) is monitoring.labels."""
     overlay = render_own(_documented_overlay("metrics.md", "components/monitoring"))
     chart = template({"monitoring.enabled": "true", "monitoring.labels.release": "kube-prometheus-stack"})
-    assert differences(chart, overlay) == []
+    assert differences(with_the_whole_dashboard(chart), overlay) == []
+
+
+# --- the dashboard: the panels of what the release turns on -----------------------------
+
+
+def test_the_dashboard_is_the_one_object_monitoring_renders_otherwise() -> None:
+    """Compared as they are, the chart and the component differ in the dashboard's JSON
+    and nowhere else; with the whole dashboard in the chart's place, not at all."""
+    chart = template({"monitoring.enabled": "true"})
+    overlay = render("overlays/predicate-mode", MONITORING)
+    found = differences(chart, overlay)
+    where = f"('ConfigMap', '{NAMESPACE}', '{DASHBOARD_CONFIGMAP}').data.{DASHBOARD_KEY}"
+    assert [line.split(": chart ")[0] for line in found] == [where]
+    assert differences(with_the_whole_dashboard(chart), overlay) == []
+
+
+SETUP_FILES = sorted(SETUP_VALUES.glob("*-values.yaml"))
+
+
+@pytest.mark.parametrize("values", SETUP_FILES, ids=lambda path: path.name)
+def test_each_setups_dashboard_shows_the_panels_of_what_it_turns_on(values: Path) -> None:
+    """Each ci setup with monitoring, rendered for a 1.36 API server: the generator's
+    dashboard of the features the rendering turns on, never the capture panels (the chart
+    has no capture setting), and every row it shows has a panel."""
+    docs = template({"monitoring.enabled": "true"}, files=[values])
+    features = setup_features(docs)
+    assert "capture" not in features
+    board = installed_dashboard(docs)
+    assert board == json.loads(generator().render(features))
+    titles = [panel["title"] for panel in board["panels"]]
+    assert "Captures" not in titles
+    rows = [index for index, panel in enumerate(board["panels"]) if panel["type"] == "row"]
+    assert all(later - row > 1 for row, later in zip(rows, [*rows[1:], len(titles)], strict=True))
+
+
+def test_the_setups_dashboards_differ_by_their_features() -> None:
+    """What each turns on, as docs/metrics.md's table of features says: the rows of the
+    leader's work only where it acts, the pod webhook's panel (and its latency line) only
+    with the pod webhook, the certificates only when self-managed."""
+
+    def shown(values: dict[str, str], *files: str) -> set[str]:
+        """The rows and panels, and the lines of the review latency panel."""
+        board = installed_dashboard(
+            template({"monitoring.enabled": "true", **values}, files=[SETUP_VALUES / f for f in files])
+        )
+        titles = {panel["title"] for panel in board["panels"]}
+        (latency,) = [panel for panel in board["panels"] if panel["title"] == "Review latency p99"]
+        return titles | {f"latency: {target['legendFormat']}" for target in latency["targets"]}
+
+    predicate = shown({}, "predicate-mode-values.yaml")
+    large = shown({}, "large-cluster-values.yaml")
+    minimal = shown({}, "minimal-values.yaml")
+    opt_in = shown({}, "opt-in-values.yaml")
+    assert large - predicate == {
+        "Node labels (label-nodes)",
+        "Node labels added and removed",
+        "Node label writes pending and failing",
+        "RuntimeClass events on pending pods",
+        "Pod reviews",
+        "latency: pod {{pod}}",
+    }
+    assert predicate - large == set()
+    assert "latency: RuntimeClass {{pod}}" in minimal
+    assert "Running pods (audit)" in opt_in and "Running pods (audit)" not in predicate
+    # cert-manager's certificates: no self-managed certificate panels.
+    assert "Webhook certificates" in predicate and "Webhook certificates" not in opt_in
+    assert not {"Leader election", "Pending pods and requeue", "Webhook certificates"} & minimal
+    assert {"Filter calls", "Rejections", "Cluster watch", "Admission webhooks", "Replay"} <= minimal
+    # Alongside admission: requeueing is off unless asked for.
+    assert "Pending pods and requeue" not in shown({}, "alongside-admission-values.yaml")
+    requeueing = shown({"requeuePendingPods.enabled": "true"}, "alongside-admission-values.yaml")
+    assert "Pending pods and requeue" in requeueing
+    # podAdmission decides the pod webhook: policy alone has none, webhook and both have it.
+    assert "Pod reviews" not in predicate
+    assert "Pod reviews" in shown({"podAdmission.mode": "webhook"})
+    assert "Pod reviews" in shown({"podAdmission.mode": "both"})
+
+
+def test_a_feature_the_chart_does_not_know_fails_the_render(tmp_path: Path) -> None:
+    """A feature the generator gains must be given its value in the chart
+    (_helpers.tpl, "runtimeclass-extender.dashboardFeatures") before a release renders."""
+    chart = _chart_copy(tmp_path)
+    features_file = chart / "files" / "components" / "monitoring" / "dashboard-features.json"
+    features = json.loads(features_file.read_text(encoding="utf-8"))
+    features["features"] = sorted([*features["features"], "sharding"])
+    features_file.write_text(json.dumps(features), encoding="utf-8")
+    result = run_helm(
+        "template", "r", str(chart), "--namespace", NAMESPACE, "--set", "monitoring.enabled=true"
+    )
+    assert result.returncode != 0
+    assert (
+        "the dashboard's features are always,audit,capture,labelNodes,leaderElection,podWebhook,requeue,"
+        in result.stderr
+    )
 
 
 # --- where the chart differs on purpose ---------------------------------------------------
@@ -367,6 +479,7 @@ def test_files_holds_the_payloads_the_templates_read() -> None:
         "overlays/large-cluster/scheduler-config.yaml",
         "overlays/tls/scheduler-config.yaml",
         "components/monitoring/dashboard.json",
+        "components/monitoring/dashboard-features.json",
         "components/monitoring/prometheusrule.yaml",
         "components/pod-admission-policy/routing.yaml",
         "components/pod-admission-policy/overhead.yaml",

@@ -23,7 +23,7 @@ from extender.cluster.node_lookup import LookupStats
 from extender.cluster.state import ClusterState
 from extender.http.app import create_app
 from extender.http.keys import METRICS
-from extender.http.metrics import NODE_LOOKUP_COUNTERS
+from extender.http.metrics import NODE_LOOKUP_COUNTERS, RETIRED_CLASS_SECONDS, FilterMetrics
 from extender.http.serve import attach_capture
 from extender.kube.health import SourceStats
 from extender.labeller.events import ClassEvents
@@ -125,6 +125,130 @@ async def test_filter_call_counts_outcome_duration_and_rejections(aiohttp_client
     # Every outcome series exists from the start, at zero.
     for outcome in ("not_synced", "bad_request", "too_large", "unsupported_media_type", "error"):
         assert ("runtimeclass_extender_filter_requests_total", (("outcome", outcome),)) in samples
+
+
+# The counters labelled by RuntimeClass, each (name, labels besides runtime_class).
+BY_CLASS = [
+    *(("runtimeclass_extender_nodes_rejected_total", {"reason": reason}) for reason in REASON_LABELS),
+    ("runtimeclass_extender_filter_requests_by_runtimeclass_total", {}),
+    ("runtimeclass_extender_runtime_rejections_total", {}),
+    ("runtimeclass_extender_filter_fitting_nodes_not_offered_total", {}),
+]
+
+
+def _class_series(samples: Samples) -> dict[str, set[tuple[str, tuple[tuple[str, str], ...]]]]:
+    """The series of the counters labelled by RuntimeClass, by runtime_class."""
+    found: dict[str, set[tuple[str, tuple[tuple[str, str], ...]]]] = {}
+    names = {name for name, _ in BY_CLASS}
+    for (name, labels), _ in samples.items():
+        if name in names:
+            found.setdefault(dict(labels)["runtime_class"], set()).add((name, labels))
+    return found
+
+
+async def test_every_class_has_its_series_at_zero_before_any_call(aiohttp_client: Any) -> None:
+    """The panels and alerts reading these counters have a series from the start: for
+    none, unknown and each RuntimeClass in the cache, every reason for the rejected
+    nodes, all at 0 (Prometheus' "Avoid missing metrics")."""
+    state = load_cluster_file(EXAMPLE_CLUSTER)
+    client = await aiohttp_client(_app(state))
+    _, samples = await _scrape(client)
+    classes = {*state.runtime_classes.keys(), "none", "unknown"}
+    assert len(classes) > 4
+    for runtime_class in classes:
+        for name, labels in BY_CLASS:
+            key = (name, tuple(sorted({**labels, "runtime_class": runtime_class}.items())))
+            assert samples.get(key) == 0, key
+    assert set(_class_series(samples)) == classes
+    assert len([key for key in samples if key[0] == BY_CLASS[0][0]]) == len(classes) * len(REASON_LABELS)
+
+
+def _filter_metrics(classes: set[str], now: list[float]) -> tuple[FilterMetrics, CollectorRegistry]:
+    registry = CollectorRegistry()
+    return FilterMetrics(registry, lambda: classes, clock=lambda: now[0]), registry
+
+
+def _collected(registry: CollectorRegistry) -> Samples:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in registry.collect()
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+
+
+def test_the_class_series_follow_the_cache() -> None:
+    """A class's series appear with it; a class gone keeps its counts for
+    RETIRED_CLASS_SECONDS (its last values are scraped, a class back in time continues),
+    then its series are removed; back after that, they start again from 0 (a reset, as
+    rate() and increase() read it)."""
+    classes, now = {"gvisor"}, [1000.0]
+    metrics, registry = _filter_metrics(classes, now)
+    assert set(_class_series(_collected(registry))) == {"gvisor", "none", "unknown"}
+
+    classes.add("kata")
+    assert "kata" in _class_series(_collected(registry))
+    metrics.classes.child(metrics.nodes_rejected, "kata", "runtimeclass_mismatch").inc(3)
+    metrics.classes.child(metrics.runtime_rejections, "kata").inc()
+
+    # Gone: still exported, with its counts, until the retention has passed.
+    classes.discard("kata")
+    rejected = (
+        "runtimeclass_extender_nodes_rejected_total",
+        (("reason", "runtimeclass_mismatch"), ("runtime_class", "kata")),
+    )
+    assert _collected(registry)[rejected] == 3
+    now[0] += RETIRED_CLASS_SECONDS - 1
+    assert _collected(registry)[rejected] == 3
+    # Back within it: the same series, counts kept, and no longer counted as gone.
+    classes.add("kata")
+    assert _collected(registry)[rejected] == 3
+    classes.discard("kata")
+    now[0] += RETIRED_CLASS_SECONDS - 1
+    assert _collected(registry)[rejected] == 3
+    now[0] += 1
+    assert _collected(registry)[rejected] == 3
+    now[0] += RETIRED_CLASS_SECONDS
+    assert "kata" not in _class_series(_collected(registry))
+    # Removed for good: a count now lands in a new series, exported (and retired) too.
+    classes.add("kata")
+    assert _collected(registry)[rejected] == 0
+    classes.discard("kata")
+    metrics.classes.child(metrics.nodes_rejected, "kata", "runtimeclass_mismatch").inc()
+    assert _collected(registry)[rejected] == 1
+    now[0] += RETIRED_CLASS_SECONDS
+    assert "kata" not in _class_series(_collected(registry))
+    # none and unknown are never retired, whatever the cache holds. (The time counts
+    # from the first collection that finds a class gone.)
+    classes.clear()
+    assert "gvisor" in _class_series(_collected(registry))
+    now[0] += RETIRED_CLASS_SECONDS
+    assert set(_class_series(_collected(registry))) == {"none", "unknown"}
+
+
+def test_a_class_counted_but_never_in_the_cache_is_retired_too() -> None:
+    """A call decided just before its class left the cache, before any scrape saw it."""
+    classes, now = set[str](), [0.0]
+    metrics, registry = _filter_metrics(classes, now)
+    metrics.classes.child(metrics.by_runtime_class, "short-lived").inc()
+    series = (
+        "runtimeclass_extender_filter_requests_by_runtimeclass_total",
+        (("runtime_class", "short-lived"),),
+    )
+    assert _collected(registry)[series] == 1
+    now[0] += RETIRED_CLASS_SECONDS
+    assert series not in _collected(registry)
+
+
+async def test_a_new_class_has_its_series_at_the_next_scrape(aiohttp_client: Any) -> None:
+    state = load_cluster_file(EXAMPLE_CLUSTER)
+    client = await aiohttp_client(_app(state))
+    state.runtime_classes.upsert(RuntimeClassView("wasm", "spin", node_selector={"wasm": "true"}))
+    _, samples = await _scrape(client)
+    assert (
+        _value(samples, "runtimeclass_extender_runtime_rejections_total", runtime_class="wasm") == 0
+        and ("runtimeclass_extender_runtime_rejections_total", (("runtime_class", "wasm"),)) in samples
+    )
 
 
 async def test_pod_input_cannot_create_label_values(aiohttp_client: Any) -> None:

@@ -1,8 +1,9 @@
 """The monitoring component as the tests read it (deploy/components/monitoring): the
 PrometheusRule and the rule file its ``spec`` is, the dashboard and its queries, the
-dashboard's generator, and the Prometheus tools that check them.
+dashboard's generator, and the Prometheus tools that check them; and the dashboard a
+rendering installs (the chart's, of the features the rendering turns on).
 
-Shared by tests/monitoring/ and tests/http/test_metrics.py.
+Shared by tests/monitoring/, tests/helm/ and tests/http/test_metrics.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,7 +27,11 @@ from tests.support.paths import MONITORING
 
 PROMETHEUS_RULE = MONITORING / "prometheusrule.yaml"
 DASHBOARD = MONITORING / "dashboard.json"
+PANEL_FEATURES = MONITORING / "dashboard-features.json"
 GENERATOR = MONITORING / "generate_dashboard.py"
+# The ConfigMap Grafana's sidecar reads the dashboard from, and its one key.
+DASHBOARD_CONFIGMAP = "runtimeclass-extender-dashboard"
+DASHBOARD_KEY = "runtimeclass-extender.json"
 # Every metric the extender exports carries this prefix (extender.METRIC_PREFIX).
 METRIC = re.compile(r"\bruntimeclass_extender_\w+")
 # The one series an expression may read that the extender does not export: Prometheus'
@@ -124,3 +130,90 @@ def family(series: str) -> str:
     """The metric a series name belongs to, as the docs table names it (a histogram's
     ``_bucket``, ``_sum`` and ``_count`` are its own name)."""
     return re.sub(r"_(bucket|sum|count)$", "", series)
+
+
+# --- the dashboard a rendering installs -------------------------------------------------
+
+Manifest = dict[str, Any]
+
+
+def extender_args(docs: Iterable[Manifest]) -> list[str]:
+    """The extender container's args in a rendering (its one Deployment)."""
+    (deployment,) = [doc for doc in docs if doc["kind"] == "Deployment"]
+    (container,) = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"
+    ]
+    args: list[str] = container["args"]
+    return args
+
+
+def setup_features(docs: Iterable[Manifest]) -> frozenset[str]:
+    """The dashboard features (generate_dashboard.py's FEATURES) a rendering turns on,
+    read from what it installs, not from the values that chose it: the extender's flags,
+    and a MutatingWebhookConfiguration for the pod webhook."""
+    docs = list(docs)
+    args = extender_args(docs)
+    flags = {arg.split("=", 1)[0] for arg in args}
+    features = {"always"}
+    features |= {
+        feature
+        for flag, feature in (
+            ("--requeue-pending-pods", "requeue"),
+            ("--label-nodes", "labelNodes"),
+            ("--audit-running-pods", "audit"),
+            ("--leader-elect", "leaderElection"),
+            ("--capture-dir", "capture"),
+        )
+        if flag in flags
+    }
+    if any(doc["kind"] == "MutatingWebhookConfiguration" for doc in docs):
+        features.add("podWebhook")
+    if "--webhook-certificate-secret" in flags and "--admission-tls-cert-file" not in flags:
+        features.add("selfManagedCertificates")
+    assert features <= set(generator().FEATURES), features - set(generator().FEATURES)
+    return frozenset(features)
+
+
+def installed_dashboard(docs: Iterable[Manifest]) -> dict[str, Any]:
+    """The dashboard a rendering's ConfigMap holds, parsed."""
+    (config_map,) = [
+        doc for doc in docs if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == DASHBOARD_CONFIGMAP
+    ]
+    assert set(config_map["data"]) == {DASHBOARD_KEY}
+    board: dict[str, Any] = json.loads(config_map["data"][DASHBOARD_KEY])
+    return board
+
+
+def dashboard_difference(board: dict[str, Any], features: Iterable[str]) -> list[str]:
+    """How ``board`` differs from the generator's dashboard of ``features``: the panels
+    (id, title, queries) only in one, then any other difference; empty when equal."""
+    expected: dict[str, Any] = json.loads(generator().render(features))
+    if board == expected:
+        return []
+
+    def shown(panels: dict[str, Any]) -> set[str]:
+        return {
+            f"{p['id']} {p['title']}: " + ", ".join(t["refId"] for t in p.get("targets", []))
+            for p in panels["panels"]
+        }
+
+    found = [f"only in the chart's: {line}" for line in sorted(shown(board) - shown(expected))]
+    found += [f"only in the generator's: {line}" for line in sorted(shown(expected) - shown(board))]
+    return found or [
+        f"same panels, other fields: {sorted(k for k in board.keys() | expected.keys() if board.get(k) != expected.get(k))}"
+    ]
+
+
+def with_the_whole_dashboard(chart: Iterable[Manifest]) -> list[Manifest]:
+    """A chart rendering with monitoring, compared with an overlay with the monitoring
+    component: the one thing that differs on purpose is the dashboard, the chart's of
+    the features the rendering turns on, the component's whole. This checks the first
+    (it must be exactly the generator's dashboard of those features) and returns the
+    rendering with the component's whole dashboard (the committed dashboard.json, as its
+    configMapGenerator reads it) in its place, so the rest compares field for field."""
+    docs = [dict(doc) for doc in chart]
+    assert dashboard_difference(installed_dashboard(docs), setup_features(docs)) == []
+    for index, doc in enumerate(docs):
+        if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == DASHBOARD_CONFIGMAP:
+            docs[index] = {**doc, "data": {DASHBOARD_KEY: DASHBOARD.read_text(encoding="utf-8")}}
+    return docs

@@ -1,13 +1,24 @@
 """The Grafana dashboard of the monitoring component, built with grafana-foundation-sdk.
 
-    .venv/bin/python deploy/components/monitoring/generate_dashboard.py           # rewrites dashboard.json
-    .venv/bin/python deploy/components/monitoring/generate_dashboard.py --check   # exit 1 if it is stale
+    .venv/bin/python deploy/components/monitoring/generate_dashboard.py           # rewrites both files
+    .venv/bin/python deploy/components/monitoring/generate_dashboard.py --check   # exit 1 if one is stale
 
-dashboard.json is committed: kustomize's configMapGenerator reads it as it is, so
-installing needs no build step. tests/monitoring/test_dashboard.py checks that it is
-what this script writes, that every metric a query names is in docs/metrics.md's table,
-and that docs/metrics.md describes every panel; tests/monitoring/test_prometheus.py
-evaluates every query on a real Prometheus scraping a real extender.
+It writes two files, both committed, so installing needs no build step:
+
+- dashboard.json, the whole dashboard: kustomize's configMapGenerator reads it as it is
+  (the component cannot know which other components an overlay lists, so it keeps every
+  row; its kustomization.yaml says which rows need which component);
+- dashboard-features.json, the feature each panel and each query needs (FEATURES): the
+  Helm chart, which knows what it installs, reads both and leaves out every panel and
+  query of a feature the release does not turn on, laying the rest out as ``build``
+  does for those features (templates/_helpers.tpl, "runtimeclass-extender.dashboard").
+
+tests/monitoring/test_dashboard.py checks that both are what this script writes, that
+every metric a query names is in docs/metrics.md's table, and that docs/metrics.md
+describes every panel and its feature; tests/helm/ that the chart renders ``build`` of
+each setup's features; tests/monitoring/test_prometheus.py evaluates every query on a
+real Prometheus scraping a real extender, and test_chart_setups.py each chart setup's
+dashboard on the extender that setup runs.
 
 The layout is data (ROWS); the SDK turns it into the dashboard model, placing the
 panels on Grafana's grid row by row.
@@ -18,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -40,7 +52,9 @@ from grafana_foundation_sdk.models.dashboard import (
     VariableSort,
 )
 
-OUTPUT = Path(__file__).resolve().with_name("dashboard.json")
+DIRECTORY = Path(__file__).resolve().parent
+DASHBOARD = "dashboard.json"
+PANEL_FEATURES = "dashboard-features.json"
 UID = "runtimeclass-extender"
 TITLE = "RuntimeClass extender"
 RATE = "[$__rate_interval]"
@@ -50,6 +64,7 @@ CLASS = 'runtime_class=~"$runtime_class"'
 # Grid: 24 columns; three panels to a row unless a panel says otherwise.
 THIRD = 8
 HALF = 12
+FULL = 24
 HEIGHT = 8
 
 
@@ -57,6 +72,49 @@ def m(metric: str, *, by_class: bool = False) -> str:
     """``metric`` with the dashboard's scope (and its RuntimeClass filter) as matchers."""
     matchers = f"{SCOPE}, {CLASS}" if by_class else SCOPE
     return f"runtimeclass_extender_{metric}{{{matchers}}}"
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A part of the extender whose metrics some panels read: what turns it on in
+    ``serve``, in a kustomize overlay, and in the Helm chart."""
+
+    serve: str
+    component: str
+    chart: str
+
+
+ALWAYS = "always"
+# A panel or query shows what its feature's metrics say; without the feature they have
+# no series (or sit at 0 for good), so the chart leaves it out.
+FEATURES: dict[str, Feature] = {
+    ALWAYS: Feature(
+        "live cluster mode with the admission listener (--admission-port)",
+        "every overlay (base, components/admission-webhook)",
+        "every release",
+    ),
+    "requeue": Feature(
+        "--requeue-pending-pods",
+        "components/requeue-pending-pods",
+        "requeuePendingPods.enabled (null: on in predicate mode)",
+    ),
+    "labelNodes": Feature("--label-nodes", "components/label-nodes", "labelNodes.enabled"),
+    "audit": Feature("--audit-running-pods", "components/audit-running-pods", "auditRunningPods.enabled"),
+    "podWebhook": Feature(
+        "a MutatingWebhookConfiguration calling /admission/pods (--webhook-mutating-configuration)",
+        "components/pod-webhook",
+        "podAdmission.mode webhook or both, or policy with labelNodes",
+    ),
+    "leaderElection": Feature("--leader-elect", "components/leader-election", "leaderElection.enabled"),
+    "selfManagedCertificates": Feature(
+        "--webhook-certificate-secret without --admission-tls-cert-file",
+        "components/admission-webhook without its cert-manager sub-component",
+        "certManager.enabled false",
+    ),
+    "capture": Feature(
+        "--capture-dir", "none: a serve option only", "never: the chart has no capture setting"
+    ),
+}
 
 
 def datasource() -> DataSourceRef:
@@ -68,6 +126,8 @@ def datasource() -> DataSourceRef:
 class Query:
     expr: str
     legend: str
+    # The feature it needs, where it is not its panel's (then its panel's is ALWAYS).
+    feature: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +135,8 @@ class Panel:
     title: str
     description: str
     queries: tuple[Query, ...]
+    # The feature it needs, where it is not its row's (then its row's is ALWAYS).
+    feature: str | None = None
     unit: str = "short"
     kind: Literal["timeseries", "stat"] = "timeseries"
     width: int = THIRD
@@ -90,6 +152,8 @@ class Panel:
 class Row:
     title: str
     panels: tuple[Panel, ...]
+    # The feature its panels need, unless a panel names its own.
+    feature: str = ALWAYS
 
 
 def _summed(function: str, metric: str, by: str, by_class: bool) -> str:
@@ -227,7 +291,8 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "Pending pods and requeue",
-        (
+        feature="requeue",
+        panels=(
             Panel(
                 "Pending pods and queued nudges",
                 "Unscheduled pods of the configured schedulers that name a RuntimeClass, and nudges "
@@ -256,7 +321,8 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "Node labels (label-nodes)",
-        (
+        feature="labelNodes",
+        panels=(
             Panel(
                 "Node labels added and removed",
                 "RuntimeClass labels the leader set on and removed from nodes: a burst follows a class "
@@ -285,7 +351,8 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "Running pods (audit)",
-        (
+        feature="audit",
+        panels=(
             Panel(
                 "Misplaced running pods",
                 "Running pods on nodes that no longer fit their RuntimeClass, by class and problem "
@@ -359,7 +426,8 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "Leader election",
-        (
+        feature="leaderElection",
+        panels=(
             Panel(
                 "Leader and campaigning",
                 "Per pod: 1 while it holds the Lease (it requeues, labels nodes, writes events, keeps the "
@@ -405,6 +473,7 @@ ROWS: tuple[Row, ...] = (
                     Query(rate("pod_admission_reviews_malformed_total", ""), "malformed"),
                 ),
                 unit="ops",
+                feature="podWebhook",
             ),
             Panel(
                 "Review latency p99",
@@ -412,7 +481,11 @@ ROWS: tuple[Row, ...] = (
                 "most the webhook's timeoutSeconds.",
                 (
                     Query(quantile(0.99, "admission_review_duration_seconds"), "RuntimeClass {{pod}}"),
-                    Query(quantile(0.99, "pod_admission_review_duration_seconds"), "pod {{pod}}"),
+                    Query(
+                        quantile(0.99, "pod_admission_review_duration_seconds"),
+                        "pod {{pod}}",
+                        feature="podWebhook",
+                    ),
                 ),
                 unit="s",
             ),
@@ -420,7 +493,8 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "Webhook certificates",
-        (
+        feature="selfManagedCertificates",
+        panels=(
             Panel(
                 "Webhook certificate expires in",
                 "Days until the certificate each pod's admission listener serves expires; the leader "
@@ -455,8 +529,22 @@ ROWS: tuple[Row, ...] = (
         ),
     ),
     Row(
-        "Capture and replay",
+        "Replay",
         (
+            Panel(
+                "Replayed filter calls",
+                "Filter calls sent by replay --url (captures decided again by this extender), by "
+                "outcome; they count in no other filter panel.",
+                (Query(rate("replayed_filter_requests_total", "outcome"), "{{outcome}}"),),
+                unit="reqps",
+                width=FULL,
+            ),
+        ),
+    ),
+    Row(
+        "Capture (capture-dir)",
+        feature="capture",
+        panels=(
             Panel(
                 "Captures",
                 "Filter calls offered to the capture writer by result (dropped and failed ones are lost "
@@ -466,14 +554,7 @@ ROWS: tuple[Row, ...] = (
                     Query(rate("capture_files_removed_total", ""), "files removed"),
                 ),
                 unit="ops",
-                width=HALF,
-            ),
-            Panel(
-                "Replayed filter calls",
-                "Filter calls sent by replay --url, by outcome; they count in no other filter panel.",
-                (Query(rate("replayed_filter_requests_total", "outcome"), "{{outcome}}"),),
-                unit="reqps",
-                width=HALF,
+                width=FULL,
             ),
         ),
     ),
@@ -491,7 +572,7 @@ def _target(query: Query, ref_id: str) -> prometheus.Dataquery:
     )
 
 
-def _panel(spec: Panel, panel_id: int) -> timeseries.Panel | stat.Panel:
+def _panel(spec: Panel, panel_id: int, queries: list[tuple[str, Query]]) -> timeseries.Panel | stat.Panel:
     built: timeseries.Panel | stat.Panel
     if spec.kind == "stat":
         built = (
@@ -532,8 +613,8 @@ def _panel(spec: Panel, panel_id: int) -> timeseries.Panel | stat.Panel:
             built.line_interpolation(common.LineInterpolation.STEP_AFTER)
     built.id(panel_id).title(spec.title).description(spec.description).datasource(datasource())
     built.unit(spec.unit).span(spec.width).height(spec.height)
-    for index, query in enumerate(spec.queries):
-        built.with_target(_target(query, chr(ord("A") + index)))
+    for ref_id, query in queries:
+        built.with_target(_target(query, ref_id))
     return built
 
 
@@ -577,7 +658,62 @@ def _variables() -> list[Builder[VariableModel]]:
     ]
 
 
-def build() -> dashboard.Dashboard:
+@dataclass(frozen=True)
+class Placed:
+    """A panel of ROWS with its id in the whole dashboard (rows count: each is a panel of
+    its own, with the id before its panels'), its feature, and each query's refId (A, B,
+    ... in the whole panel, so a query keeps its refId when one before it is left out)
+    and feature."""
+
+    row: Row
+    row_id: int
+    panel: Panel
+    panel_id: int
+    feature: str
+    queries: tuple[tuple[str, str, Query], ...]
+
+
+def placed() -> list[Placed]:
+    """Every panel of ROWS, placed; a feature that is not in FEATURES, or a panel (query)
+    narrowed to a feature other than its row's (panel's) own, raises ValueError."""
+    found = []
+    panel_id = 1
+    for row in ROWS:
+        row_id = panel_id
+        panel_id += 1
+        for spec in row.panels:
+            feature = spec.feature or row.feature
+            if feature not in FEATURES or row.feature not in (ALWAYS, feature):
+                raise ValueError(
+                    f"{row.title}/{spec.title}: feature {feature!r} under a row of {row.feature!r}"
+                )
+            queries = []
+            for index, query in enumerate(spec.queries):
+                needs = query.feature or feature
+                if needs not in FEATURES or feature not in (ALWAYS, needs):
+                    raise ValueError(f"{spec.title}: a query of feature {needs!r} in a panel of {feature!r}")
+                queries.append((chr(ord("A") + index), needs, query))
+            if not any(needs == feature for _, needs, _ in queries):
+                raise ValueError(f"{spec.title}: no query needs only the panel's feature, {feature!r}")
+            found.append(Placed(row, row_id, spec, panel_id, feature, tuple(queries)))
+            panel_id += 1
+    return found
+
+
+def _features(features: Iterable[str] | None) -> set[str]:
+    if features is None:
+        return set(FEATURES)
+    on = {ALWAYS, *features}
+    if not on <= FEATURES.keys():
+        raise ValueError(f"unknown features: {sorted(on - FEATURES.keys())}")
+    return on
+
+
+def build(features: Iterable[str] | None = None) -> dashboard.Dashboard:
+    """The dashboard of ``features`` (None: every feature, the whole dashboard): the
+    panels and queries whose feature is on, under the rows that keep a panel, with the
+    ids they have in the whole dashboard, laid out anew."""
+    on = _features(features)
     board = (
         dashboard.Dashboard(TITLE)
         .uid(UID)
@@ -592,37 +728,60 @@ def build() -> dashboard.Dashboard:
         .tooltip(DashboardCursorSync.CROSSHAIR)
         .variables(_variables())
     )
-    panel_id = 1
-    for row in ROWS:
-        board.with_row(dashboard.Row(row.title).id(panel_id))
-        panel_id += 1
-        for spec in row.panels:
-            board.with_panel(_panel(spec, panel_id))
-            panel_id += 1
+    row = None
+    for panel in placed():
+        if panel.feature not in on:
+            continue
+        if panel.row is not row:
+            row = panel.row
+            board.with_row(dashboard.Row(row.title).id(panel.row_id))
+        queries = [(ref_id, query) for ref_id, needs, query in panel.queries if needs in on]
+        board.with_panel(_panel(panel.panel, panel.panel_id, queries))
     return board
 
 
-def render() -> str:
-    """dashboard.json's text: the model as JSON, keys sorted so the diff of a change is its own."""
-    return json.dumps(build().build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+def render(features: Iterable[str] | None = None) -> str:
+    """dashboard.json's text (or, given ``features``, the dashboard of those): the model
+    as JSON, keys sorted so the diff of a change is its own."""
+    return json.dumps(build(features).build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+
+
+def render_features() -> str:
+    """dashboard-features.json's text: for each panel of dashboard.json, by id, the
+    feature it needs and the feature of each of its queries, by refId."""
+    panels = {
+        str(panel.panel_id): {
+            "title": panel.panel.title,
+            "feature": panel.feature,
+            "targets": {ref_id: needs for ref_id, needs, _ in panel.queries},
+        }
+        for panel in placed()
+    }
+    return json.dumps({"features": sorted(FEATURES), "panels": panels}, indent=2, sort_keys=True) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write the monitoring component's Grafana dashboard.")
-    parser.add_argument(
-        "--output", type=Path, default=OUTPUT, help="where to write it (default: %(default)s)"
+    parser = argparse.ArgumentParser(
+        description=f"Write the monitoring component's Grafana dashboard ({DASHBOARD}) and the feature "
+        f"of each of its panels ({PANEL_FEATURES})."
     )
     parser.add_argument(
-        "--check", action="store_true", help="exit 1 if the output file is not what this writes"
+        "--directory", type=Path, default=DIRECTORY, help="where to write them (default: %(default)s)"
     )
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file there is not what this writes")
     args = parser.parse_args(argv)
-    text = render()
+    files = {args.directory / DASHBOARD: render(), args.directory / PANEL_FEATURES: render_features()}
     if args.check:
-        if not args.output.is_file() or args.output.read_text(encoding="utf-8") != text:
-            print(f"{args.output} is stale: run {Path(__file__).name} to regenerate it", file=sys.stderr)
-            return 1
-        return 0
-    args.output.write_text(text, encoding="utf-8")
+        stale = [
+            path
+            for path, text in files.items()
+            if not path.is_file() or path.read_text(encoding="utf-8") != text
+        ]
+        for path in stale:
+            print(f"{path} is stale: run {Path(__file__).name} to regenerate it", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in files.items():
+        path.write_text(text, encoding="utf-8")
     return 0
 
 

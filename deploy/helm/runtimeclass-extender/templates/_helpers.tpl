@@ -120,3 +120,89 @@ chart's labels, as kustomize's labels: field adds them. Called with (list $ "pat
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The dashboard's features (generate_dashboard.py's FEATURES, listed in
+files/components/monitoring/dashboard-features.json) and whether this release turns
+each on, as YAML. A feature the generator has and this does not, or the reverse, fails
+the render.
+*/}}
+{{- define "runtimeclass-extender.dashboardFeatures" -}}
+always: true
+requeue: {{ include "runtimeclass-extender.requeue" . | eq "true" }}
+labelNodes: {{ .Values.labelNodes.enabled }}
+audit: {{ .Values.auditRunningPods.enabled }}
+podWebhook: {{ include "runtimeclass-extender.podWebhook" . | eq "true" }}
+leaderElection: {{ .Values.leaderElection.enabled }}
+selfManagedCertificates: {{ not .Values.certManager.enabled }}
+# The chart has no capture setting: its extender never captures.
+capture: false
+{{- end }}
+
+{{/*
+The Grafana dashboard of this release: dashboard.json (the monitoring component's whole
+dashboard) without the panels and queries whose feature (dashboard-features.json) is
+off, under the rows that keep a panel, laid out again as the generator's SDK lays out a
+dashboard (generate_dashboard.py's build of the same features: rows full width, one
+grid unit high; panels left to right, a new line once a line is 24 wide, each line as
+high as its highest panel). Panels keep the ids they have in the whole dashboard.
+*/}}
+{{- define "runtimeclass-extender.dashboard" -}}
+{{- $on := include "runtimeclass-extender.dashboardFeatures" . | fromYaml -}}
+{{- $board := .Files.Get "files/components/monitoring/dashboard.json" | fromJson -}}
+{{- $features := .Files.Get "files/components/monitoring/dashboard-features.json" | fromJson -}}
+{{- if ne (keys $on | sortAlpha | join ",") ($features.features | join ",") -}}
+{{- fail (printf "the dashboard's features are %s, the chart knows %s" ($features.features | join ",") (keys $on | sortAlpha | join ",")) -}}
+{{- end -}}
+{{- /* The rows, each with the panels (and queries) kept. */ -}}
+{{- $rows := list -}}
+{{- range $panel := $board.panels -}}
+{{- if eq $panel.type "row" -}}
+{{- $rows = append $rows (dict "row" $panel "panels" list) -}}
+{{- else -}}
+{{- $spec := get $features.panels (toString $panel.id) -}}
+{{- if not $spec -}}
+{{- fail (printf "dashboard-features.json has no panel %v" $panel.id) -}}
+{{- end -}}
+{{- if get $on $spec.feature -}}
+{{- $targets := list -}}
+{{- range $target := $panel.targets -}}
+{{- if get $on (get $spec.targets $target.refId) -}}
+{{- $targets = append $targets $target -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $panel "targets" $targets -}}
+{{- $row := last $rows -}}
+{{- $_ := set $row "panels" (append $row.panels $panel) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- /* Laid out: x and y the next free place, height that of the line so far. */ -}}
+{{- $panels := list -}}
+{{- $x := 0 -}}
+{{- $y := 0 -}}
+{{- $height := 0 -}}
+{{- range $rows -}}
+{{- if .panels -}}
+{{- $_ := set .row "gridPos" (dict "h" 1 "w" 24 "x" 0 "y" (add $y $height)) -}}
+{{- $panels = append $panels .row -}}
+{{- $x = 0 -}}
+{{- $y = add $y $height 1 -}}
+{{- $height = 0 -}}
+{{- range $panel := .panels -}}
+{{- $_ := set $panel.gridPos "x" $x -}}
+{{- $_ := set $panel.gridPos "y" $y -}}
+{{- $panels = append $panels $panel -}}
+{{- $x = add $x $panel.gridPos.w -}}
+{{- $height = max $height $panel.gridPos.h -}}
+{{- if ge (int $x) 24 -}}
+{{- $x = 0 -}}
+{{- $y = add $y $height -}}
+{{- $height = 0 -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $board "panels" $panels -}}
+{{- toPrettyJson $board }}
+{{ end }}
