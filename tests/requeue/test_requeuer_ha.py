@@ -60,6 +60,9 @@ async def test_only_the_leader_patches(fake_apiserver: FakeApiServer, replicas: 
     fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", handler="runsc"))
     digest = digest_of(fake_apiserver, "gvisor")
     await eventually(lambda: len(nudges(fake_apiserver)) == 10, what="every pod nudged")
+    # The server applies a patch before it answers: the last success is counted a moment
+    # after the server shows it.
+    await eventually(lambda: leader.metric(SENT) == 10, what="every nudge counted")
     # The follower plans and queues nothing (level-triggered: a term starts with a pass).
     assert follower.requeuer is not None and not follower.requeuer.busy
     assert nudges(fake_apiserver) == {f"default/p{i}": [digest] for i in range(10)}
