@@ -2,8 +2,11 @@
 
 ``authority`` mints and reads the certificates (ECDSA P-256, SHA-256), ``plan`` decides
 from what the Secret and the two caBundles hold (and which CAs signed what the
-replicas serve) what they should hold (pure), ``serving`` switches the admission
-listener to a new pair without a restart, ``replicas`` asks every endpoint of the
-webhook Service which certificate it serves, and ``keeper`` is the I/O: every replica
-observes and chooses what to serve, the leader writes.
+replicas serve) what they should hold (pure), ``secret`` is the Secret's layout,
+``serving`` switches the admission listener to a new pair without a restart, and
+``replicas`` asks every endpoint of the webhook Service which certificate it serves.
+``keeper`` is the leader actor that does the I/O, wiring its parts: ``options`` (what
+it is told), ``bundles`` (the caBundles as its informers show them), ``follow`` (every
+replica observes and chooses what to serve), ``writer`` (the leader plans and writes)
+and ``metrics``.
 """

@@ -115,6 +115,8 @@ class WriteLog:
     exhausted: str = ""
     suffix: str = ""
     retry_level: int = logging.DEBUG
+    # A retry worth more than ``retry_level`` for some statuses (a 409: a race lost).
+    retry_levels: Mapping[int, int] = field(default_factory=dict)
 
     def __call__(self, key: object, report: Report, **extra: Any) -> None:
         result = report.result
@@ -128,6 +130,5 @@ class WriteLog:
                 message = self.failing + self.hints.get(result.sent.status, "")
             self.logger.warning(message + self.suffix, extra={**fields, "reason": report.failure})
         if report.retry_in is not None:
-            self.logger.log(
-                self.retry_level, self.retrying, extra={**fields, "retryIn": round(report.retry_in, 3)}
-            )
+            level = self.retry_levels.get(result.sent.status, self.retry_level)
+            self.logger.log(level, self.retrying, extra={**fields, "retryIn": round(report.retry_in, 3)})

@@ -255,6 +255,13 @@ class Turn:
         self._queue: WorkQueue[Hashable] = queue  # type: ignore[assignment]
         self._key: Hashable = key
 
+    def failed(self, sent: Sent) -> Failed:
+        """What a reconcile returns when what it must read first fails (a GET answered
+        500, no answer): an attempt of the key's streak, as a failed write is, so that
+        its backoff doubles and a failure that lasts is reported."""
+        self._queue.streak(self._key).attempts += 1
+        return Failed(None, sent)
+
     async def write(self, plan: Callable[[], Write | Unchanged]) -> Result:
         """Make the write ``plan`` asks for now, subject to damping and the rate limit,
         and say how it ended. ``plan`` reads the current state; it is asked again after

@@ -28,7 +28,6 @@ from tests.support.webhook_certificates import (
     SERVICE,
     VALIDATING_HOOK,
     Clock,
-    Keeper,
     add_webhook_configurations,
     ca_bundles,
     kept,
@@ -295,7 +294,7 @@ async def test_a_pair_that_does_not_load_leaves_the_previous_one_serving(
         replica.lead()
         await settled(replica, fake_apiserver)
         served = await replica.peer_certificate()
-        await stop_lead(replica)
+        await replica.stop_lead()  # the test then edits the Secret as an operator would
         good = secret_data(fake_apiserver)
         # A key of another certificate: the pair cannot be loaded.
         other = new_serving(new_ca(clock.now, 10 * DAY, common_name="x"), [DNS_NAME], clock.now, 5 * DAY)
@@ -310,16 +309,6 @@ async def test_a_pair_that_does_not_load_leaves_the_previous_one_serving(
         await replica.verified_handshake(good[CA_CERT])
     finally:
         await replica.stop()
-
-
-async def stop_lead(replica: Keeper) -> None:
-    """Stop the leading side only (the test then edits the Secret as an operator would)."""
-    from extender.tasks import stop as stop_task
-
-    lead = [t for t in replica.tasks if t.get_name().endswith("-lead")]
-    for task in lead:
-        await stop_task(task)
-        replica.tasks.remove(task)
 
 
 async def test_a_deleted_secret_is_recreated_by_the_leader(

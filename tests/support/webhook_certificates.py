@@ -58,8 +58,8 @@ OPTIONS = CertificateOptions(
     check_interval=3600.0,
     # Generous: a timed-out read under a loaded machine would look like a lost race.
     request_timeout=10.0,
-    write_rate=100.0,
-    write_burst=10,
+    rate=100.0,
+    burst=10,
     retry_initial=0.02,
     retry_max=0.2,
     recheck_initial=0.05,
@@ -182,6 +182,12 @@ class Keeper:
         job = self.keeper.lead if gate is None else (lambda: gate.while_leading(self.keeper.lead))
         self.tasks.append(asyncio.create_task(job(), name=f"{self.name}-lead"))
 
+    async def stop_lead(self) -> None:
+        """End the leader's side only (its term), the informers and observe running on."""
+        for task in [t for t in self.tasks if t.get_name().endswith("-lead")]:
+            await stop_task(task)
+            self.tasks.remove(task)
+
     async def peer_certificate(self) -> bytes:
         """The DER certificate a client is served now (not verified: the test's clock
         may be years ahead of the real one)."""
@@ -303,11 +309,11 @@ async def settled(keeper: Keeper, server: FakeApiServer) -> None:
 
 
 async def kept(keeper: Keeper) -> None:
-    """Until the leader has nothing left to write (its queue empty, a fresh plan idle):
-    what a test waits for after moving the clock."""
+    """Until the leader has nothing left to write (no pass for a change nor a write
+    queued, a fresh plan idle): what a test waits for after moving the clock."""
 
     async def idle() -> bool:
-        return not keeper.keeper.writes.busy and (await keeper.keeper.check()).idle
+        return not keeper.keeper.busy and (await keeper.keeper.check()).idle
 
     keeper.keeper.wake()
     await eventually(idle, what=f"{keeper.name} with nothing left to write")
