@@ -95,9 +95,19 @@ def new_ca(now: datetime, validity: timedelta, *, common_name: str) -> Pair:
     return Pair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
+# RFC 5280 ub-common-name: the cryptography package refuses a longer one.
+MAX_COMMON_NAME = 64
+
+
 def new_serving(ca: Pair, dns_names: Iterable[str], now: datetime, validity: timedelta) -> Pair:
-    """A serving certificate for ``dns_names`` (SANs; the first is also the Common Name),
-    signed by ``ca``, ending no later than the CA does."""
+    """A serving certificate for ``dns_names`` (SANs; the first that fits is also the
+    Common Name), signed by ``ca``, ending no later than the CA does.
+
+    A Common Name is at most 64 characters (RFC 5280's ub-common-name), and
+    ``<service>.<namespace>.svc`` is longer in a namespace of over 30 characters: the
+    first name that fits is the Common Name then, or none. Clients verify the SANs
+    alone (the API server requires them: util/webhook/client.go), so nothing depends
+    on it."""
     names = sorted(dns_names, key=lambda n: (-n.count("."), n))
     if not names:
         raise CertificateError("a serving certificate needs at least one DNS name")
@@ -108,16 +118,13 @@ def new_serving(ca: Pair, dns_names: Iterable[str], now: datetime, validity: tim
     key = _new_key()
     public = key.public_key()
     not_after = min(now + validity, ca_cert.not_valid_after_utc)
+    subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION)]
+    common = next((name for name in names if len(name) <= MAX_COMMON_NAME), None)
+    if common is not None:
+        subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common))
     cert = (
         x509.CertificateBuilder()
-        .subject_name(
-            x509.Name(
-                [
-                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION),
-                    x509.NameAttribute(NameOID.COMMON_NAME, names[0]),
-                ]
-            )
-        )
+        .subject_name(x509.Name(subject))
         .issuer_name(ca_cert.subject)
         .public_key(public)
         .serial_number(_serial())
