@@ -1,5 +1,5 @@
 """Small helpers the benchmark scripts share: this machine's CPU, a free loopback port,
-how to start the extender, and a process's CPU time."""
+how to start the extender, a process's CPU time, and a steady pace."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def main_thread_cpu_seconds(pid: int) -> float:
+    """Time on CPU of a process's main thread (/proc/<pid>/schedstat, nanoseconds): exact,
+    where /proc/<pid>/stat counts clock ticks, for timing one short step of an event loop."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
 def rss_mb(pid: int) -> dict[str, float]:
     """A process's resident memory now (VmRSS) and at its peak (VmHWM), in MB."""
     fields = {}
@@ -60,3 +67,23 @@ async def serve_api_server(server: Any, kubeconfig: str) -> None:
     server.write_kubeconfig(kubeconfig)
     print(server.url, flush=True)
     await asyncio.Event().wait()
+
+
+class Pacer:
+    """Awaited before each step (a pod, a call): starts steps ``interval`` seconds apart
+    (at once when 0), counting those that could not start on time because the one
+    before took longer."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.last = 0.0
+        self.late = 0
+
+    async def __call__(self) -> None:
+        if self.interval:
+            wait = self.last + self.interval - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            elif self.last:
+                self.late += 1
+        self.last = time.monotonic()
