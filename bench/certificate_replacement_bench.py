@@ -60,7 +60,7 @@ from tests.support.webhook_certificates import (
     start_keeper,
 )
 
-# serve's defaults: only the names are given (extender/http/serve.py).
+# serve's defaults: only the names are given (extender/http/options.py).
 OPTIONS = CertificateOptions(
     secret=SECRET,
     namespace=NAMESPACE,

@@ -43,7 +43,7 @@ from aiohttp import web
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.state import ClusterState
 from extender.http.app import create_app
-from extender.http.serve import attach_live
+from extender.http.wiring import attach_live
 from extender.kube.connect import connect
 from extender.policy_file import load_policy
 from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class

@@ -6,7 +6,7 @@ reloaders and the node lookup all run work beside the request handlers. Each han
 context (a callable taking the app and yielding once), so the task starts after the
 app is set up and is stopped and awaited on shutdown, in reverse order of
 registration. Nothing here imports aiohttp: the components stay ignorant of the app,
-and ``extender.http.serve`` does the wiring.
+and ``extender.http.wiring`` does the wiring.
 
 Stopping: the task is cancelled. A component that should finish what it has queued
 first (the capture writer writes its queue, the requeuer sends the nudges it planned)

@@ -11,7 +11,7 @@ Capturing must never slow or fail a filter call, so the work is split:
   the last capture, so a steady cluster costs nothing per call. The pending capture
   goes to a bounded queue with ``put_nowait``; when the queue is full the capture is
   dropped and counted, never waited for.
-- A background task (``run``, started and drained by ``extender.http.serve``) takes
+- A background task (``run``, started and drained by ``extender.http.wiring``) takes
   pending captures one by one and builds and writes each file in a worker thread.
   Node views are immutable, so reading them off the loop thread is safe. Their JSON
   and digests are cached by identity, which keeps the per-capture CPU work (and so the

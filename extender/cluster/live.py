@@ -8,7 +8,7 @@
 - ``watch.stats``: each kind's ``SourceStats``, which ``/healthz`` reads against the
   ``unhealthy-after`` window and ``/metrics`` exports.
 
-``extender.http.serve`` attaches them to the app: the watch starts after the app is
+``extender.http.wiring`` attaches them to the app: the watch starts after the app is
 set up and is cancelled and awaited on shutdown, before the API client it uses is
 closed. Until the first LIST of both kinds completes, ``/filter`` answers
 ``Error: "cluster state not synced"`` and kube-scheduler retries the pod later.

@@ -1,7 +1,7 @@
 """Every key of the aiohttp application's typed state, in one place.
 
 Handlers read what they need from ``request.app[KEY]``; ``extender.http.app`` sets the
-keys every app has, and ``extender.http.serve`` the ones a feature adds (live cluster
+keys every app has, and ``extender.http.wiring`` the ones a feature adds (live cluster
 mode, capture). A key that is absent means its feature is off.
 """
 

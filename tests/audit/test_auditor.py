@@ -24,7 +24,7 @@ from extender.cluster.pod_views import ScheduledPod
 from extender.cluster.state import ClusterState
 from extender.cluster.watch import ClusterWatch
 from extender.http.keys import STATE
-from extender.http.serve import build_app
+from extender.http.wiring import build_app
 from extender.kube import connect as kube
 from extender.leader.runner import LeaderRunner
 from extender.logs import TextFormatter

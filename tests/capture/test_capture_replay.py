@@ -22,7 +22,7 @@ from extender.cli import main
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.state import ClusterState
 from extender.filtering import decide
-from extender.http.serve import attach_capture
+from extender.http.wiring import attach_capture
 from extender.policy_file import load_policy
 from extender.protocol import ExtenderArgs
 from policies.objects import NodeView

@@ -25,7 +25,7 @@ from extender.cluster.node_lookup import LookupOptions, NodeLookup
 from extender.cluster.state import ClusterState
 from extender.filtering import ERROR_NOT_SYNCED
 from extender.http.app import create_app
-from extender.http.serve import attach_live
+from extender.http.wiring import attach_live
 from extender.kube.connect import KubeConfigError, choose_source, connect
 from extender.policy_file import load_policy
 from extender.tasks import stop as stop_task

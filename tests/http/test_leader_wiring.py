@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from extender.cli import main
-from extender.http.serve import build_app
+from extender.http.wiring import build_app
 from extender.settings import SettingsError, default_serve_settings
 from tests.support.apiserver import (
     LEASES,

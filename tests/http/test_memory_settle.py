@@ -1,4 +1,4 @@
-"""serve's one settling of memory after the first LISTs (extender/http/serve.py)."""
+"""serve's one settling of memory after the first LISTs (extender/http/memory.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from extender.cluster.state import ClusterState
 from extender.http.app import create_app
 from extender.http.keys import INFORMERS
-from extender.http.serve import release_freed_memory, settle_memory_once_listed
+from extender.http.memory import release_freed_memory, settle_memory_once_listed
 from extender.kube.health import SourceStats
 from extender.policy_file import load_policy
 

@@ -24,7 +24,7 @@ from extender.cluster.state import ClusterState
 from extender.http.app import create_app
 from extender.http.keys import METRICS
 from extender.http.metrics import NODE_LOOKUP_COUNTERS, RETIRED_CLASS_SECONDS, FilterMetrics
-from extender.http.serve import attach_capture
+from extender.http.wiring import attach_capture
 from extender.kube.health import SourceStats
 from extender.labeller.events import ClassEvents
 from extender.labeller.labeller import LabelMetrics

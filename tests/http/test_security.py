@@ -27,7 +27,7 @@ from pytest_aiohttp import AiohttpClient
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.state import ClusterState
 from extender.http.app import create_app
-from extender.http.serve import attach_live
+from extender.http.wiring import attach_live
 from extender.kube import connect as kube
 from extender.kube.reflector import ReflectorOptions
 from extender.logs import JsonFormatter, TextFormatter

@@ -20,13 +20,13 @@ import trustme
 from extender import cli
 from extender.cluster.file_source import load_cluster_file
 from extender.http.app import create_app
-from extender.http.serve import attach_certificate_reloader
 from extender.http.tls import (
     CertificateReloader,
     TLSFiles,
     server_context,
     tls_files,
 )
+from extender.http.wiring import attach_certificate_reloader
 from extender.policy_file import load_policy
 from extender.settings import SettingsError, default_serve_settings
 from tests.support.paths import REPO

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from extender.http.keys import TASKS
-from extender.http.serve import build_app
+from extender.http.wiring import build_app
 from extender.kube import connect as kube
 from extender.leader import election
 from extender.leader.actor import LeaderActor
