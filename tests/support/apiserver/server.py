@@ -1061,25 +1061,10 @@ class FakeApiServer:
         anything is stored."""
         if not self.admission_policies:
             return None
-        rtype = write.rtype
         try:
             verdict = admission_policy.admit(
                 self.admission_policies,
-                admission_policy.AdmissionAttributes(
-                    operation=operation,
-                    user=write.user,
-                    group=rtype.group,
-                    version=rtype.version,
-                    resource=rtype.plural,
-                    kind=kind or (rtype.group, rtype.version, rtype.kind),
-                    subresource=write.subresource,
-                    namespace=write.namespace or "",
-                    name=name,
-                    object=copy.deepcopy(new),
-                    old_object=copy.deepcopy(old),
-                    dry_run=write.dry_run,
-                    namespace_object=self._namespace_object(write.namespace),
-                ),
+                self._attributes(write, operation, name, new, old, kind),
                 params=self._params,
             )
         except admission_policy.PolicyError as exc:
@@ -1087,6 +1072,34 @@ class FakeApiServer:
             return _status_response(status_object(500, str(exc)))
         write.warnings.extend(verdict.warnings)
         return _status_response(verdict.denial) if verdict.denial is not None else None
+
+    def _attributes(
+        self,
+        write: _Write,
+        operation: str,
+        name: str,
+        new: JsonObj | None,
+        old: JsonObj | None,
+        kind: tuple[str, str, str] | None,
+    ) -> admission_policy.AdmissionAttributes:
+        """What admission sees of ``write`` (copies: a policy or webhook never changes
+        the objects the server holds)."""
+        rtype = write.rtype
+        return admission_policy.AdmissionAttributes(
+            operation=operation,
+            user=write.user,
+            group=rtype.group,
+            version=rtype.version,
+            resource=rtype.plural,
+            kind=kind or (rtype.group, rtype.version, rtype.kind),
+            subresource=write.subresource,
+            namespace=write.namespace or "",
+            name=name,
+            object=copy.deepcopy(new),
+            old_object=copy.deepcopy(old),
+            dry_run=write.dry_run,
+            namespace_object=self._namespace_object(write.namespace),
+        )
 
     def _namespace_object(self, namespace: str | None) -> JsonObj | None:
         """The CEL ``namespaceObject``: the stored Namespace if ``namespaces`` is a
@@ -1129,28 +1142,13 @@ class FakeApiServer:
         MutatingAdmissionPolicy, then MutatingAdmissionWebhook when ``call_webhooks``):
         the object as mutated, or the answer refusing the write. The chain runs a second
         time when a plugin asks for it (mutating_policy.py says when), never a third."""
-        rtype = write.rtype
         run_policies = bool(self.admission_policies.mutating_policies) and operation in ("CREATE", "UPDATE")
         hooks: list[webhooks.Webhook] = []
         if self.call_webhooks and MUTATING_WEBHOOKS.key in self._objects:
             hooks = webhooks.webhooks_in_order(self.objects(MUTATING_WEBHOOKS))
         if not run_policies and not hooks:
             return new
-        attributes = admission_policy.AdmissionAttributes(
-            operation=operation,
-            user=write.user,
-            group=rtype.group,
-            version=rtype.version,
-            resource=rtype.plural,
-            kind=kind or (rtype.group, rtype.version, rtype.kind),
-            subresource=write.subresource,
-            namespace=write.namespace or "",
-            name=name,
-            object=copy.deepcopy(new),
-            old_object=copy.deepcopy(old),
-            dry_run=write.dry_run,
-            namespace_object=self._namespace_object(write.namespace),
-        )
+        attributes = self._attributes(write, operation, name, new, old, kind)
         reinvocation = mutating_policy.ReinvocationContext()
         try:
             while True:

@@ -101,7 +101,6 @@ from tests.support.apiserver.defaults import apply_defaults
 from tests.support.apiserver.json_patch import JsonPatchError, apply_patch, json_equal
 from tests.support.apiserver.mutating_policy import ReinvocationContext
 from tests.support.apiserver.objects import status_object
-from tests.support.apiserver.rbac import UserInfo
 
 JsonObj = dict[str, Any]
 # (namespace, service name, port) -> (host, port) to dial.
@@ -229,37 +228,17 @@ def _typed_first(obj: JsonObj | None) -> JsonObj | None:
 
 def admission_review(uid: str, attributes: AdmissionAttributes, options: Mapping[str, Any] | None) -> JsonObj:
     """request/admissionreview.go ``CreateV1AdmissionReview`` as JSON (admission/v1 field
-    order and omitempty)."""
-    group, version, kind = attributes.kind
-    gvk = {"group": group, "version": version, "kind": kind}
-    gvr = {"group": attributes.group, "version": attributes.version, "resource": attributes.resource}
-    request: JsonObj = {"uid": uid, "kind": gvk, "resource": gvr}
-    if attributes.subresource:
-        request["subResource"] = attributes.subresource
-    request["requestKind"] = dict(gvk)
-    request["requestResource"] = dict(gvr)
-    if attributes.subresource:
-        request["requestSubResource"] = attributes.subresource
-    if attributes.name:
-        request["name"] = attributes.name
-    if attributes.namespace:
-        request["namespace"] = attributes.namespace
-    request["operation"] = attributes.operation
-    request["userInfo"] = _user_info(attributes.user)
+    order and omitempty): the CEL ``request`` (admission_policy.admission_request, the
+    same fields) with its uid, the objects (kind and apiVersion first, as Go writes
+    them) and the options."""
+    request = admission_request(attributes)
+    request["uid"] = uid  # its first field already
+    dry_run = request.pop("dryRun")
     request["object"] = _typed_first(attributes.object)
     request["oldObject"] = _typed_first(attributes.old_object)
-    request["dryRun"] = attributes.dry_run
+    request["dryRun"] = dry_run
     request["options"] = dict(options) if options is not None else None
     return {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request}
-
-
-def _user_info(user: UserInfo) -> JsonObj:
-    info: JsonObj = {}
-    if user.name:
-        info["username"] = user.name
-    if user.groups:
-        info["groups"] = list(user.groups)
-    return info
 
 
 def _is_exempt(attributes: AdmissionAttributes) -> bool:
