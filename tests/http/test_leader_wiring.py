@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from extender.cli import main
 from extender.http.wiring import build_app
@@ -32,6 +33,29 @@ from tests.support.waiting import eventually
 GAUGE = "runtimeclass_extender_leader"
 
 
+async def _acting_app(
+    fake_apiserver: FakeApiServer, fake_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, **settings: Any
+) -> web.Application:
+    """``serve``'s app over one node and one class, the requeuer and the audit on (and
+    ``settings``), with the tests' short election durations."""
+    monkeypatch.setenv("POD_NAME", "extender-0")
+    fake_apiserver.add(NODES, make_node("n1"))
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor"))
+    app, _ = await build_app(
+        default_serve_settings(
+            kubeconfig=str(fake_kubeconfig),
+            requeue_pending_pods=True,
+            audit_running_pods=True,
+            leader_elect_lease_namespace="runtimeclass-extender",
+            leader_elect_lease_duration=1.0,
+            leader_elect_renew_deadline=0.6,
+            leader_elect_retry_period=0.1,
+            **settings,
+        )
+    )
+    return app
+
+
 @pytest.mark.parametrize("enabled", [False, True], ids=["flag-off", "flag-on"])
 async def test_leader_election_only_with_the_flag(
     fake_apiserver: FakeApiServer,
@@ -40,20 +64,7 @@ async def test_leader_election_only_with_the_flag(
     monkeypatch: pytest.MonkeyPatch,
     enabled: bool,
 ) -> None:
-    monkeypatch.setenv("POD_NAME", "extender-0")
-    fake_apiserver.add(NODES, make_node("n1"))
-    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor"))
-    settings = default_serve_settings(
-        kubeconfig=str(fake_kubeconfig),
-        requeue_pending_pods=True,
-        audit_running_pods=True,
-        leader_elect=enabled,
-        leader_elect_lease_namespace="runtimeclass-extender",
-        leader_elect_lease_duration=1.0,
-        leader_elect_renew_deadline=0.6,
-        leader_elect_retry_period=0.1,
-    )
-    app, _ = await build_app(settings)
+    app = await _acting_app(fake_apiserver, fake_kubeconfig, monkeypatch, leader_elect=enabled)
     client = await aiohttp_client(app)
 
     async def ready() -> bool:
@@ -223,21 +234,9 @@ async def test_healthz_stays_healthy_once_every_actor_has_started_its_term(
     ``/healthz`` fails: an actor whose work for the term is done (the auditor logs its
     summary and has nothing more to do until a transition) must not read as a task that
     ended, with or without an election."""
-    monkeypatch.setenv("POD_NAME", "extender-0")
-    fake_apiserver.add(NODES, make_node("n1"))
-    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor"))
-    settings = default_serve_settings(
-        kubeconfig=str(fake_kubeconfig),
-        requeue_pending_pods=True,
-        audit_running_pods=True,
-        label_nodes=True,
-        leader_elect=enabled,
-        leader_elect_lease_namespace="runtimeclass-extender",
-        leader_elect_lease_duration=1.0,
-        leader_elect_renew_deadline=0.6,
-        leader_elect_retry_period=0.1,
+    app = await _acting_app(
+        fake_apiserver, fake_kubeconfig, monkeypatch, leader_elect=enabled, label_nodes=True
     )
-    app, _ = await build_app(settings)
     client = await aiohttp_client(app)
 
     async def audit_summed_up() -> bool:
