@@ -67,11 +67,6 @@ class Controller(LeaderActor, Generic[K]):
         ]
         return [*stores, *informers]
 
-    @property
-    def leading(self) -> bool:
-        """A term runs on this replica (without an election: for the whole run)."""
-        return self.queue.running
-
     async def lead(self) -> None:
         for store in self.reads:
             await store.wait_synced()
