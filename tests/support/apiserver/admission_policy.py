@@ -107,7 +107,7 @@ from tests.support.apiserver.cel_env import (
     error_text,
     execute,
 )
-from tests.support.apiserver.objects import status_object
+from tests.support.apiserver.objects import resource_details, status_object
 from tests.support.apiserver.rbac import UserInfo
 
 __all__ = [
@@ -675,16 +675,11 @@ def _denial_status(
     text = f"ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: {decision.message}"
     name = resource_name(attributes)
     reason = decision.reason or "Invalid"
-    details: JsonObj = {"name": name}
-    if attributes.group:
-        details["group"] = attributes.group
-    details["kind"] = attributes.resource
-    details["causes"] = [{"message": text}]
     return status_object(
         _REASON_CODES.get(reason, 422),
         f'{qualified_resource(attributes)} "{name}" is forbidden: {text}',
         reason=reason,
-        details=details,
+        details=resource_details(attributes.group, attributes.resource, name, causes=[text]),
     )
 
 

@@ -87,7 +87,7 @@ from tests.support.apiserver.admission_policy import (
 from tests.support.apiserver.cel_env import JSON_PATCH_FIELDS, UnsupportedExpression, error_text
 from tests.support.apiserver.defaults import apply_defaults
 from tests.support.apiserver.json_patch import JsonPatchError, apply_patch, json_equal
-from tests.support.apiserver.objects import status_object
+from tests.support.apiserver.objects import resource_details, status_object
 
 JsonObj = dict[str, Any]
 
@@ -230,11 +230,7 @@ def _forbidden(attributes: AdmissionAttributes, errors: Sequence[_PolicyError]) 
     """generic/policy_dispatcher.go: ``admission.NewForbidden`` with the first error's
     message and reason, every error a cause."""
     texts = [error.text() for error in errors]
-    details: JsonObj = {"name": resource_name(attributes)}
-    if attributes.group:
-        details["group"] = attributes.group
-    details["kind"] = attributes.resource
-    details["causes"] = [{"message": text} for text in texts]
+    details = resource_details(attributes.group, attributes.resource, resource_name(attributes), causes=texts)
     return status_object(403, texts[0], reason=errors[0].reason or "Forbidden", details=details)
 
 

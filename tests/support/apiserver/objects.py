@@ -47,6 +47,25 @@ def status_object(
     return status
 
 
+def resource_details(
+    group: str, resource: str, name: str = "", *, uid: str | None = None, causes: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A Status' details for an object, as apimachinery/pkg/api/errors/errors.go fills
+    them (``NewForbidden``, ``NewConflict``, ...): the name and group where set (both
+    ``omitempty``), the resource as the kind, then the uid and a cause per message."""
+    details: dict[str, Any] = {}
+    if name:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    details["kind"] = resource
+    if uid is not None:
+        details["uid"] = uid
+    if causes:
+        details["causes"] = [{"message": message} for message in causes]
+    return details
+
+
 def make_node(
     name: str,
     *,

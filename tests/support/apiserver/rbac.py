@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from tests.support.apiserver.objects import status_object
+from tests.support.apiserver.objects import resource_details, status_object
 
 JsonObj = dict[str, Any]
 
@@ -328,10 +328,5 @@ def forbidden_status(attributes: Attributes, reason: str = "") -> JsonObj:
         if attributes.name
         else (f"{qualified} is forbidden: {what}")
     )
-    details: JsonObj = {}
-    if attributes.name:
-        details["name"] = attributes.name
-    if attributes.api_group:
-        details["group"] = attributes.api_group
-    details["kind"] = attributes.resource
+    details = resource_details(attributes.api_group, attributes.resource, attributes.name)
     return status_object(403, message, reason="Forbidden", details=details)

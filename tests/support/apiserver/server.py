@@ -71,7 +71,7 @@ from aiohttp import web
 
 from tests.support.apiserver import admission_policy, mutating_policy, rbac, webhooks
 from tests.support.apiserver.defaults import apply_defaults
-from tests.support.apiserver.objects import status_object
+from tests.support.apiserver.objects import resource_details, status_object
 
 JsonObj = dict[str, Any]
 
@@ -1275,15 +1275,11 @@ class FakeApiServer:
 
     def _conflict(self, rtype: ResourceType, name: str, cause: str) -> web.Response:
         # errors.NewConflict: "Operation cannot be fulfilled on <resource[.group]> ...".
-        details: JsonObj = {"name": name}
-        if rtype.group:
-            details["group"] = rtype.group
-        details["kind"] = rtype.plural
         return _status_response(
             status_object(
                 409,
                 f'Operation cannot be fulfilled on {_qualified(rtype)} "{name}": {cause}',
-                details=details,
+                details=resource_details(rtype.group, rtype.plural, name),
             )
         )
 
@@ -1439,11 +1435,7 @@ class FakeApiServer:
             return denial
         if not write.dry_run:
             self.delete(rtype, name, namespace=write.namespace)
-        details: JsonObj = {"name": name}
-        if rtype.group:
-            details["group"] = rtype.group
-        details["kind"] = rtype.plural
-        details["uid"] = old["metadata"].get("uid", "")
+        details = resource_details(rtype.group, rtype.plural, name, uid=old["metadata"].get("uid", ""))
         body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 

@@ -100,7 +100,7 @@ from tests.support.apiserver.cel_env import compiled, execute
 from tests.support.apiserver.defaults import apply_defaults
 from tests.support.apiserver.json_patch import JsonPatchError, apply_patch, json_equal
 from tests.support.apiserver.mutating_policy import ReinvocationContext
-from tests.support.apiserver.objects import status_object
+from tests.support.apiserver.objects import resource_details, status_object
 
 JsonObj = dict[str, Any]
 # (namespace, service name, port) -> (host, port) to dial.
@@ -272,12 +272,7 @@ def _should_call(hook: Webhook, attributes: AdmissionAttributes) -> bool:
         # apierrors.NewForbidden(resource, attr.GetName(), err): the name as requested.
         resource = qualified_resource(attributes)
         subject = f'{resource} "{attributes.name}"' if attributes.name else resource
-        details: JsonObj = {}
-        if attributes.name:
-            details["name"] = attributes.name
-        if attributes.group:
-            details["group"] = attributes.group
-        details["kind"] = attributes.resource
+        details = resource_details(attributes.group, attributes.resource, attributes.name)
         raise _StatusError(
             status_object(
                 403, f"{subject} is forbidden: {matched.error}", reason="Forbidden", details=details
