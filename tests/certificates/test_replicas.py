@@ -115,4 +115,3 @@ async def test_what_each_replica_presents_and_who_did_not_answer(
         assert observed.leaves == {leaf.cert_pem.decode()}
     finally:
         await replica.stop()
-
