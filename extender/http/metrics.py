@@ -139,8 +139,9 @@ class RuntimeClassSeries(Collector):
     are added when a collection finds it there, and removed at the first collection
     ``retention`` seconds (``RETIRED_CLASS_SECONDS``) after one first found it gone. A
     series counted under a class no collection saw in the cache (a call decided just
-    before the class was deleted) is retired the same way. The counters are registered with no registry of their own: this
-    collector exports them, so nothing can collect them without the check first.
+    before the class was deleted) is retired the same way. The counters are registered
+    with no registry of their own: this collector exports them, so nothing can collect
+    them without the check first.
     """
 
     def __init__(
