@@ -1,0 +1,37 @@
+"""The tier that runs against a real control plane (tests/support/control_plane.py).
+
+Found as envtest finds it (``KUBEBUILDER_ASSETS``, a directory holding kube-apiserver,
+etcd and kubectl): without the binaries every test here is skipped with a message
+naming ``KUBEBUILDER_ASSETS``, except under CI (``CI`` set), where .ci/run unpacks them
+and a missing binary fails. Each module starts its own control plane (a few seconds),
+so that what one module installs never leaks into another.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.control_plane import MISSING, Assets, ControlPlane, find_assets
+
+# What predicate mode asks of the API server (docs/install.md).
+PREDICATE_MODE = {"--disable-admission-plugins": "RuntimeClass"}
+
+
+@pytest.fixture(scope="session")
+def assets() -> Assets:
+    found = find_assets()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{MISSING}; .ci/run unpacks them, so under CI they must be there", pytrace=False)
+        pytest.skip(MISSING)
+    return found
+
+
+@pytest.fixture(scope="module")
+def plane(assets: Assets) -> Iterator[ControlPlane]:
+    """kube-apiserver (and etcd) as predicate mode runs it: RuntimeClass admission off."""
+    with ControlPlane(assets, apiserver_flags=PREDICATE_MODE) as control_plane:
+        yield control_plane
