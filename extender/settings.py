@@ -231,6 +231,11 @@ _LIVE_CLUSTER_ONLY = (
         unless="admission-tls-cert-file",
     ),
     _LiveClusterOnly(
+        "pod-admission-table",
+        "the table is an object on the API server, which --cluster-file does not provide. "
+        "Drop one of the two.",
+    ),
+    _LiveClusterOnly(
         "--requeue-pending-pods",
         "it watches unscheduled pods and patches them through the API server, which --cluster-file "
         "does not provide. Drop one of the two.",
@@ -364,6 +369,16 @@ class ServeSettings:
         _name,
         "the namespace the extender runs in (the deployment sets it from the downward API): the pod "
         "webhook never routes pods of this namespace or kube-system",
+        "NAME",
+    )
+    pod_admission_table: str | None = _setting(
+        None,
+        _name,
+        "keep the pod admission table, the PodAdmissionTable object (runtimeclass-extender.dev/v1alpha1, "
+        "cluster-scoped) of this name: what the API server's pod admission policies give the pods of each "
+        "RuntimeClass (its overhead, and with label-nodes its node label), written by the Lease holder "
+        "(live mode only; needs the CustomResourceDefinition and RBAC to get, watch, create and patch that "
+        "object)",
         "NAME",
     )
     capture_dir: str | None = _setting(

@@ -29,7 +29,7 @@ import cel
 import pytest
 import yaml
 
-from tests.support.manifests import OVERLAYS, Manifest, one, render
+from tests.support.manifests import OVERLAYS, Manifest, one, render, render_webhook_way
 from tests.support.paths import ADMISSION_DATA, EXAMPLE_CLUSTER, FIXTURES
 
 EXTENDER = "system:serviceaccount:runtimeclass-extender:runtimeclass-extender"
@@ -118,6 +118,7 @@ def test_every_write_the_extender_is_granted_is_confined() -> None:
         "runtimeclass-extender-webhook-ca-bundle",
         "runtimeclass-extender-webhook-certificate",
         "runtimeclass-extender-leader-election",
+        "runtimeclass-extender-pod-admission-table",
     }
 
 
@@ -459,8 +460,8 @@ def test_pod_subresources_create_and_delete_are_refused(
 # --- webhook configurations -----------------------------------------------------------
 
 
-def _configuration(kind: str, overlay: str) -> Manifest:
-    docs = render(overlay)
+def _configuration(kind: str, overlay: str, *, webhook_way: bool = False) -> Manifest:
+    docs = render_webhook_way(overlay) if webhook_way else render(overlay)
     obj = copy.deepcopy(one(docs, kind))
     # As the API server stores it: defaults filled in, the caBundle the keeper set.
     for hook in obj["webhooks"]:
@@ -471,9 +472,9 @@ def _configuration(kind: str, overlay: str) -> Manifest:
 
 
 VALIDATING = _configuration("ValidatingWebhookConfiguration", "overlays/predicate-mode")
-# The pod webhook, narrowed to class names over 63 characters beside the pod admission
-# policies (the one shipped overlay that has it).
-MUTATING = _configuration("MutatingWebhookConfiguration", "overlays/large-cluster")
+# The pod webhook, as an overlay's copy for an API server without MutatingAdmissionPolicy
+# has it (docs/pod-webhook.md).
+MUTATING = _configuration("MutatingWebhookConfiguration", "overlays/large-cluster", webhook_way=True)
 ONLY_CA = "only clientConfig.caBundle of a webhook may change"
 
 
@@ -672,3 +673,37 @@ def test_leases_are_only_the_extenders_own(
     assert (
         evaluate("runtimeclass-extender-leader-election", operation=operation, old=old, new=new) == expected
     )
+
+
+# --- the pod admission table ------------------------------------------------------------
+
+TABLE: Manifest = {
+    "apiVersion": "runtimeclass-extender.dev/v1alpha1",
+    "kind": "PodAdmissionTable",
+    "metadata": {"name": "runtimeclass-extender", "labels": {"app.kubernetes.io/part-of": "runtimeclass-extender"}},
+    "spec": {"runtimeClasses": {"gvisor": {"overhead": {"cpu": "250m", "memory": "64Mi"}}}},
+}
+ONLY_THE_TABLE = "may only write the PodAdmissionTable runtimeclass-extender"
+TABLE_METADATA = "the table's labels, annotations, finalizers and ownerReferences may not change"
+
+
+@pytest.mark.parametrize(
+    ("operation", "old", "new", "expected"),
+    [
+        # What the keeper does: create it (with the component's label), patch its entries.
+        ("CREATE", None, TABLE, []),
+        ("UPDATE", TABLE, updated(TABLE, _set("spec.runtimeClasses", {"gvisor": {}, "runc": {}})), []),
+        ("UPDATE", TABLE, updated(TABLE, _set("spec.runtimeClasses", None)), []),
+        # What create and patch on the kind would allow without the policy.
+        ("CREATE", None, updated(TABLE, _set("metadata.name", "another")), [ONLY_THE_TABLE]),
+        ("UPDATE", TABLE, updated(TABLE, _set("metadata.labels.x", "y")), [TABLE_METADATA]),
+        ("UPDATE", TABLE, updated(TABLE, _set("metadata.annotations", {"x": "y"})), [TABLE_METADATA]),
+        ("UPDATE", TABLE, updated(TABLE, _set("metadata.finalizers", ["x/y"])), [TABLE_METADATA]),
+        ("DELETE", TABLE, None, ["may not delete the pod admission table"]),
+    ],
+    ids=["create", "patch-entries", "empty", "other-name", "label", "annotation", "finalizer", "delete"],
+)
+def test_the_table_is_only_its_entries(
+    operation: str, old: Manifest | None, new: Manifest | None, expected: list[str]
+) -> None:
+    assert evaluate("runtimeclass-extender-pod-admission-table", operation=operation, old=old, new=new) == expected

@@ -39,6 +39,7 @@ from tests.support.apiserver import (
 )
 from tests.support.apiserver.client import send_as
 from tests.support.manifests import render
+from tests.support.pod_cases import TABLES
 from tests.support.replicas import FAST_REQUEUE, SCHED, replica_set
 from tests.support.waiting import eventually
 
@@ -72,10 +73,15 @@ class Install:
 
 @pytest.fixture(params=NAMESPACES)
 async def install(request: pytest.FixtureRequest, fake_apiserver: FakeApiServer) -> AsyncIterator[Install]:
-    """The large-cluster overlay (every writer of the extender on) applied, in the
-    default namespace or another, and a cluster to write to."""
+    """The large-cluster overlay with the pod webhook beside its policies (the chart's
+    podAdmission both: every writer of the extender on) applied, in the default
+    namespace or another, and a cluster to write to."""
     namespace: str = request.param
-    docs = render("overlays/large-cluster", namespace=None if namespace == NAMESPACES[0] else namespace)
+    docs = render(
+        "overlays/large-cluster",
+        "components/pod-webhook",
+        namespace=None if namespace == NAMESPACES[0] else namespace,
+    )
     fake_apiserver.add(NODES, make_node("node-1", labels={"zone": "a", "sandbox": "gvisor"}))
     fake_apiserver.modify(
         NODES,
@@ -85,8 +91,15 @@ async def install(request: pytest.FixtureRequest, fake_apiserver: FakeApiServer)
     fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "gvisor"}))
     fake_apiserver.add(PODS, make_pod("web", namespace="apps", runtime_class="gvisor", scheduler_name=SCHED))
     fake_apiserver.apply(docs)
+    fake_apiserver.add(
+        TABLES, {"metadata": {"name": "runtimeclass-extender"}, "spec": {"runtimeClasses": {}}}
+    )
     user = rbac.service_account(namespace, "runtimeclass-extender")
     yield Install(fake_apiserver, namespace, fake_apiserver.token_for(user))
+
+
+TABLE_COLLECTION = TABLES.collection_path()
+TABLE_PATH = f"{TABLE_COLLECTION}/runtimeclass-extender"
 
 
 def _webhook_path(kind: str) -> str:
@@ -298,6 +311,30 @@ def refused_writes(install: Install) -> list[tuple[str, str, str, Any, str, int]
             "application/json",
             422,
         ),
+        # The pod admission table: only its entries, only that one.
+        (
+            "another PodAdmissionTable",
+            "POST",
+            TABLE_COLLECTION,
+            {
+                "apiVersion": TABLES.api_version,
+                "kind": TABLES.kind,
+                "metadata": {"name": "another"},
+                "spec": {},
+            },
+            "application/json",
+            422,
+        ),
+        ("the table's labels", "PATCH", TABLE_PATH, {"metadata": {"labels": {"x": "y"}}}, MERGE, 422),
+        ("the table deleted", "DELETE", TABLE_PATH, None, "application/json", 403),
+        (
+            "a ConfigMap",
+            "POST",
+            f"/api/v1/namespaces/{ns}/configmaps",
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}},
+            "application/json",
+            403,
+        ),
         # Anything else: not granted at all.
         (
             "a RuntimeClass changed",
@@ -375,6 +412,7 @@ async def test_every_write_of_the_job_goes_through_in_any_namespace(install: Ins
             },
             "application/json",
         ),
+        ("PATCH", TABLE_PATH, {"spec": {"runtimeClasses": {"gvisor": {"overhead": {"cpu": "1"}}}}}, MERGE),
         (
             "POST",
             f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
@@ -417,9 +455,10 @@ async def test_every_write_of_the_job_goes_through_in_any_namespace(install: Ins
 
 
 async def test_the_actors_do_their_work_as_the_extenders_identity(install: Install, tmp_path: Path) -> None:
-    """The labeller, its events and the requeuer, run as the ServiceAccount against the
-    shipped RBAC and policies: labels land, events are written, pods are nudged, and the
-    API server refuses none of their requests."""
+    """The labeller, its events, the requeuer and the pod admission table's keeper, run as
+    the ServiceAccount against the shipped RBAC and policies: labels land, events are
+    written, pods are nudged, the table is kept (created again once deleted), and the API
+    server refuses none of their requests."""
     server = install.server
     server.add(NODES, make_node("node-2", labels={"sandbox": "runc"}))
     server.add(RUNTIME_CLASSES, make_runtime_class("kata", node_selector={"sandbox": "kata"}))
@@ -434,9 +473,30 @@ async def test_the_actors_do_their_work_as_the_extenders_identity(install: Insta
         lease_namespace=install.namespace,
     ) as start:
         from extender.labeller.labeller import LabelOptions
+        from extender.podtable.keeper import TableOptions
 
-        replica = await start("a", label=LabelOptions(rate=1000.0, burst=100, request_timeout=2.0))
+        replica = await start(
+            "a",
+            label=LabelOptions(rate=1000.0, burst=100, request_timeout=2.0),
+            table=TableOptions(name="runtimeclass-extender"),
+        )
         await eventually(lambda: replica.leading, what="leads")
+        await eventually(
+            lambda: (
+                set(
+                    ((server.get(TABLES, "runtimeclass-extender") or {}).get("spec") or {}).get(
+                        "runtimeClasses"
+                    )
+                    or {}
+                )
+                == {"gvisor", "kata"}
+            ),
+            what="the table kept",
+        )
+        server.delete(TABLES, "runtimeclass-extender")
+        await eventually(
+            lambda: server.get(TABLES, "runtimeclass-extender") is not None, what="created again"
+        )
         await eventually(
             lambda: (
                 (server.get(NODES, "node-1") or {})["metadata"]["labels"].get(PREFIX + "gvisor") == "true"

@@ -82,6 +82,8 @@ EXPECTED_KINDS = {
     # default since Kubernetes 1.36).
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"),
     ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"),
+    # The kind of the table those policies read (components/pod-admission-policy/crd.yaml).
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
 }
 
 # JSON field names of KubeSchedulerConfiguration v1 (staging/src/k8s.io/kube-scheduler/
@@ -155,6 +157,10 @@ LEADER_COMPONENT = DEPLOY / "components" / "leader-election"
 CERT_ROLE = "runtimeclass-extender-webhook-certificate"
 CA_BUNDLE_ROLE = "runtimeclass-extender-webhook-ca-bundle"
 WEBHOOK_CERT_ROLES = frozenset({CERT_ROLE, CA_BUNDLE_ROLE})
+# --pod-admission-table: a ClusterRole on the one PodAdmissionTable (and create), in
+# every overlay with the pod admission policies (test_pod_admission_table_rbac_*).
+TABLE_ROLE = "runtimeclass-extender-pod-admission-table"
+TABLE = "runtimeclass-extender"
 
 Manifest = dict[str, Any]
 
@@ -396,7 +402,7 @@ def test_extender_rbac_is_read_only_nodes_and_runtimeclasses(kustomization: str)
     namespace = _deployment(docs)["metadata"]["namespace"]
     # The requeue role is checked on its own (test_requeue_rbac_only_where_the_flag_is_on).
     rules = _rules_for(
-        docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, LEASE_ROLE}) | WEBHOOK_CERT_ROLES
+        docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, LEASE_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE}
     )
     _assert_read_only_nodes_and_runtimeclasses(list(rules))
     # The sidecar runs as that ServiceAccount: its token is mounted at the in-cluster
@@ -439,7 +445,7 @@ def test_requeue_rbac_only_where_the_flag_is_on(kustomization: str, requeue: boo
     # The pods it nudges are those of the profile this deployment's scheduler runs.
     assert _flags(extender)["requeue-scheduler-names"] == _profile(docs)["schedulerName"]
     everything = list(
-        _rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({LEASE_ROLE}) | WEBHOOK_CERT_ROLES)
+        _rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({LEASE_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE})
     )
     requeue_rules = [r for r in everything if r not in _one(docs, "ClusterRole", EXTENDER_SA)["rules"]]
     assert requeue_rules == _one(docs, "ClusterRole", REQUEUE_ROLE)["rules"]
@@ -906,6 +912,46 @@ def test_webhook_certificates_are_self_managed_in_every_overlay(overlay: str, wa
 
 @pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, "overlays/large-cluster"])
+def test_pod_admission_table_rbac_is_least_privilege(overlay: str, way: str) -> None:
+    """Where the policies admit pods, the extender keeps their table: the one
+    PodAdmissionTable by name, create (which RBAC cannot narrow by name), and a policy
+    confining what it writes; the webhook way has none of it."""
+    docs = _render_way(overlay, way)
+    namespace = _deployment(docs)["metadata"]["namespace"]
+    settings = _serve_settings(_container(docs, "extender"))
+    roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == TABLE_ROLE]
+    if way == "webhook":
+        assert settings.pod_admission_table is None and roles == []
+        assert not [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+        return
+    assert settings.pod_admission_table == TABLE
+    (role,) = roles
+    granted = {
+        (g, r, v, tuple(rule.get("resourceNames", ())))
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    group = "runtimeclass-extender.dev"
+    assert granted == {
+        (group, "podadmissiontables", "create", ()),
+        *{(group, "podadmissiontables", verb, (TABLE,)) for verb in ("get", "list", "watch", "patch")},
+    }
+    binding = _one(docs, "ClusterRoleBinding", TABLE_ROLE)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
+    crd = _one(docs, "CustomResourceDefinition", "podadmissiontables.runtimeclass-extender.dev")
+    assert crd["spec"]["scope"] == "Cluster" and crd["spec"]["group"] == group
+    # Both policies read that object, by name.
+    for kind in ("MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"):
+        assert _one(docs, kind, "runtimeclass-extender-pod-admission")["spec"]["paramRef"]["name"] == TABLE
+    policy = _one(docs, "ValidatingAdmissionPolicy", TABLE_ROLE)
+    assert policy["spec"]["matchConditions"][0]["name"] == "only-the-extender"
+    assert f"request.name == '{TABLE}'" in str(policy["spec"]["validations"])
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, "overlays/large-cluster"])
 def test_webhook_certificate_rbac_is_least_privilege(overlay: str, way: str) -> None:
     """The Secret and the webhook configurations by name (the pod webhook's only where
     there is one: none where the API server's policies admit pods); create on Secrets and
@@ -937,7 +983,7 @@ def test_webhook_certificate_rbac_is_least_privilege(overlay: str, way: str) -> 
         kept.append(("mutatingwebhookconfigurations", settings.webhook_mutating_configuration))
     # A pod webhook exactly where a MutatingWebhookConfiguration is installed.
     assert len(kept) == 1 + len([d for d in docs if d["kind"] == "MutatingWebhookConfiguration"])
-    assert (len(kept) == 2) == (way == "webhook" or overlay == "overlays/large-cluster")
+    assert (len(kept) == 2) == (way == "webhook")
     granted = {
         (g, r, v, name)
         for rule in cluster_role["rules"]
@@ -1088,7 +1134,7 @@ def test_audit_component_adds_the_flag_and_only_list_watch_pods(overlay: str) ->
         docs,
         namespace,
         EXTENDER_SA,
-        skip_roles=frozenset({REQUEUE_ROLE, AUDIT_ROLE, LEASE_ROLE}) | WEBHOOK_CERT_ROLES,
+        skip_roles=frozenset({REQUEUE_ROLE, AUDIT_ROLE, LEASE_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE},
     )
     _assert_read_only_nodes_and_runtimeclasses(list(others))
     # The plain manifest (kubectl apply -f) is what the component installs.
@@ -1259,21 +1305,21 @@ def test_pod_webhook_routes_to_the_profile_and_knows_its_namespace(overlay: str)
     ]
 
 
-@pytest.mark.parametrize("way", WAYS)
-def test_pod_webhook_with_cert_manager_gets_the_shared_certificates_ca(way: str) -> None:
-    """The pod webhook's caBundle from the shared Certificate, in the webhook way and in
-    large-cluster mode's narrowed webhook beside the policies."""
-    overlay = "overlays/predicate-mode" if way == "webhook" else "overlays/large-cluster"
-    if way == "webhook":
-        docs = render_webhook_way(overlay, WEBHOOK_CERT_MANAGER, POD_WEBHOOK_CERT_MANAGER)
-    else:
-        docs = _render_with(overlay, WEBHOOK_CERT_MANAGER, POD_WEBHOOK_CERT_MANAGER)
+def test_pod_webhook_with_cert_manager_gets_the_shared_certificates_ca() -> None:
+    """The pod webhook's caBundle from the shared Certificate (the webhook way); where the
+    policies admit pods there is no pod webhook, and only the RuntimeClass webhook gets it."""
+    docs = render_webhook_way("overlays/predicate-mode", WEBHOOK_CERT_MANAGER, POD_WEBHOOK_CERT_MANAGER)
     certificate = _one(docs, "Certificate")
     expected = f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         assert _one(docs, kind)["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == expected
     service = _pod_webhook(docs)["clientConfig"]["service"]
     assert f"{service['name']}.{service['namespace']}.svc" in certificate["spec"]["dnsNames"]
+    docs = _render_with("overlays/large-cluster", WEBHOOK_CERT_MANAGER)
+    assert not [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    certificate = _one(docs, "Certificate")
+    expected = f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
+    assert _one(docs, "ValidatingWebhookConfiguration")["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == expected
 
 
 # --- high availability (docs/high-availability.md) ----------------------------------
@@ -1387,7 +1433,13 @@ def test_large_cluster_overlay_labels_nodes_and_keeps_the_adaptive_sample() -> N
     extender = _container(docs, "extender")
     args = extender["args"]
     assert "--label-nodes" in args and "--leader-elect" in args
-    assert "--route-pods-to-scheduler=runtimeclass-scheduler" in args
+    # Pods are routed and required the label by the API server's policies, from the
+    # table the extender keeps (with --label-nodes it names each class's label).
+    assert "--pod-admission-table=runtimeclass-extender" in args
+    assert "runtimeclass-scheduler" in _one(
+        docs, "MutatingAdmissionPolicy", "runtimeclass-extender-pod-admission"
+    )["spec"]["mutations"][0]["jsonPatch"]["expression"]
+    assert not [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
     settings = _serve_settings(extender)
     assert (
         settings.label_nodes and settings.node_label_prefix == "runtimeclass.node-restriction.kubernetes.io"
@@ -1396,7 +1448,8 @@ def test_large_cluster_overlay_labels_nodes_and_keeps_the_adaptive_sample() -> N
     assert {
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
-        "MutatingWebhookConfiguration",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
     } <= kinds
     policy = _one(docs, "ValidatingAdmissionPolicy", "runtimeclass-extender-node-labels")
     prefix = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "prefix")
@@ -1451,6 +1504,9 @@ _CLUSTER_SCOPED = {
     "MutatingWebhookConfiguration",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+    "CustomResourceDefinition",
 }
 
 
@@ -1493,15 +1549,15 @@ def test_an_overlay_installs_into_another_namespace(overlay: str) -> None:
             assert cel.evaluate(condition["expression"], {"request": user}) is True, policy["metadata"][
                 "name"
             ]
-    # Pod admission, by policies (and large-cluster's narrowed webhook), leaves out the
-    # opted-out namespaces, the install's own among them by its label.
+    # Pod admission, by policies, leaves out the opted-out namespaces, the install's own
+    # among them by its label.
     selectors = [
         d["spec"]["matchResources"]["namespaceSelector"]
         for d in docs
         if d["kind"].endswith("AdmissionPolicyBinding") and "matchResources" in d["spec"]
     ]
     selectors += [hook["namespaceSelector"] for hook in _pod_webhooks(docs)]
-    assert len(selectors) >= 3
+    assert len(selectors) == 2
     for namespace_selector in selectors:
         selector = {e["key"]: e for e in namespace_selector["matchExpressions"]}
         assert selector[WEBHOOK_LABEL] == {"key": WEBHOOK_LABEL, "operator": "NotIn", "values": ["ignore"]}

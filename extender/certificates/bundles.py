@@ -1,7 +1,7 @@
 """The caBundles as the keeper reads them: from a webhook configuration to a ``Bundle``.
 
 The keeper's informers follow the Secret and each webhook configuration by name and
-keep each as its raw JSON (``Watched``): the keeper reads only what it needs of them.
+keep each as its raw JSON (``extender.kube.watched``): the keeper reads only what it needs of them.
 ``bundle_of`` reads one configuration: the webhooks that call the extender's Service
 and the CAs in each one's caBundle (what ``plan`` decides from, and what ``trust``
 judges a pair against). ``InformerBundles`` is every configuration as this replica's
@@ -14,31 +14,13 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from extender.certificates.authority import CertificateError, read_bundle
 from extender.certificates.options import CertificateOptions
 from extender.certificates.plan import Bundle, Cert
 from extender.kube.informer import Informer
-from extender.kube.store import Named, ObjectError
-
-
-@dataclass(frozen=True)
-class Watched:
-    """One object followed by name: the raw JSON, for the keeper's own reading."""
-
-    name: str
-    resource_version: str
-    obj: Mapping[str, Any]
-
-
-def watched(obj: Any) -> Named:
-    """The informers' reading of an object: its name, its resourceVersion, itself."""
-    metadata = obj.get("metadata") if isinstance(obj, dict) else None
-    if not isinstance(metadata, dict):
-        raise ObjectError("an object without metadata")
-    return Watched(str(metadata.get("name") or ""), str(metadata.get("resourceVersion") or ""), obj)
+from extender.kube.watched import Watched
 
 
 def version_of(obj: Mapping[str, Any] | None) -> str | None:

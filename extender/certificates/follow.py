@@ -25,12 +25,13 @@ import logging
 from collections.abc import Mapping
 
 from extender.certificates.authority import signers
-from extender.certificates.bundles import InformerBundles, Watched
+from extender.certificates.bundles import InformerBundles
 from extender.certificates.options import CertificateOptions, Clock
 from extender.certificates.plan import Bundle, Cert, Trust, bundle_cas, trust
 from extender.certificates.secret import Served, is_ours, served_of
 from extender.certificates.serving import PairError, SwitchingContext
 from extender.kube.store import Store
+from extender.kube.watched import Watched
 
 log = logging.getLogger("extender.certificates")
 

@@ -58,7 +58,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from extender.certificates import replicas
-from extender.certificates.bundles import InformerBundles, Watched, watched
+from extender.certificates.bundles import InformerBundles
 from extender.certificates.follow import Follower
 from extender.certificates.metrics import CertificateMetrics
 from extender.certificates.options import (
@@ -77,6 +77,7 @@ from extender.kube.backoff import Backoff
 from extender.kube.informer import Informer
 from extender.kube.reflector import WatchedResource
 from extender.kube.store import Named, Store
+from extender.kube.watched import Watched, watched
 from extender.leader.actor import wait_while
 from extender.leader.controller import Controller, WriteLog
 from extender.leader.workqueue import Done, Report, Result, Retry, Sleep, Turn, Unchanged

@@ -60,7 +60,7 @@ from typing import Any
 import aiohttp
 
 from extender.certificates.authority import signers
-from extender.certificates.bundles import InformerBundles, Watched, bundle_of, version_of
+from extender.certificates.bundles import InformerBundles, bundle_of, version_of
 from extender.certificates.options import ADMISSION, SECRET, SECRETS, CertificateOptions, Clock
 from extender.certificates.plan import (
     Bundle,
@@ -77,6 +77,7 @@ from extender.certificates.replicas import Observed
 from extender.certificates.secret import next_data, read_secret, secret_body, secret_data
 from extender.kube.api import ApiError, request_json, send
 from extender.kube.store import Store
+from extender.kube.watched import Watched
 from extender.leader.workqueue import Result, Sent, Turn, Unchanged, Write
 
 log = logging.getLogger("extender.certificates")

@@ -5,7 +5,8 @@ the requeuer (``requeue-pending-pods``), the running-pod audit
 (``audit-running-pods``), the node labeller and, with it, the events that say why a
 pod of a class that fits no node pends (``label-nodes``: kube-scheduler's own message
 cannot name the class once the label has ruled the nodes out), and the keeper of the
-self-managed webhook certificates (``webhook-certificate-secret``). ``serve`` turns its
+self-managed webhook certificates (``webhook-certificate-secret``), and the keeper of
+the pod admission table the API server's policies read (``pod-admission-table``). ``serve`` turns its
 settings into ``ActorOptions`` and the tests' replicas pass theirs, and both build the
 actors here, so there is one way an actor is wired: a new one is one more field and
 one more line below. How to write one (a ``Controller``: keys, a queue,
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.audit.auditor import AuditOptions, Auditor
+from extender.cluster.class_labels import ClassLabels
 from extender.cluster.pending_pod_informer import PendingPodInformer
 from extender.cluster.state import ClusterState
 from extender.kube.reflector import ReflectorOptions
@@ -31,6 +33,7 @@ from extender.labeller.events import ClassEvents, EventOptions
 from extender.labeller.labeller import LabelOptions, NodeLabeller
 from extender.leader.actor import LeaderActor
 from extender.leader.gate import LeaderGate
+from extender.podtable.keeper import PodAdmissionTable, TableOptions
 from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import DEFAULT_NODE_LABEL_PREFIX
 from policies.registry import Policy
@@ -44,6 +47,7 @@ class ActorOptions:
     audit: AuditOptions | None = None
     label: LabelOptions | None = None
     events: EventOptions | None = None
+    table: TableOptions | None = None
     # The shared pending-pod informer's reflector (None: the defaults).
     pending_reflector: ReflectorOptions | None = None
 
@@ -91,5 +95,9 @@ def leader_actors(
                 instance=gate.identity if gate is not None else "",
             )
         )
+    if options.table is not None:
+        # With label-nodes the table names each class's label, as the labeller keeps it.
+        labels = ClassLabels(options.label_prefix, policy) if options.label is not None else None
+        actors.append(PodAdmissionTable(api, state, options=options.table, labels=labels))
     actors.extend(others)
     return actors

@@ -24,6 +24,7 @@ from extender.kube.incluster import own_namespace
 from extender.labeller.events import EventOptions
 from extender.labeller.labeller import LabelOptions
 from extender.leader.gate import ElectionOptions, LeaderGate, identity
+from extender.podtable.keeper import TableOptions
 from extender.requeue.requeuer import RequeueOptions
 from extender.settings import ServeSettings, SettingsError
 from policies.registry import Policy
@@ -57,6 +58,11 @@ def actor_options(settings: ServeSettings) -> ActorOptions:
         ),
         # Pods the label rules out hear why from an event: FailedScheduling cannot say.
         events=EventOptions() if settings.label_nodes else None,
+        table=(
+            TableOptions(name=settings.pod_admission_table)
+            if settings.pod_admission_table
+            else None
+        ),
     )
 
 

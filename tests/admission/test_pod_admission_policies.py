@@ -1,33 +1,33 @@
 """The pod admission policies as shipped (deploy/components/pod-admission-policy): their shape.
 
 What they make of pods is tests/admission/test_pod_admission_both_ways.py's (the same
-table through the policies and through the webhook). Here: that they are bound as the
-webhook is scoped (the same namespaces left out, pod CREATE only, every RuntimeClass a
-param, failing closed inside the API server), that the two label policies compute one
-"requires", and that the patch docs/large-clusters.md shows for a policy file whose
-every class has node rules changes both.
+table through the policies and through the webhook), and on kube-apiserver itself
+tests/real/test_pod_admission.py's. Here: that they are bound as the webhook is scoped
+(the same namespaces left out, pod CREATE only, failing closed inside the API server),
+that each takes the one table as its param, by name, and
+what their match conditions let through: nothing for a pod that names no RuntimeClass,
+and for a pod of a class only the mutating policy, unless the pod may be refused.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from tests.support.docs import fenced_blocks, page
-from tests.support.manifests import one, render, render_own, render_webhook_way
+from extender.admission.pod_table import entry
+from extender.cluster.class_labels import ClassLabels
+from extender.cluster.objects import runtime_class_from_api
+from extender.policy_file import load_policy
+from extender.settings import DEFAULT_NODE_LABEL_PREFIX
+from tests.support.apiserver.cel_env import compile_expression, execute
+from tests.support.manifests import OVERLAYS, one, render, render_webhook_way
 
 Manifest = dict[str, Any]
+NAME = "runtimeclass-extender-pod-admission"
+TABLE = "runtimeclass-extender"
 LARGE = render("overlays/large-cluster")
-POLICY_KINDS = ("MutatingAdmissionPolicy", "ValidatingAdmissionPolicy")
-POD_POLICIES = {
-    ("MutatingAdmissionPolicy", "runtimeclass-extender-pod-routing"),
-    ("MutatingAdmissionPolicy", "runtimeclass-extender-pod-overhead"),
-    ("ValidatingAdmissionPolicy", "runtimeclass-extender-pod-overhead"),
-    ("MutatingAdmissionPolicy", "runtimeclass-extender-pod-node-label"),
-    ("ValidatingAdmissionPolicy", "runtimeclass-extender-pod-node-label"),
-}
+POD_POLICIES = {("MutatingAdmissionPolicy", NAME), ("ValidatingAdmissionPolicy", NAME)}
 
 
 def _pod_policies(docs: tuple[Manifest, ...]) -> list[Manifest]:
@@ -38,19 +38,25 @@ def _binding(docs: tuple[Manifest, ...], policy: Manifest) -> Manifest:
     return one(docs, policy["kind"] + "Binding", policy["metadata"]["name"])
 
 
-def test_every_overlay_has_the_pod_policies_and_large_cluster_the_label_ones() -> None:
-    for overlay in ("overlays/predicate-mode", "overlays/alongside-admission", "overlays/tls"):
-        names = {(d["kind"], d["metadata"]["name"]) for d in _pod_policies(render(overlay))}
-        assert names == {p for p in POD_POLICIES if "node-label" not in p[1]}, overlay
-    assert {(d["kind"], d["metadata"]["name"]) for d in _pod_policies(LARGE)} == POD_POLICIES
-    # The webhook way has none of them.
-    assert _pod_policies(render_webhook_way("overlays/large-cluster")) == []
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_overlay_has_the_two_pod_policies_and_the_webhook_way_none(overlay: str) -> None:
+    docs = render(overlay)
+    assert {(d["kind"], d["metadata"]["name"]) for d in _pod_policies(docs)} == POD_POLICIES
+    # Every policy the API server evaluates on pods: these two and no other.
+    on_pods = [
+        d
+        for d in docs
+        if d["kind"] in ("MutatingAdmissionPolicy", "ValidatingAdmissionPolicy")
+        and "pods" in str(d["spec"]["matchConstraints"])
+        and d["spec"]["matchConditions"][0]["name"] != "only-the-extender"
+    ]
+    assert sorted(d["kind"] for d in on_pods) == ["MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"]
+    assert _pod_policies(render_webhook_way(overlay)) == []
 
 
-@pytest.mark.parametrize("name", sorted(f"{k}/{n}" for k, n in POD_POLICIES))
-def test_each_policy_admits_pod_creates_and_fails_closed_in_the_api_server(name: str) -> None:
-    kind, policy_name = name.split("/")
-    policy = one(LARGE, kind, policy_name)
+@pytest.mark.parametrize("kind", sorted(k for k, _ in POD_POLICIES))
+def test_each_policy_admits_pod_creates_from_the_table_and_fails_closed(kind: str) -> None:
+    policy = one(LARGE, kind, NAME)
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
     assert spec["matchConstraints"] == {
@@ -58,41 +64,25 @@ def test_each_policy_admits_pod_creates_and_fails_closed_in_the_api_server(name:
             {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
         ]
     }
-    if kind == "MutatingAdmissionPolicy":
-        assert spec["reinvocationPolicy"] == "IfNeeded"
-        assert all(m["patchType"] == "JSONPatch" for m in spec["mutations"])
+    # One param by name (one evaluation per pod whatever the number of classes): the
+    # table, cluster-scoped.
+    assert spec["paramKind"] == {"apiVersion": "runtimeclass-extender.dev/v1alpha1", "kind": "PodAdmissionTable"}
     binding = _binding(LARGE, policy)["spec"]
-    assert binding["policyName"] == policy_name
-    if kind == "ValidatingAdmissionPolicy":
-        assert binding["validationActions"] == ["Deny"]
-    if policy_name == "runtimeclass-extender-pod-routing":
-        # No params: a pod naming a class that does not exist is routed too.
-        assert "paramKind" not in spec and "paramRef" not in binding
-    else:
-        assert spec["paramKind"] == {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass"}
-        # Every RuntimeClass (cluster-scoped: no namespace); no class, no change.
-        assert binding["paramRef"] == {"selector": {}, "parameterNotFoundAction": "Allow"}
-        own = "has(object.spec.runtimeClassName) && object.spec.runtimeClassName == params.metadata.name"
-        if kind == "ValidatingAdmissionPolicy":
-            assert spec["matchConditions"][0]["expression"] == own
-        else:
-            assert own in json.dumps(spec["variables"])
+    assert binding["policyName"] == NAME
+    action = "Deny" if kind == "MutatingAdmissionPolicy" else "Allow"
+    assert binding["paramRef"] == {"name": TABLE, "parameterNotFoundAction": action}
+    crd = one(LARGE, "CustomResourceDefinition", "podadmissiontables.runtimeclass-extender.dev")
+    assert crd["spec"]["scope"] == "Cluster"
     if kind == "MutatingAdmissionPolicy":
-        # Decided in the expression: a policy whose matchConditions were false is never
-        # evaluated again, and a webhook may set runtimeClassName after the policies ran;
-        # the conditions only pass over the params of other classes.
-        conditions = [c["expression"] for c in spec.get("matchConditions", [])]
-        if policy_name == "runtimeclass-extender-pod-routing":
-            assert conditions == []
-        else:
-            assert conditions == [
-                "!has(object.spec.runtimeClassName) || object.spec.runtimeClassName == '' "
-                "|| object.spec.runtimeClassName == params.metadata.name"
-            ]
+        # Evaluated once per pod: never again after a later mutation.
+        assert spec["reinvocationPolicy"] == "Never"
+        assert [m["patchType"] for m in spec["mutations"]] == ["JSONPatch"]
+    else:
+        assert binding["validationActions"] == ["Deny"]
 
 
 def test_the_policies_leave_out_the_namespaces_the_webhook_leaves_out() -> None:
-    """Opt-out namespaces, kube-system and the install's own, as today's webhook."""
+    """Opt-out namespaces, kube-system and the install's own, as the webhook."""
     webhook = one(render_webhook_way("overlays/large-cluster"), "MutatingWebhookConfiguration")
     (hook,) = webhook["webhooks"]
     for policy in _pod_policies(LARGE):
@@ -101,38 +91,57 @@ def test_the_policies_leave_out_the_namespaces_the_webhook_leaves_out() -> None:
         }, policy["metadata"]["name"]
 
 
-def test_both_label_policies_compute_one_requirement() -> None:
-    mutating = one(LARGE, "MutatingAdmissionPolicy", "runtimeclass-extender-pod-node-label")
-    validating = one(LARGE, "ValidatingAdmissionPolicy", "runtimeclass-extender-pod-node-label")
-    assert mutating["spec"]["variables"] == validating["spec"]["variables"]
-    names = [v["name"] for v in mutating["spec"]["variables"]]
-    # docs/large-clusters.md's patch addresses them by position.
-    assert names[:2] == ["prefix", "everyClassHasNodeRules"]
-    assert mutating["spec"]["variables"][1]["expression"] == "false"
+# --- what the match conditions let through (their CEL, as written) ------------------------
+
+GVISOR = runtime_class_from_api(
+    {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": "gvisor"},
+        "handler": "runsc",
+        "overhead": {"podFixed": {"cpu": "250m", "memory": "64Mi"}},
+        "scheduling": {"nodeSelector": {"sandbox": "gvisor"}},
+    }
+)
+LABEL = f"{DEFAULT_NODE_LABEL_PREFIX}/gvisor"
+PARAMS = {"spec": {"runtimeClasses": {"gvisor": entry(GVISOR, ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy()))}}}
 
 
-def test_large_cluster_keeps_the_webhook_for_long_class_names_only() -> None:
-    (hook,) = one(LARGE, "MutatingWebhookConfiguration")["webhooks"]
-    assert [c["expression"] for c in hook["matchConditions"]] == [
-        'has(object.spec.runtimeClassName) && object.spec.runtimeClassName != ""',
-        "size(object.spec.runtimeClassName) > 63",
-    ]
-    whole = one(render_webhook_way("overlays/large-cluster"), "MutatingWebhookConfiguration")
-    assert len(whole["webhooks"][0]["matchConditions"]) == 1
+def _matches(kind: str, spec: Manifest) -> bool:
+    pod = {"metadata": {"name": "p", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}], **spec}}
+    context = {"object": pod, "params": PARAMS}
+    conditions = one(LARGE, kind, NAME)["spec"]["matchConditions"]
+    # As the API server evaluates them, with the strings library (split) it has.
+    return all(
+        execute(compile_expression(c["expression"]), c["expression"], context) is True for c in conditions
+    )
 
 
-def test_the_documented_patch_for_a_policy_file_with_node_rules_everywhere() -> None:
-    (block,) = [
-        b
-        for b in fenced_blocks(page("large-clusters.md"), "yaml")
-        if b.startswith("# my-overlay/kustomization.yaml\n")
-        and "everyClassHasNodeRules" not in b
-        and "runtimeclass-extender-pod-node-label" in b
-    ]
-    docs = render_own(block)
-    for kind in POLICY_KINDS:
-        variables = one(docs, kind, "runtimeclass-extender-pod-node-label")["spec"]["variables"]
-        assert variables[1] == {"name": "everyClassHasNodeRules", "expression": "true"}
-    # Nothing else moves.
-    untouched = [d for d in docs if d["metadata"]["name"] != "runtimeclass-extender-pod-node-label"]
-    assert untouched == [d for d in LARGE if d["metadata"]["name"] != "runtimeclass-extender-pod-node-label"]
+NO_CLASS: list[Manifest] = [{}, {"runtimeClassName": ""}, {"schedulerName": "default-scheduler"}]
+
+
+@pytest.mark.parametrize("kind", sorted(k for k, _ in POD_POLICIES))
+@pytest.mark.parametrize("spec", NO_CLASS, ids=["none", "empty", "scheduler"])
+def test_a_pod_that_names_no_runtimeclass_evaluates_neither_policy(kind: str, spec: Manifest) -> None:
+    assert _matches(kind, spec) is False
+
+
+@pytest.mark.parametrize(
+    ("spec", "validated"),
+    [
+        # As the mutating policy (or the in-tree plugin) left it: not validated.
+        ({"runtimeClassName": "gvisor", "overhead": {"cpu": "250m", "memory": "64Mi"}, "nodeSelector": {LABEL: "true"}}, False),
+        ({"runtimeClassName": "gvisor", "overhead": {"cpu": "250m", "memory": "64Mi"}}, False),
+        # A class the table does not know: nothing to validate against.
+        ({"runtimeClassName": "unknown", "overhead": {"cpu": "1"}}, False),
+        # What may be refused: validated.
+        ({"runtimeClassName": "gvisor", "overhead": {"cpu": "0.25", "memory": "64Mi"}}, True),
+        ({"runtimeClassName": "gvisor", "overhead": {"cpu": "500m", "memory": "64Mi"}}, True),
+        ({"runtimeClassName": "gvisor", "overhead": {"cpu": "250m"}}, True),
+        ({"runtimeClassName": "gvisor", "overhead": {"cpu": "250m", "memory": "64Mi"}, "nodeSelector": {LABEL: "false"}}, True),
+    ],
+    ids=["admitted", "admitted-without-label", "unknown-class", "equal-by-value", "differs", "fewer", "label-conflict"],
+)
+def test_a_pod_of_a_class_is_validated_only_where_it_may_be_refused(spec: Manifest, validated: bool) -> None:
+    assert _matches("MutatingAdmissionPolicy", spec) is True
+    assert _matches("ValidatingAdmissionPolicy", spec) is validated

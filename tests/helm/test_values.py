@@ -266,5 +266,8 @@ def test_notes_say_how_to_check_that_the_pod_admission_policies_run() -> None:
     webhook = _notes({"podAdmission.mode": "webhook"})
     assert "check-pod-admission" not in webhook
     assert "Parts: the RuntimeClass webhook, the pod webhook," in webhook
+    assert "kubectl get podadmissiontable runtimeclass-extender -o yaml" in policy
     large = _notes({"podAdmission.mode": "policy", "labelNodes.enabled": "true"})
-    assert "the pod webhook (RuntimeClass names over 63 characters)" in large
+    assert "Parts: the RuntimeClass webhook, the pod admission policies," in large
+    assert "pod webhook" not in large.split("Parts:", 1)[1].split(";", 1)[0]
+    assert "runtimeclass-extender check-pod-admission --namespace default --label-nodes" in large

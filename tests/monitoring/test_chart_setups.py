@@ -77,6 +77,9 @@ MOUNTS = "/etc/runtimeclass-extender/"
 LISTENERS = {"--port": "filter", "--probe-port": "probes", "--admission-port": "admission"}
 HOSTS = ("--host", "--probe-host", "--admission-host")
 WEBHOOK_CONFIGURATIONS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+# What each setup's extender reads of its own install: the webhook configurations whose
+# caBundle it keeps, and the pod admission table's kind.
+APPLIED = (*WEBHOOK_CONFIGURATIONS, "CustomResourceDefinition")
 # The counters labelled by RuntimeClass (with each reason, for the rejected nodes).
 BY_CLASS = (
     *(("runtimeclass_extender_nodes_rejected_total", {"reason": reason}) for reason in REASON_LABELS),
@@ -299,7 +302,7 @@ async def test_every_query_of_each_chart_setups_dashboard_returns_a_series(tmp_p
             await setup.server.start()
             stack.push_async_callback(setup.server.stop)
             seed_cluster(setup.server)
-            setup.server.apply([doc for doc in setup.docs if doc["kind"] in WEBHOOK_CONFIGURATIONS])
+            setup.server.apply([doc for doc in setup.docs if doc["kind"] in APPLIED])
         extenders = [
             await stack.enter_async_context(
                 process(

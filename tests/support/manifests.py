@@ -79,21 +79,14 @@ def render_own(kustomization: str, files: dict[str, str] | None = None) -> tuple
 
 
 # docs/pod-webhook.md's edit of a copy of an overlay for an API server without
-# MutatingAdmissionPolicy: the pod webhook in place of the pod admission policies (and of
-# the webhook's narrowing to what they cannot compute).
-_POLICY_WAY = (
-    "- ../../components/pod-admission-policy/label-nodes\n",
-    "- ../../components/pod-webhook/long-class-names\n",
-    "- ../../components/pod-webhook\n",
-)
+# MutatingAdmissionPolicy: the pod webhook in place of the pod admission policies.
 _POLICIES = "- ../../components/pod-admission-policy\n"
 
 
 def webhook_way(kustomization: str) -> str:
     """An overlay's kustomization.yaml with components/pod-webhook in place of
-    components/pod-admission-policy and the pieces that go with it."""
-    lines = [line for line in kustomization.splitlines(keepends=True) if line not in _POLICY_WAY]
-    return "".join("- ../../components/pod-webhook\n" if line == _POLICIES else line for line in lines)
+    components/pod-admission-policy."""
+    return kustomization.replace(_POLICIES, "- ../../components/pod-webhook\n")
 
 
 @cache

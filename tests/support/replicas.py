@@ -26,6 +26,7 @@ from extender.http.actors import ActorOptions, leader_actors
 from extender.kube import connect as kube
 from extender.kube.health import waiting_report
 from extender.labeller.events import ClassEvents, EventOptions
+from extender.podtable.keeper import TableOptions
 from extender.labeller.labeller import LabelOptions, NodeLabeller
 from extender.leader.election import LeaderElector
 from extender.leader.gate import ElectionOptions, LeaderGate, identity
@@ -109,6 +110,7 @@ async def start_replica(
     audit: bool = False,
     label: LabelOptions | None = None,
     events: bool = False,
+    table: TableOptions | None = None,
     election: ElectionOptions = FAST_ELECTION,
     user: str = "",
     lease_namespace: str | None = None,
@@ -134,6 +136,7 @@ async def start_replica(
             audit=AuditOptions(reflector=FAST_REFLECTOR) if audit else None,
             label=label,
             events=FAST_EVENTS if events else None,
+            table=replace(table, reflector=FAST_REFLECTOR) if table is not None else None,
             pending_reflector=FAST_REFLECTOR,
         ),
         gate=gate,

@@ -12,22 +12,39 @@ from typing import Any
 
 import pytest
 
+from extender.admission.pod_table import table
 from extender.admission.probe import Admission, apply_patch, differences
 from extender.cli import main
-from tests.admission.test_pod_admission_both_ways import CLASSES, LONG, RUNTIME_HANDLER_POLICY
+from extender.cluster.class_labels import ClassLabels
+from extender.cluster.objects import runtime_class_from_api
+from extender.policy_file import load_policy
 from tests.support.apiserver import PODS, RUNTIME_CLASSES, FakeApiServer
 from tests.support.manifests import render
+from tests.support.pod_cases import CLASSES, LONG, POD_ADMISSION, RUNTIME_HANDLER_POLICY, TABLE, TABLES
 
 SHORT = [rc for rc in CLASSES if rc["metadata"]["name"] != LONG]
 PREFIX = "runtimeclass.node-restriction.kubernetes.io"
 
 
-def _pod_policies(overlay: str) -> list[dict[str, Any]]:
-    """Copies: ``render`` caches what it renders."""
-    return [
+def _pod_policies(overlay: str, policy: Path | None = None) -> list[dict[str, Any]]:
+    """The overlay's pod admission (the CRD, the policies and their bindings, copies:
+    ``render`` caches what it renders) and the table as the extender's leader writes it
+    for ``SHORT`` (with --label-nodes in large-cluster mode, under ``policy``)."""
+    docs = [
         copy.deepcopy(d)
         for d in render(overlay)
-        if d["metadata"]["name"].startswith("runtimeclass-extender-pod-")
+        if d["metadata"]["name"] in (POD_ADMISSION, "podadmissiontables.runtimeclass-extender.dev")
+    ]
+    labels = ClassLabels(PREFIX, load_policy(policy)) if overlay.endswith("large-cluster") else None
+    entries = table((runtime_class_from_api(rc) for rc in SHORT), labels)
+    return [
+        *docs,
+        {
+            "apiVersion": TABLES.api_version,
+            "kind": TABLES.kind,
+            "metadata": {"name": TABLE},
+            "spec": {"runtimeClasses": entries},
+        },
     ]
 
 
@@ -84,9 +101,10 @@ async def test_policies_that_do_not_run_are_found_out(
 async def test_the_label_requirement_follows_the_policy_file(
     classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """Large-cluster policies as shipped agree with the bundled policy; a policy file
-    that makes every class have node rules (RuntimeHandler) does not agree with them
-    until docs/large-clusters.md's patch is made, and the check says for which classes."""
+    """The table the extender writes with the bundled policy agrees with a check under
+    that policy; a policy file that makes every class have node rules (RuntimeHandler)
+    does not agree with it until the extender runs with the same file and writes the
+    table again, and the check says for which classes."""
     classes.apply(_pod_policies("overlays/large-cluster"))
     kubeconfig = ["--kubeconfig", str(fake_kubeconfig), "--label-nodes", "-o", "json"]
     status, out, _ = await _run(capsys, *kubeconfig)
@@ -100,10 +118,7 @@ async def test_the_label_requirement_follows_the_policy_file(
     assert status == 1
     differing = {r["runtimeClass"] for r in json.loads(out)["results"] if r["differences"]}
     assert differing == {"kata", "plain", "empty-selector", "empty-overhead"}
-    for doc in _pod_policies("overlays/large-cluster"):
-        if doc["kind"].endswith("AdmissionPolicy") and doc["metadata"]["name"].endswith("-node-label"):
-            doc["spec"]["variables"][1]["expression"] = "true"
-            classes.apply([doc])
+    classes.apply(_pod_policies("overlays/large-cluster", policy))
     status, out, _ = await _run(capsys, *kubeconfig, "--policy-file", str(policy))
     assert status == 0, out
 

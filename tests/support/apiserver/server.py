@@ -59,6 +59,7 @@ import asyncio
 import base64
 import copy
 import random
+import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -500,8 +501,10 @@ class FakeApiServer:
         and MutatingAdmissionPolicies and their bindings (admissionregistration.k8s.io/v1)
         go to admission, which runs them on every write (``admission_policy.py``,
         ``mutating_policy.py``); each replaces one of its kind and name loaded before. A
-        manifest of a registered resource's kind is stored (``put``); any other (a
-        ServiceAccount, say) is returned, with nothing done. All or nothing: a manifest the
+        CustomResourceDefinition (apiextensions.k8s.io/v1) registers its kind at its
+        storage version, served from then on as kube-apiserver serves an established
+        CRD's kind (no schema, no pruning). A manifest of a registered resource's kind is
+        stored (``put``); any other (a ServiceAccount, say) is returned, with nothing done. All or nothing: a manifest the
         fake cannot load (a policy expression the ``cel`` package cannot parse, an
         ApplyConfiguration mutation, a paramKind that is not a registered resource, a
         ClusterRole aggregationRule) raises ValueError naming it, and nothing is loaded.
@@ -512,8 +515,11 @@ class FakeApiServer:
         to_store: list[tuple[ResourceType, JsonObj]] = []
         ignored: list[JsonObj] = []
         loads_rbac = False
+        defined = [_defined(doc) for doc in docs if (doc.get("apiVersion"), doc.get("kind")) == _CRD]
         for doc in docs:
             api_version, kind = doc.get("apiVersion"), doc.get("kind")
+            if (api_version, kind) == _CRD:
+                continue
             if api_version == rbac.RBAC_API_VERSION and kind in rbac.RBAC_KINDS:
                 staged_rbac.add(doc)
                 loads_rbac = True
@@ -521,14 +527,18 @@ class FakeApiServer:
                 staged_policies.add(doc)
             else:
                 rtype = next(
-                    (r for r in self._resources.values() if (r.api_version, r.kind) == (api_version, kind)),
+                    (
+                        r
+                        for r in [*self._resources.values(), *defined]
+                        if (r.api_version, r.kind) == (api_version, kind)
+                    ),
                     None,
                 )
                 if rtype is None:
                     ignored.append(doc)
                 else:
                     to_store.append((rtype, doc))
-        served = {(r.api_version, r.kind) for r in self._resources.values()}
+        served = {(r.api_version, r.kind) for r in [*self._resources.values(), *defined]}
         unserved = sorted(staged_policies.param_kinds() - served)
         if unserved:
             api_version, kind = unserved[0]
@@ -538,6 +548,8 @@ class FakeApiServer:
         if loads_rbac:
             self.rbac = staged_rbac
         self.admission_policies = staged_policies
+        for rtype in defined:
+            self.register(rtype)
         for rtype, doc in to_store:
             self.put(rtype, doc)
         return ignored
@@ -546,7 +558,8 @@ class FakeApiServer:
 
     def _resource(self, resource: ResourceType | str) -> ResourceType:
         if isinstance(resource, ResourceType):
-            return resource
+            # The registered instance: watchers are matched to it by identity.
+            return self._resources.get((resource.group, resource.version, resource.plural), resource)
         for known in self._resources.values():
             if resource in (known.plural, known.key):
                 return known
@@ -1258,6 +1271,9 @@ class FakeApiServer:
                     reason="Invalid",
                 )
             )
+        invalid = _invalid(rtype, name, new)
+        if invalid is not None:
+            return invalid
         denial = self._admit(write, "CREATE", name, new, None)
         if denial is not None:
             return denial
@@ -1666,3 +1682,43 @@ def _status_response(status: JsonObj, headers: Mapping[str, str] | None = None) 
         content_type="application/json",
         headers=headers,
     )
+
+
+# apimachinery/pkg/util/validation/validation.go IsDNS1123Subdomain, as its message words it.
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS1123_SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+
+
+def _invalid(rtype: ResourceType, name: str, obj: JsonObj) -> web.Response | None:
+    """The strategy's validation of a created object, between mutating and validating
+    admission (the registry's BeforeCreate), as far as the tests meet it: a pod's
+    ``spec.runtimeClassName``, which must be a DNS subdomain when set, the empty string
+    included (pkg/apis/core/validation/validation.go ValidateRuntimeClassName)."""
+    if rtype.kind != "Pod":
+        return None
+    runtime_class = (obj.get("spec") or {}).get("runtimeClassName")
+    if runtime_class is None or (len(runtime_class) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(runtime_class)):
+        return None
+    return _status_response(
+        status_object(
+            422,
+            f'Pod "{name}" is invalid: spec.runtimeClassName: Invalid value: "{runtime_class}": '
+            + _DNS1123_SUBDOMAIN_MESSAGE,
+            reason="Invalid",
+        )
+    )
+
+
+_CRD = ("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+
+
+def _defined(crd: Mapping[str, Any]) -> ResourceType:
+    """The kind a CustomResourceDefinition serves, at its storage version."""
+    spec = crd["spec"]
+    (version,) = [v["name"] for v in spec["versions"] if v.get("storage")]
+    names = spec["names"]
+    return ResourceType(spec["group"], version, names["plural"], names["kind"], namespaced=spec["scope"] == "Namespaced")

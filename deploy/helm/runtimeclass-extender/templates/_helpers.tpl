@@ -96,13 +96,10 @@ what the cluster serves; helm template knows only what --api-versions tells it.
 {{- end }}
 
 {{/*
-"true" when the pod webhook is rendered (components/pod-webhook): for webhook and both,
-and beside the policies in large-cluster mode for the class names they cannot label
-(components/pod-webhook/long-class-names).
+"true" when the pod webhook is rendered (components/pod-webhook): for webhook and both.
 */}}
 {{- define "runtimeclass-extender.podWebhook" -}}
-{{- $mode := include "runtimeclass-extender.podAdmission" . -}}
-{{- if or (has $mode (list "webhook" "both")) (and (eq $mode "policy") .Values.labelNodes.enabled) }}true{{ end -}}
+{{- if has (include "runtimeclass-extender.podAdmission" .) (list "webhook" "both") }}true{{ end -}}
 {{- end }}
 
 {{/*

@@ -1,0 +1,75 @@
+"""The pod admission table: what admitting a pod of each RuntimeClass adds, in one object.
+
+The admission policies of deploy/components/pod-admission-policy route pods that name a
+RuntimeClass, give them their class's Pod Overhead and, in large-cluster mode, their
+class's node-label requirement, inside kube-apiserver. What they read of each class is
+this table, one ``PodAdmissionTable`` object (a cluster-scoped custom resource,
+runtimeclass-extender.dev/v1alpha1) that the extender's leader keeps equal to the
+RuntimeClasses (``extender.podtable``), and that the policies take as their one param,
+by name.
+
+Why a table, and not the RuntimeClasses themselves: a policy whose param is "every
+RuntimeClass" is invoked once per class for every pod, so it costs every pod of the
+cluster more the more classes there are (staging/src/k8s.io/apiserver/pkg/admission/
+plugin/policy/generic/policy_dispatcher.go: one invocation per binding and param); one
+param by name is one invocation, whatever the number of classes, and a match condition
+that is false for pods naming no class makes it none for them.
+
+Why a custom resource, and not a ConfigMap: kube-apiserver 1.36 serves a built-in
+paramKind from its shared informer factory and stops that informer for good once no
+binding names the kind (kubernetes/kubernetes#130887): after an uninstall and a
+reinstall every pod of a class would be refused ("no params found") until the API
+server restarts, or admitted against a table frozen at the old content. A custom
+resource's param informer is its own, started again when a binding names it again
+(checked on kube-apiserver 1.36.2: tests/real/).
+
+One entry per class, under the class's name:
+
+    spec:
+      runtimeClasses:
+        gvisor: {overhead: {cpu: 250m, memory: 64Mi}, nodeLabel: runtimeclass.node-restriction.kubernetes.io/gvisor}
+        runc: {}
+
+- ``overhead``: the class's ``overhead.podFixed``, absent when the class has no
+  ``overhead`` and ``{}`` when it has one without podFixed (the in-tree plugin tells
+  the two apart: a pod that brings an overhead is refused with a different message);
+- ``nodeLabel``: the node label a pod of the class must require (``serve
+  --label-nodes``, a class with node rules: ``ClassLabels``), hashed past 63 characters
+  as the labeller names it (a policy cannot hash); absent otherwise.
+
+A class that is not in the table (created while no replica ran) gets routing and
+nothing else, as a class that does not exist (docs/pod-webhook.md, "The window").
+
+Pure: views in, dicts out. The pod webhook decides the same from the same views
+(``extender.admission.pod_review``); a test admits one table of pods both ways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final
+
+from extender.cluster.class_labels import ClassLabels
+from policies.objects import RuntimeClassView
+
+__all__ = ["API_VERSION", "KIND", "PLURAL", "entry", "table"]
+
+GROUP: Final = "runtimeclass-extender.dev"
+API_VERSION: Final = f"{GROUP}/v1alpha1"
+KIND: Final = "PodAdmissionTable"
+PLURAL: Final = "podadmissiontables"
+
+
+def entry(runtime_class: RuntimeClassView, labels: ClassLabels | None) -> dict[str, Any]:
+    """The class's entry (see the module doc); ``labels`` is None without label-nodes."""
+    found: dict[str, Any] = {}
+    if runtime_class.overhead is not None:
+        found["overhead"] = dict(runtime_class.overhead)
+    if labels is not None and labels.has_node_rules(runtime_class):
+        found["nodeLabel"] = labels.key(runtime_class.name)
+    return found
+
+
+def table(classes: Iterable[RuntimeClassView], labels: ClassLabels | None) -> dict[str, dict[str, Any]]:
+    """Every class's entry, by class name: the object's ``spec.runtimeClasses``."""
+    return {runtime_class.name: entry(runtime_class, labels) for runtime_class in classes}

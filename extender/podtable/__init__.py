@@ -1,0 +1,1 @@
+"""The pod admission table's keeper (``serve --pod-admission-table``)."""

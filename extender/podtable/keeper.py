@@ -1,0 +1,321 @@
+"""Keeping the pod admission table equal to the RuntimeClasses (``serve --pod-admission-table``).
+
+What the table says and why it exists is ``extender.admission.pod_table`` (pure). This
+module writes it, as a leader actor on the controller shape (``extender.leader.
+controller``):
+
+- **One key, the table.** Every RuntimeClass event, and every change of the table
+  object itself (a hand edit, a deletion), queues it; its reconcile compares the
+  object's ``spec.runtimeClasses``, as this replica's informer shows it, with what the
+  classes ask for now, and writes the difference. A burst of class events while a write
+  is out is one more reconcile after it (the queue's dirty set), never one write per
+  event.
+- **Only its entries.** A JSON merge patch of ``spec.runtimeClasses`` naming only the
+  entries that differ (RFC 7386: ``null`` removes an entry or a member of one). Each
+  value is absolute (what the classes ask for now), so a patch computed from an
+  informer that has not yet seen the last write rewrites an entry to the value it has,
+  never to an older one, and needs no resourceVersion precondition (which would turn
+  every such overlap into a 409 and a backoff). A missing object is created, with the
+  component's label; nothing else of it is ever in a request (and an admission policy,
+  deploy/components/pod-admission-policy, refuses anything else from the extender's
+  ServiceAccount).
+- **The window it opens.** While no replica runs, the table is as the last leader left
+  it: pods of a class created meanwhile are routed and get nothing else, and a class
+  changed meanwhile gives its old overhead and label. A new term starts with the table
+  (``term_keys``) and logs how many entries it found stale;
+  ``runtimeclass_extender_pod_admission_table_stale_entries`` says, on every replica,
+  how many entries differ from the classes; ``check-pod-admission`` shows it per class;
+  the audit reports the pods admitted with an overhead their class does not have
+  (docs/pod-webhook.md, "The window").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import aiohttp
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from extender import METRIC_PREFIX
+from extender.admission.pod_table import API_VERSION, KIND, PLURAL, table
+from extender.cluster.class_labels import ClassLabels
+from extender.cluster.state import ClusterState
+from extender.kube.api import send
+from extender.kube.informer import Informer
+from extender.kube.reflector import ReflectorOptions, WatchedResource
+from extender.kube.store import Named, Store
+from extender.kube.watched import Watched, watched
+from extender.leader.controller import Controller, WriteLog
+from extender.leader.workqueue import (
+    Done,
+    Failed,
+    Report,
+    Result,
+    Sent,
+    Sleep,
+    Turn,
+    Unchanged,
+    Write,
+    WriteOptions,
+)
+
+log = logging.getLogger("extender.podtable")
+
+TABLES = f"/apis/{API_VERSION}/{PLURAL}"
+TABLE_PATH = TABLES + "/{name}"
+# The one key: the table.
+TABLE = "table"
+# The label of everything the component installs, on the object the keeper creates.
+PART_OF = {"app.kubernetes.io/part-of": "runtimeclass-extender"}
+WRITE_FAIL_REASONS = ("forbidden", "rejected", "retries_exhausted")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableOptions(WriteOptions):
+    """The table object (cluster-scoped, ``name``), and how the keeper writes it."""
+
+    name: str
+    # One object, written when a class changes: no need for more than a few a second.
+    rate: float = 5.0
+    burst: int = 5
+    request_timeout: float = 10.0
+    reflector: ReflectorOptions | None = None
+
+
+class TableMetrics:
+    def __init__(
+        self, registry: CollectorRegistry, *, stale: Callable[[], int], entries: Callable[[], int]
+    ) -> None:
+        self.writes = Counter(
+            METRIC_PREFIX + "pod_admission_table_writes",
+            "Writes of the pod admission table (pod-admission-table) that succeeded, by what they did "
+            "(create: the table object was missing; update: entries changed).",
+            ["action"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            METRIC_PREFIX + "pod_admission_table_write_errors",
+            "Writes of the pod admission table that failed, once per failing streak (each is tried "
+            "again with backoff), by reason: forbidden (403: RBAC), rejected (another 4xx, such as "
+            "422 from the admission policy), retries_exhausted.",
+            ["reason"],
+            registry=registry,
+        )
+        Gauge(
+            METRIC_PREFIX + "pod_admission_table_stale_entries",
+            "Entries of the pod admission table that differ from what the RuntimeClasses ask for, as "
+            "this replica sees both (missing, different or left over); -1 while the table object is missing. "
+            "Pods admitted meanwhile get the old entry.",
+            registry=registry,
+        ).set_function(lambda: float(stale()))
+        Gauge(
+            METRIC_PREFIX + "pod_admission_table_entries",
+            "Entries (RuntimeClasses) in the pod admission table, as this replica's informer shows it.",
+            registry=registry,
+        ).set_function(lambda: float(entries()))
+        for action in ("create", "update"):
+            self.writes.labels(action)
+        for reason in WRITE_FAIL_REASONS:
+            self.errors.labels(reason)
+
+
+WRITE_LOG = WriteLog(
+    log,
+    subject="table",
+    failing="cannot write the pod admission table",
+    retrying="pod admission table write will be retried",
+    hints={
+        403: ": grant the pod-admission-table ClusterRole (create, and get/list/watch/patch on the table)",
+        422: ": refused by admission (the table's name must be the policies' param name)",
+    },
+)
+
+
+Entries = dict[str, dict[str, Any]]
+
+
+def entries_of(obj: Mapping[str, Any] | None) -> Entries | None:
+    """A table object's ``spec.runtimeClasses`` (None: there is no object)."""
+    if obj is None:
+        return None
+    spec = obj.get("spec")
+    found = spec.get("runtimeClasses") if isinstance(spec, dict) else None
+    return {str(k): v for k, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {}
+
+
+def merge_patch(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``current`` into ``wanted``: members
+    that differ, ``None`` for members to remove, objects compared member by member."""
+    patch: dict[str, Any] = {key: None for key in current if key not in wanted}
+    for key, value in wanted.items():
+        old = current.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            inner = merge_patch(old, value)
+            if inner:
+                patch[key] = inner
+        elif key not in current or old != value:
+            patch[key] = value
+    return patch
+
+
+def _canonical(value: Any) -> bytes:
+    """What a write makes the table say, comparable (the queue's damping compares them)."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+class PodAdmissionTable(Controller[str]):
+    """Keeps the pod admission table; see the module doc."""
+
+    name = "pod-admission-table"
+
+    def __init__(
+        self,
+        api: Any,
+        state: ClusterState,
+        *,
+        options: TableOptions,
+        labels: ClassLabels | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.options: TableOptions = options
+        super().__init__(options, clock=clock, sleep=sleep)
+        self._api = api
+        self.state = state
+        self.labels = labels
+        self.informer: Informer[Watched] = Informer(
+            api,
+            WatchedResource(PLURAL, TABLES, watched, field_selector=f"metadata.name={options.name}"),
+            Store("pod-admission-table"),
+            options=options.reflector,
+        )
+        self.metrics: TableMetrics | None = None
+        # What the classes ask for, recomputed when they change (every replica reads it
+        # for the gauge at each scrape).
+        self._wanted: Entries = {}
+        self._wanted_for = -1
+        state.runtime_classes.add_listener(self._changed)
+        self.informer.store.add_listener(self._changed)
+
+    # ----- the actor ----------------------------------------------------------------
+
+    @property
+    def informers(self) -> Sequence[Informer[Any]]:
+        return (self.informer,)
+
+    @property
+    def reads(self) -> Sequence[Store[Any]]:
+        return (self.state.runtime_classes, *super().reads)
+
+    def register_metrics(self, registry: CollectorRegistry) -> None:
+        self.metrics = TableMetrics(registry, stale=self.stale, entries=self.entries)
+
+    def starting(self) -> None:
+        log.info(
+            "keeping the pod admission table",
+            extra={
+                "table": self.options.name,
+                "classes": len(self.wanted()),
+                "stale": self.stale(),
+            },
+        )
+
+    def term_keys(self) -> Iterable[str]:
+        return (TABLE,)
+
+    def _changed(self, _kind: str, _old: Named | None, _new: Named | None) -> None:
+        self.queue.add(TABLE)
+
+    # ----- what every replica reads ---------------------------------------------------
+
+    def wanted(self) -> Entries:
+        """The table the RuntimeClasses ask for now."""
+        classes = self.state.runtime_classes
+        if self._wanted_for != classes.generation:
+            self._wanted = table(classes.values(), self.labels)
+            self._wanted_for = classes.generation
+        return self._wanted
+
+    def current(self) -> Entries | None:
+        found = self.informer.store.get(self.options.name)
+        return entries_of(found.obj if found is not None else None)
+
+    def stale(self) -> int:
+        """Entries that differ from the classes (-1: no table object); 0 before both are listed."""
+        if not (self.informer.synced and self.state.runtime_classes.synced):
+            return 0
+        current = self.current()
+        return -1 if current is None else len(merge_patch(current, self.wanted()))
+
+    def entries(self) -> int:
+        return len(self.current() or {})
+
+    # ----- reconciling --------------------------------------------------------------
+
+    async def reconcile(self, key: str, turn: Turn) -> Result:
+        return await turn.write(self._write)
+
+    def _write(self) -> Write | Unchanged:
+        wanted = self.wanted()
+        found = self.informer.store.get(self.options.name)
+        if found is None:
+            return Write(("create", _canonical(wanted)), partial(self._create, dict(wanted)), detail="create")
+        patch = merge_patch(entries_of(found.obj) or {}, wanted)
+        if not patch:
+            return Unchanged("in_sync")
+        return Write(
+            ("update", _canonical(patch)),
+            partial(self._patch, patch),
+            detail=patch,
+        )
+
+    async def _create(self, entries: Entries) -> Sent:
+        options = self.options
+        return await send(
+            self._api,
+            "POST",
+            TABLES,
+            body={
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "metadata": {"name": options.name, "labels": dict(PART_OF)},
+                "spec": {"runtimeClasses": entries},
+            },
+            timeout=aiohttp.ClientTimeout(total=options.request_timeout),
+        )
+
+    async def _patch(self, patch: dict[str, Any]) -> Sent:
+        options = self.options
+        return await send(
+            self._api,
+            "PATCH",
+            TABLE_PATH,
+            path_params={"name": options.name},
+            body={"spec": {"runtimeClasses": patch}},
+            content_type="application/merge-patch+json",
+            timeout=aiohttp.ClientTimeout(total=options.request_timeout),
+        )
+
+    def report(self, key: str, report: Report) -> None:
+        result, metrics = report.result, self.metrics
+        if isinstance(result, Done) and result.write is not None:
+            detail = result.write.detail
+            action = "create" if detail == "create" else "update"
+            changed = len(self.wanted()) if detail == "create" else len(detail)  # type: ignore[arg-type]
+            log.info(
+                "pod admission table written",
+                extra={"action": action, "entries": changed, "table": self.options.name},
+            )
+            if metrics is not None:
+                metrics.writes.labels(action).inc()
+        elif isinstance(result, Failed):
+            WRITE_LOG(key, report, table=self.options.name)
+            if metrics is not None and report.failure:
+                metrics.errors.labels(report.failure).inc()

@@ -1,0 +1,271 @@
+"""The pod admission table's keeper against the test API server (extender/podtable/keeper.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from extender.cluster.class_labels import ClassLabels
+from extender.cluster.state import ClusterState
+from extender.cluster.watch import ClusterWatch
+from extender.kube import connect as kube
+from extender.leader.runner import LeaderRunner
+from extender.podtable.keeper import PodAdmissionTable, TableOptions, merge_patch
+from extender.policy_file import load_policy
+from extender.settings import DEFAULT_NODE_LABEL_PREFIX
+from extender.tasks import stop as stop_task
+from tests.support.apiserver import RUNTIME_CLASSES, FakeApiServer, make_runtime_class
+from tests.support.pod_cases import TABLES
+from tests.support.reflectors import fast_reflector
+from tests.support.waiting import eventually, stays
+
+FAST = fast_reflector()
+NAME = "runtimeclass-extender"
+GVISOR: dict[str, Any] = {"overhead": {"cpu": "250m", "memory": "64Mi"}}
+
+
+def gvisor(**overrides: Any) -> dict[str, Any]:
+    rc = make_runtime_class("gvisor", handler="runsc", node_selector={"runtime": "gvisor"})
+    rc["overhead"] = {"podFixed": {"cpu": "250m", "memory": "64Mi"}}
+    rc.update(overrides)
+    return rc
+
+
+def table_object(entries: dict[str, Any] | None = None) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": TABLES.api_version,
+        "kind": TABLES.kind,
+        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/part-of": "runtimeclass-extender"}},
+        "spec": {},
+    }
+    if entries is not None:
+        obj["spec"]["runtimeClasses"] = entries
+    return obj
+
+
+def entries(server: FakeApiServer) -> dict[str, Any] | None:
+    obj = server.get(TABLES, NAME)
+    return None if obj is None else dict((obj.get("spec") or {}).get("runtimeClasses") or {})
+
+
+@dataclass
+class Running:
+    keeper: PodAdmissionTable
+    registry: CollectorRegistry
+    state: ClusterState
+
+
+@pytest.fixture
+async def running(
+    fake_apiserver: FakeApiServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Running]:
+    label_nodes = getattr(request, "param", False)
+    fake_apiserver.register(TABLES)
+    conn = await kube.connect(kubeconfig=str(fake_apiserver.write_kubeconfig(tmp_path / "kubeconfig")))
+    state = ClusterState()
+    labels = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy()) if label_nodes else None
+    keeper = PodAdmissionTable(
+        conn.api,
+        state,
+        options=TableOptions(name=NAME, reflector=FAST, retry_initial=0.02, retry_max=0.2),
+        labels=labels,
+    )
+    registry = CollectorRegistry()
+    keeper.register_metrics(registry)
+    watch = asyncio.create_task(ClusterWatch(conn.api, state, options=FAST).run())
+    runner = asyncio.create_task(LeaderRunner([keeper], None).run())
+    try:
+        yield Running(keeper, registry, state)
+    finally:
+        await stop_task(runner)
+        await stop_task(watch)
+        await conn.api.close()
+
+
+def gauge(run: Running, name: str) -> float | None:
+    return run.registry.get_sample_value(f"runtimeclass_extender_pod_admission_table_{name}")
+
+
+async def test_a_term_fills_the_table_and_follows_every_class_change(
+    fake_apiserver: FakeApiServer, running: Running
+) -> None:
+    fake_apiserver.add(TABLES, table_object())
+    fake_apiserver.add(RUNTIME_CLASSES, gvisor())
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("runc"))
+    await eventually(
+        lambda: entries(fake_apiserver) == {"gvisor": GVISOR, "runc": {}}, what="the table filled"
+    )
+    fake_apiserver.modify(
+        RUNTIME_CLASSES, "gvisor", lambda rc: rc.update(overhead={"podFixed": {"cpu": "500m"}})
+    )
+    await eventually(
+        lambda: entries(fake_apiserver) == {"gvisor": {"overhead": {"cpu": "500m"}}, "runc": {}},
+        what="a change",
+    )
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("kata"))
+    fake_apiserver.delete(RUNTIME_CLASSES, "runc")
+    await eventually(
+        lambda: entries(fake_apiserver) == {"gvisor": {"overhead": {"cpu": "500m"}}, "kata": {}},
+        what="add, delete",
+    )
+    await eventually(lambda: gauge(running, "stale_entries") == 0, what="nothing stale")
+    assert gauge(running, "entries") == 2
+    # Each write changed the entries alone.
+    for event, obj, prev in fake_apiserver.changes(TABLES):
+        if event == "MODIFIED":
+            assert prev is not None
+            assert {k: v for k, v in obj["metadata"].items() if k != "resourceVersion"} == {
+                k: v for k, v in prev["metadata"].items() if k != "resourceVersion"
+            }
+            assert set(obj["spec"]) == {"runtimeClasses"}
+
+
+@pytest.mark.parametrize("running", [True], indirect=True)
+async def test_with_label_nodes_each_class_with_node_rules_names_its_label(
+    fake_apiserver: FakeApiServer, running: Running
+) -> None:
+    fake_apiserver.add(TABLES, table_object())
+    fake_apiserver.add(RUNTIME_CLASSES, gvisor())
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("runc"))
+    await eventually(
+        lambda: (
+            entries(fake_apiserver)
+            == {"gvisor": {**GVISOR, "nodeLabel": DEFAULT_NODE_LABEL_PREFIX + "/gvisor"}, "runc": {}}
+        ),
+        what="the labels in the table",
+    )
+    fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", lambda rc: rc.pop("scheduling"))
+    await eventually(lambda: entries(fake_apiserver) == {"gvisor": GVISOR, "runc": {}}, what="rules gone")
+
+
+async def test_a_deleted_table_is_created_again_and_a_hand_edit_undone(
+    fake_apiserver: FakeApiServer, running: Running
+) -> None:
+    fake_apiserver.add(RUNTIME_CLASSES, gvisor())
+    # No table at all (the first start, or deleted): created, with the component's label.
+    await eventually(lambda: entries(fake_apiserver) == {"gvisor": GVISOR}, what="created")
+    created = fake_apiserver.get(TABLES, NAME)
+    assert created is not None
+    assert created["metadata"]["labels"] == {"app.kubernetes.io/part-of": "runtimeclass-extender"}
+    fake_apiserver.modify(
+        TABLES,
+        NAME,
+        {"spec": {"runtimeClasses": {"gvisor": {"overhead": {"cpu": "9"}, "nodeLabel": "x"}, "other": {}}}},
+    )
+    await eventually(lambda: entries(fake_apiserver) == {"gvisor": GVISOR}, what="the edit undone")
+    fake_apiserver.delete(TABLES, NAME)
+    await eventually(lambda: entries(fake_apiserver) == {"gvisor": GVISOR}, what="created again")
+
+
+async def test_a_conflict_is_computed_again_and_a_refusal_said_once(
+    fake_apiserver: FakeApiServer, running: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="extender.podtable")
+    fake_apiserver.add(TABLES, table_object({"gvisor": GVISOR}))
+    fake_apiserver.add(RUNTIME_CLASSES, gvisor())
+    await eventually(lambda: gauge(running, "stale_entries") == 0, what="in sync")
+    fake_apiserver.fail_next(3, status=403, verbs={"patch"}, resource=TABLES)
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("runc"))
+    await eventually(
+        lambda: entries(fake_apiserver) == {"gvisor": GVISOR, "runc": {}}, what="written at last"
+    )
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage() for r in warnings] == [
+        "cannot write the pod admission table: grant the pod-admission-table ClusterRole "
+        "(create, and get/list/watch/patch on the table)"
+    ]
+    assert (
+        running.registry.get_sample_value(
+            "runtimeclass_extender_pod_admission_table_write_errors_total", {"reason": "forbidden"}
+        )
+        == 1
+    )
+    fake_apiserver.fail_next(1, status=409, verbs={"patch"}, resource=TABLES)
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("kata"))
+    await eventually(lambda: "kata" in (entries(fake_apiserver) or {}), what="written after a conflict")
+
+
+async def test_the_gauge_counts_what_differs_while_nobody_writes(
+    fake_apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    """A follower (no term) writes nothing, and its gauge says how stale the table is."""
+    fake_apiserver.register(TABLES)
+    fake_apiserver.add(TABLES, table_object({"gvisor": {"overhead": {"cpu": "1"}}, "gone": {}}))
+    fake_apiserver.add(RUNTIME_CLASSES, gvisor())
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("runc"))
+    conn = await kube.connect(kubeconfig=str(fake_apiserver.write_kubeconfig(tmp_path / "kubeconfig")))
+    state = ClusterState()
+    keeper = PodAdmissionTable(conn.api, state, options=TableOptions(name=NAME, reflector=FAST))
+    registry = CollectorRegistry()
+    keeper.register_metrics(registry)
+    watch = asyncio.create_task(ClusterWatch(conn.api, state, options=FAST).run())
+    informer = asyncio.create_task(keeper.informer.run())
+    try:
+        # gvisor differs, runc is missing, gone is left over.
+        await eventually(
+            lambda: registry.get_sample_value("runtimeclass_extender_pod_admission_table_stale_entries") == 3,
+            what="three stale entries",
+        )
+        await stays(
+            lambda: entries(fake_apiserver) == {"gvisor": {"overhead": {"cpu": "1"}}, "gone": {}},
+            duration=0.2,
+        )
+        fake_apiserver.delete(TABLES, NAME)
+        await eventually(
+            lambda: (
+                registry.get_sample_value("runtimeclass_extender_pod_admission_table_stale_entries") == -1
+            ),
+            what="no table",
+        )
+    finally:
+        await stop_task(informer)
+        await stop_task(watch)
+        await conn.api.close()
+
+
+@pytest.mark.parametrize(
+    ("current", "wanted", "patch"),
+    [
+        ({}, {}, {}),
+        ({"a": {}}, {"a": {}}, {}),
+        ({"a": {}}, {}, {"a": None}),
+        ({}, {"a": {"overhead": {}}}, {"a": {"overhead": {}}}),
+        # A member of an entry goes with a null of its own: a merge patch merges objects.
+        (
+            {"a": {"overhead": {"cpu": "1", "memory": "1Gi"}}},
+            {"a": {"overhead": {"cpu": "2"}}},
+            {"a": {"overhead": {"cpu": "2", "memory": None}}},
+        ),
+        (
+            {"a": {"overhead": {"cpu": "1"}, "nodeLabel": "x"}},
+            {"a": {}},
+            {"a": {"overhead": None, "nodeLabel": None}},
+        ),
+        ({"a": {"overhead": {"cpu": "1"}}}, {"a": {"overhead": {}}}, {"a": {"overhead": {"cpu": None}}}),
+    ],
+)
+def test_the_merge_patch_turns_one_table_into_the_other(
+    current: dict[str, Any], wanted: dict[str, Any], patch: dict[str, Any]
+) -> None:
+    assert merge_patch(current, wanted) == patch
+    assert apply_merge_patch(current, patch) == wanted
+
+
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 section 2, as the API server applies a merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = apply_merge_patch(result.get(key), value)
+    return result

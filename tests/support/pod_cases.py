@@ -1,0 +1,386 @@
+"""One table of pods and RuntimeClasses, and what pod admission must make of each pod.
+
+The same table is admitted by the pod admission policies and by the pod webhook, on the
+test API server (tests/admission/test_pod_admission_both_ways.py) and on kube-apiserver
+itself (tests/real/test_pod_admission.py): the pods that come out must be the same both
+ways, and each as ``EXPECTED`` says. Three setups: predicate mode (routing and
+overhead), large-cluster mode with the bundled policy (and the label requirement), and
+large-cluster mode with a policy that enables the runtime-handler check, where every
+class has node rules.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.admission.pod_table import API_VERSION, KIND, PLURAL, table
+from extender.cluster.class_labels import ClassLabels, label_key
+from extender.cluster.objects import runtime_class_from_api
+from extender.policy_file import load_policy
+from extender.settings import DEFAULT_NODE_LABEL_PREFIX
+from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
+from policies.quantity import resource_lists_equal
+from policies.registry import Policy
+from tests.support.apiserver import ResourceType
+from tests.support.manifests import one, render, render_webhook_way
+from tests.support.paths import REPO
+
+Manifest = dict[str, Any]
+# The table's kind, as the test API server serves it (the CRD's, deploy/components/
+# pod-admission-policy/crd.yaml).
+TABLES = ResourceType("runtimeclass-extender.dev", "v1alpha1", PLURAL, KIND)
+
+# The pod admission policies' name, and the table they read (the keeper's object).
+POD_ADMISSION = "runtimeclass-extender-pod-admission"
+TABLE = "runtimeclass-extender"
+POLICY_KINDS = (
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+SCHEDULER = "runtimeclass-scheduler"
+OPT_OUT = {"runtimeclass-extender.dev/webhook": "ignore"}
+LONG = "sandboxed-runtime-for-untrusted-workloads-with-a-rather-long-class-name"
+RUNTIME_HANDLER_POLICY = """\
+apiVersion: runtimeclass-extender.dev/v1alpha1
+kind: Policy
+predicates:
+- name: RuntimeClassExists
+- name: RuntimeClassNodeSelector
+- name: RuntimeHandler
+  options:
+    nodesWithoutReport: fail
+    requiredFeatures: [userNamespaces]
+- name: TaintToleration
+"""
+
+
+def runtime_class(
+    name: str,
+    *,
+    overhead: dict[str, str] | None = None,
+    empty_overhead: bool = False,
+    node_selector: dict[str, str] | None = None,
+    term: str | None = None,
+) -> Manifest:
+    obj: Manifest = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": name},
+        "handler": "runsc" if name != "kata" else "kata",
+    }
+    if term is not None:
+        obj["metadata"]["annotations"] = {NODE_SELECTOR_TERM_ANNOTATION: term}
+    if overhead is not None:
+        obj["overhead"] = {"podFixed": overhead}
+    elif empty_overhead:
+        obj["overhead"] = {}
+    if node_selector is not None:
+        obj["scheduling"] = {"nodeSelector": node_selector}
+    return obj
+
+
+GVISOR_OVERHEAD = {"cpu": "250m", "memory": "64Mi"}
+KATA_OVERHEAD = {"cpu": "250m", "memory": "160Mi"}
+CLASSES = [
+    # Node rules and an overhead.
+    runtime_class("gvisor", overhead=GVISOR_OVERHEAD, node_selector={"sandbox.gke.io/runtime": "gvisor"}),
+    # An overhead, no node rules.
+    runtime_class("kata", overhead=KATA_OVERHEAD),
+    # Only the node-selector-term annotation.
+    runtime_class(
+        "term-only",
+        term='{"matchExpressions": [{"key": "nvidia.com/gpu.count", "operator": "Gt", "values": ["0"]}]}',
+    ),
+    # A malformed annotation: node rules (it fails closed), no overhead.
+    runtime_class("bad-term", term="not: [a, term"),
+    # Nothing at all; an empty scheduling.nodeSelector is no rule either.
+    runtime_class("plain"),
+    runtime_class("empty-selector", node_selector={}),
+    # overhead: {} (no podFixed).
+    runtime_class("empty-overhead", empty_overhead=True),
+    # A name over 63 characters: a hashed label.
+    runtime_class(LONG, overhead=GVISOR_OVERHEAD, node_selector={"sandbox.gke.io/runtime": "gvisor"}),
+]
+# Each with the label the API server gives every namespace (the namespace strategy's
+# kubernetes.io/metadata.name, which the bindings' and the webhook's selectors read).
+NAMESPACE_OBJECTS = [
+    {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **labels}},
+    }
+    for name, labels in (
+        ("apps", {}),
+        ("opted-out", OPT_OUT),
+        ("kube-system", {}),
+        ("runtimeclass-extender", OPT_OUT),
+    )
+]
+
+
+@dataclass(frozen=True)
+class PodCase:
+    id: str
+    runtime_class: str | None
+    namespace: str = "apps"
+    scheduler: str | None = None
+    overhead: dict[str, str] | None = None
+    node_selector: dict[str, str] | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    # In large-cluster mode only (a label value that conflicts).
+    large_only: bool = False
+
+    def manifest(self) -> Manifest:
+        spec: Manifest = {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+        if self.runtime_class is not None:
+            spec["runtimeClassName"] = self.runtime_class
+        if self.scheduler is not None:
+            spec["schedulerName"] = self.scheduler
+        if self.overhead is not None:
+            spec["overhead"] = dict(self.overhead)
+        if self.node_selector is not None:
+            spec["nodeSelector"] = dict(self.node_selector)
+        metadata: Manifest = {"name": self.id, "namespace": self.namespace}
+        if self.labels:
+            metadata["labels"] = dict(self.labels)
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+GVISOR_KEY = label_key(DEFAULT_NODE_LABEL_PREFIX, "gvisor")
+PODS_TABLE = [
+    PodCase("gvisor", "gvisor"),
+    PodCase("gvisor-default-scheduler", "gvisor", scheduler="default-scheduler"),
+    PodCase("gvisor-own-scheduler", "gvisor", scheduler="my-scheduler"),
+    PodCase("gvisor-routed-already", "gvisor", scheduler=SCHEDULER),
+    PodCase("gvisor-own-selector", "gvisor", node_selector={"topology.kubernetes.io/zone": "a"}),
+    PodCase("gvisor-label-given", "gvisor", node_selector={GVISOR_KEY: "true"}),
+    PodCase("gvisor-label-conflict", "gvisor", node_selector={GVISOR_KEY: "false"}, large_only=True),
+    PodCase("gvisor-overhead-equal", "gvisor", overhead={"cpu": "0.25", "memory": "67108864"}),
+    PodCase("gvisor-overhead-differs", "gvisor", overhead={"cpu": "500m", "memory": "64Mi"}),
+    PodCase("gvisor-overhead-fewer", "gvisor", overhead={"cpu": "250m"}),
+    PodCase("gvisor-opt-out-label", "gvisor", labels=OPT_OUT),
+    PodCase("gvisor-opted-out-namespace", "gvisor", namespace="opted-out"),
+    PodCase("gvisor-kube-system", "gvisor", namespace="kube-system"),
+    PodCase("gvisor-own-namespace", "gvisor", namespace="runtimeclass-extender"),
+    PodCase("kata", "kata"),
+    PodCase("kata-own-scheduler-and-overhead", "kata", scheduler="batch", overhead=KATA_OVERHEAD),
+    PodCase("term-only", "term-only"),
+    PodCase("bad-term", "bad-term"),
+    PodCase("plain", "plain"),
+    PodCase("plain-with-overhead", "plain", overhead={"cpu": "100m"}),
+    PodCase("empty-selector", "empty-selector"),
+    PodCase("empty-overhead-with-overhead", "empty-overhead", overhead={"cpu": "100m"}),
+    PodCase("empty-overhead", "empty-overhead"),
+    PodCase("long-class-name", LONG),
+    PodCase("long-class-name-opt-out", LONG, labels=OPT_OUT),
+    PodCase("missing-class", "does-not-exist"),
+    PodCase("missing-class-with-overhead", "does-not-exist", overhead={"cpu": "100m"}),
+    PodCase("no-class", None),
+    PodCase("empty-class", ""),
+]
+
+
+@dataclass(frozen=True)
+class Setup:
+    id: str
+    overlay: str
+    label_nodes: bool = False
+    policy_text: str | None = None
+
+    def policy(self) -> Policy:
+        if self.policy_text is None:
+            return load_policy()
+        path = REPO / ".pytest-policy.yaml"
+        path.write_text(self.policy_text, encoding="utf-8")
+        try:
+            return load_policy(path)
+        finally:
+            path.unlink()
+
+    def labels(self) -> ClassLabels | None:
+        return ClassLabels(DEFAULT_NODE_LABEL_PREFIX, self.policy()) if self.label_nodes else None
+
+    def policies_way(self) -> list[Manifest]:
+        """What the overlay applies for pod admission, as shipped, with the table as the
+        extender's leader (with --label-nodes in large-cluster mode) fills it."""
+        docs = render(self.overlay)
+        wanted = [
+            copy.deepcopy(d)
+            for d in docs
+            if d["kind"] in POLICY_KINDS and d["metadata"]["name"] == POD_ADMISSION
+        ]
+        return [self.table(), *wanted]
+
+    def table(self) -> Manifest:
+        """The PodAdmissionTable as the extender's leader writes it for ``CLASSES``."""
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": TABLE},
+            "spec": {"runtimeClasses": table((runtime_class_from_api(rc) for rc in CLASSES), self.labels())},
+        }
+
+    def webhook_way(self) -> list[Manifest]:
+        return [copy.deepcopy(one(render_webhook_way(self.overlay), "MutatingWebhookConfiguration"))]
+
+
+SETUPS = [
+    Setup("predicate-mode", "overlays/predicate-mode"),
+    Setup("large-cluster", "overlays/large-cluster", label_nodes=True),
+    Setup("large-cluster, runtime-handler policy", "overlays/large-cluster", True, RUNTIME_HANDLER_POLICY),
+]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    status: int
+    pod: Manifest | None
+    message: str
+
+
+STAMPED = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation")
+PREFIXES = (
+    'admission webhook "pods.runtimeclass-extender.dev" denied the request: ',
+    "with binding '",
+)
+
+
+def refusal_message(status: Manifest) -> str:
+    """The refusal after the mechanism's own words (a webhook's, a policy's)."""
+    message = str(status.get("message", ""))
+    webhook = PREFIXES[0]
+    if webhook in message:
+        return message.split(webhook, 1)[1]
+    if "ValidatingAdmissionPolicy '" in message:
+        return message.split("' denied request: ", 1)[1]
+    return message
+
+
+# --- what each pod must be (the same both ways, so said once) ------------------------------
+
+
+def spec_of(admitted: Admitted) -> Manifest:
+    assert admitted.status == 201 and admitted.pod is not None, admitted
+    spec: Manifest = admitted.pod["spec"]
+    return spec
+
+
+def _label(setup: Setup, class_name: str) -> dict[str, str]:
+    return {label_key(DEFAULT_NODE_LABEL_PREFIX, class_name): "true"} if setup.label_nodes else {}
+
+
+def _routed(scheduler: str = SCHEDULER) -> Callable[[Setup, Admitted], None]:
+    def check(setup: Setup, admitted: Admitted) -> None:
+        assert spec_of(admitted)["schedulerName"] == scheduler
+
+    return check
+
+
+def _pod(
+    *,
+    scheduler: str = SCHEDULER,
+    overhead: dict[str, str] | None = None,
+    selector: Callable[[Setup], dict[str, str]] = lambda setup: {},
+) -> Callable[[Setup, Admitted], None]:
+    def check(setup: Setup, admitted: Admitted) -> None:
+        spec = spec_of(admitted)
+        assert spec["schedulerName"] == scheduler
+        # By value: kube-apiserver writes a quantity in its canonical form (0.25 as 250m).
+        have = spec.get("overhead")
+        assert (have is None) == (overhead is None), have
+        assert have is None or overhead is None or resource_lists_equal(have, overhead), have
+        assert spec.get("nodeSelector", {}) == selector(setup)
+
+    return check
+
+
+def _invalid(start: str) -> Callable[[Setup, Admitted], None]:
+    def check(setup: Setup, admitted: Admitted) -> None:
+        assert admitted.status == 422 and admitted.message.startswith(start), admitted
+
+    return check
+
+
+def _refused(message: str) -> Callable[[Setup, Admitted], None]:
+    def check(setup: Setup, admitted: Admitted) -> None:
+        assert (admitted.status, admitted.message) == (422, message), admitted
+
+    return check
+
+
+def agrees_with_the_labeller(setup: Setup, case: PodCase, admitted: Admitted) -> None:
+    """A pod of an existing class, admitted, not opted out, whose class name fits a
+    label, requires its class's label exactly when the labeller labels nodes for the
+    class (``ClassLabels.has_node_rules`` under the setup's policy)."""
+    if not setup.label_nodes or admitted.pod is None or case.labels or case.namespace != "apps":
+        return
+    source = next((rc for rc in CLASSES if rc["metadata"]["name"] == case.runtime_class), None)
+    if source is None or case.node_selector:
+        return
+    labels = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, setup.policy())
+    required = labels.key(source["metadata"]["name"]) in admitted.pod["spec"].get("nodeSelector", {})
+    assert required == labels.has_node_rules(runtime_class_from_api(source)), case.id
+
+
+MISMATCH = "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"
+WITHOUT = "pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"
+
+
+def _rules_label(class_name: str) -> Callable[[Setup], dict[str, str]]:
+    """The class's label where it has node rules only by the policy (RuntimeHandler)."""
+    return lambda setup: _label(setup, class_name) if setup.policy_text else {}
+
+
+EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
+    "gvisor": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor")),
+    "gvisor-default-scheduler": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor")),
+    "gvisor-own-scheduler": _pod(
+        scheduler="my-scheduler", overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor")
+    ),
+    "gvisor-routed-already": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor")),
+    "gvisor-own-selector": _pod(
+        overhead=GVISOR_OVERHEAD,
+        selector=lambda s: {"topology.kubernetes.io/zone": "a", **_label(s, "gvisor")},
+    ),
+    "gvisor-label-given": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: {GVISOR_KEY: "true"}),
+    "gvisor-label-conflict": _refused(
+        f"conflict: RuntimeClass gvisor requires {GVISOR_KEY} = true; pod.spec.nodeSelector[{GVISOR_KEY}] = false"
+    ),
+    # Equal by value: kept as the pod wrote it.
+    "gvisor-overhead-equal": _pod(
+        overhead={"cpu": "0.25", "memory": "67108864"}, selector=lambda s: _label(s, "gvisor")
+    ),
+    "gvisor-overhead-differs": _refused(MISMATCH),
+    "gvisor-overhead-fewer": _refused(MISMATCH),
+    # Not routed, no label; the overhead all the same.
+    "gvisor-opt-out-label": _pod(scheduler="default-scheduler", overhead=GVISOR_OVERHEAD),
+    # Left out entirely.
+    "gvisor-opted-out-namespace": _pod(scheduler="default-scheduler"),
+    "gvisor-kube-system": _pod(scheduler="default-scheduler"),
+    "gvisor-own-namespace": _pod(scheduler="default-scheduler"),
+    "kata": _pod(overhead=KATA_OVERHEAD, selector=_rules_label("kata")),
+    "kata-own-scheduler-and-overhead": _pod(
+        scheduler="batch", overhead=KATA_OVERHEAD, selector=_rules_label("kata")
+    ),
+    "term-only": _pod(selector=lambda s: _label(s, "term-only")),
+    "bad-term": _pod(selector=lambda s: _label(s, "bad-term")),
+    "plain": _pod(selector=_rules_label("plain")),
+    "plain-with-overhead": _refused(WITHOUT),
+    "empty-selector": _pod(selector=_rules_label("empty-selector")),
+    "empty-overhead-with-overhead": _refused(MISMATCH),
+    "empty-overhead": _pod(selector=_rules_label("empty-overhead")),
+    # The hashed label: the webhook computes it, and the table names it for the policies.
+    "long-class-name": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, LONG)),
+    "long-class-name-opt-out": _pod(scheduler="default-scheduler", overhead=GVISOR_OVERHEAD),
+    # Routed, so that the extender keeps it pending until the class exists; nothing else.
+    "missing-class": _pod(),
+    "missing-class-with-overhead": _pod(overhead={"cpu": "100m"}),
+    "no-class": _pod(scheduler="default-scheduler"),
+    # Not a valid name: refused by the API server's validation, whatever admits pods.
+    "empty-class": _invalid('Pod "empty-class" is invalid: spec.runtimeClassName: Invalid value: ""'),
+}
