@@ -108,7 +108,8 @@ class LabelMetrics:
         )
         self.errors = Counter(
             METRIC_PREFIX + "node_label_write_errors",
-            "Node label writes that failed, once per failing streak (each is tried again with "
+            "Node label writes that failed, once per failing streak of a node and once per refusal "
+            "of the labeller's writes (each is tried again with "
             "backoff while still wrong), by reason: forbidden (403: RBAC), rejected (another 4xx, "
             "such as 422 from the admission policy), retries_exhausted.",
             ["reason"],
