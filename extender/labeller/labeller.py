@@ -33,9 +33,10 @@ writes them, as a leader actor (``extender.leader.actor``):
   the prefix: labels of anyone else are never in the request (and an admission policy,
   deploy/components/label-nodes, refuses any other change).
 - **Bounded.** Writes go through the controller's ``WorkQueue``: a rate limit, at most
-  ``concurrency`` at once, one reconcile per node at a time, and a backoff per node
-  that also brings back writes refused for a while (each label write wakes every node
-  watcher, kube-scheduler's included).
+  ``concurrency`` at once, one reconcile per node at a time, a backoff per node that
+  fails, and a refusal (a missing RBAC rule, the admission policy) said once with one
+  node probing while the others wait, so that 15,000 refused nodes are not 15,000
+  retries (each label write wakes every node watcher, kube-scheduler's included).
 
 One log line per class change says what it moves ("RuntimeClass gvisor: node labels:
 3 to add, 1 to remove"); counters say what was written.
