@@ -20,7 +20,8 @@ under way one fault strikes:
 Printed, per fault: seconds from the fault's end (the kill; the refusal lifted) to the
 last node carrying exactly the labels the class asks for, and the label flaps (a node
 whose label under the prefix changed more than once after the edit, or a node outside
-the move that changed at all). Exits 1 on a wrong label, a flap, or no convergence
+the move that changed at all); for the refusal, the node writes sent while it lasted
+and the warnings the labeller logged. Exits 1 on a wrong label, a flap, or no convergence
 within ``--limit`` seconds of the fault's end.
 """
 
@@ -60,6 +61,21 @@ def _labelled(server: FakeApiServer) -> set[str]:
     }
 
 
+def _node_patches(server: FakeApiServer) -> int:
+    return sum(1 for r in server.requests if r.verb == "patch" and r.path.startswith("/api/v1/nodes/"))
+
+
+class _Warnings(logging.Handler):
+    """Counts the labeller's warnings."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
 def _flaps(server: FakeApiServer, since: int, moved: set[str]) -> list[str]:
     """Nodes whose label changed more than once in the history after ``since``, or at
     all if not moved."""
@@ -77,6 +93,13 @@ async def run(fault: str, nodes: int, moved: int, refused_for: float, limit: flo
     server = FakeApiServer()
     await server.start()
     replicas: list[Replica] = []
+    warnings = _Warnings()
+    # Counted here, not printed (the base level is ERROR).
+    labeller_log = logging.getLogger("extender.labeller")
+    labeller_log.addHandler(warnings)
+    labeller_log.setLevel(logging.WARNING)
+    labeller_log.propagate = False
+    refused_writes = 0
     try:
         half = moved // 2
         for i in range(nodes):
@@ -120,8 +143,10 @@ async def run(fault: str, nodes: int, moved: int, refused_for: float, limit: flo
                 server.fail_next(
                     10**9, 422, verbs={"patch"}, resource=NODES, message="denied by an admission policy"
                 )
+                before, warnings.count = _node_patches(server), 0
                 await asyncio.sleep(refused_for)
                 server.clear_failures()
+                refused_writes = _node_patches(server) - before
                 ended = time.perf_counter()
             await _until(lambda: _labelled(server) == after, limit, "every label right")
             seconds = time.perf_counter() - ended
@@ -131,8 +156,12 @@ async def run(fault: str, nodes: int, moved: int, refused_for: float, limit: flo
                 "seconds": seconds,
                 "right": _labelled(server) == after,
                 "flaps": _flaps(server, since, moving),
+                "refused_writes": refused_writes,
+                "warnings": warnings.count,
             }
     finally:
+        labeller_log.removeHandler(warnings)
+        labeller_log.propagate = True
         for replica in reversed(replicas):
             await replica.stop()
         await server.stop()
@@ -159,9 +188,14 @@ async def main() -> int:
             continue
         flaps = result["flaps"]
         assert isinstance(flaps, list)
+        refusal = (
+            f"; {result['refused_writes']} node writes refused, {result['warnings']} warning(s)"
+            if fault == "refused"
+            else ""
+        )
         print(
             f"{fault}: {args.moved} labels moved on {args.nodes} nodes; exactly right "
-            f"{result['seconds']:.1f} s after the fault's end; {len(flaps)} flapping node(s)"
+            f"{result['seconds']:.1f} s after the fault's end; {len(flaps)} flapping node(s){refusal}"
         )
         failed = failed or not result["right"] or bool(flaps)
     return 1 if failed else 0

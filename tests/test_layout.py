@@ -5,6 +5,7 @@ subpackages). The other contracts are in pyproject.toml and run as ``lint-import
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,29 @@ def test_the_server_loads_no_kubernetes_client_until_it_needs_one() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert done.stdout.strip() == "[]", done.stdout[:500]
+
+
+# A docstring's pointer to a page's section: docs/<page>.md ("<its heading>").
+SECTION_POINTER = re.compile(r'docs/([\w-]+\.md) \("([^"]+)"')
+
+
+def test_every_pointer_of_the_code_to_a_docs_section_names_a_heading_there() -> None:
+    """The leader's modules pointed to a heading "Leader actors" that did not exist."""
+    missing = []
+    for path in sorted((REPO / "extender").rglob("*.py")):
+        for page, heading in SECTION_POINTER.findall(" ".join(path.read_text(encoding="utf-8").split())):
+            text = (REPO / "docs" / page).read_text(encoding="utf-8")
+            if not re.search(rf"^#+ {re.escape(heading)}\s*$", text, re.MULTILINE):
+                missing.append(f"{path.relative_to(REPO)}: docs/{page} ({heading})")
+    assert missing == []
+
+
+def test_no_module_of_the_leader_package_is_over_400_lines() -> None:
+    """Each a job of its own (the queue of keys, its backoff, the refusal, the admission
+    of writes, the results): the queue was 542 lines of two jobs."""
+    long = {
+        str(path.relative_to(REPO)): lines
+        for path in sorted((REPO / "extender" / "leader").glob("*.py"))
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > 400
+    }
+    assert long == {}

@@ -17,30 +17,30 @@ RBAC authorizes by ``resourceNames`` for list and watch). Once all three are lis
 (``Follower.follow``).
 
 Only the leader writes, through its ``WorkQueue`` (a rate limit, one reconcile per
-key at a time, backoff per key that also retries refusals, and damping, so a caBundle
-that a GitOps tool takes back right after each write is written again at most once
-per ``retry_max`` instead of in a hot loop). Its keys:
+key at a time, backoff per key, a refusal said once and probed, and damping, so a
+caBundle that a GitOps tool takes back right after each write is written again at most
+once per ``retry_max`` instead of in a hot loop). Its pass (``resync``) plans from what
+the informers show, and, when the bundles hold CAs the Secret does not name, from what
+every replica serves (the ``probe`` of every endpoint of the Service,
+``extender.certificates.replicas.observe`` unless another is given, and this replica's
+own pair), and queues the key of each write the plan asks for. A pass runs at the
+start of each term, on every change the informers see and on ``wake`` (owed: a drain
+waits for it); every ``check_interval``; and, while CAs are kept in the bundles only
+because a replica may still serve a leaf they signed, every few seconds with backoff
+(``recheck_initial`` doubling to ``recheck_max``). The timed ones are not owed: a
+drain does not wait for them.
 
-- a pass (``Pass``): plan from what the informers show, and, when the bundles hold CAs
-  the Secret does not name, from what every replica serves (the ``probe`` of every
-  endpoint of the Service, ``extender.certificates.replicas.observe`` unless another
-  is given, and this replica's own pair); queue the key of each write the plan asks
-  for. ``CHANGED`` at the start of each term, on every change the informers see, and
-  on ``wake``; ``PERIODIC`` every ``check_interval``; ``RECHECK`` while CAs are kept in
-  the bundles only because a replica may still serve a leaf they signed, every few
-  seconds with backoff (``recheck_initial`` doubling to ``recheck_max``). The two timed
-  ones come back by ``add_after``, which coalesces: at most one of each is pending;
-- ``SECRET_KEY`` and each configuration's label: one write each, computed from fresh
-  reads at its turn and taken from the pass's plan while those reads find what it was
-  made from (``Writer.reconcile``: a pass plans once). The Secret comes first: a
-  configuration whose turn finds the Secret still to be written waits
-  (``secret_first``) and queues the Secret; the Secret's write, once made, queues
-  every configuration again.
+Its keys, ``SECRET_KEY`` and each configuration's label: one write each, computed
+from fresh reads at its turn and taken from the pass's plan while those reads find
+what it was made from (``Writer.reconcile``: a pass plans once). The Secret comes
+first: a configuration whose turn finds the Secret still to be written waits
+(``SECRET_FIRST``) and queues the Secret; the Secret's write, once made, queues every
+configuration again.
 
-The queue owns the term: it starts with ``CHANGED`` and forgets every key, delay and
+The queue owns the term: it starts with a pass and forgets every key, delay and
 backoff when the term ends; the writer forgets its plan and what it keeps for a
-replica's sake (``retention``) then too. The next term, here or on another replica,
-starts from what it observes.
+replica's sake (``retention``) then too (``stopped``). The next term, here or on
+another replica, starts from what it observes.
 """
 
 from __future__ import annotations
@@ -50,8 +50,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -72,42 +71,21 @@ from extender.certificates.plan import Plan, Policy, Trust
 from extender.certificates.replicas import Observed
 from extender.certificates.secret import Served
 from extender.certificates.serving import SwitchingContext
-from extender.certificates.writer import SECRET_KEY, Probe, Retention, Writer
+from extender.certificates.writer import SECRET_FIRST, SECRET_KEY, Probe, Retention, Writer
 from extender.kube.backoff import Backoff
 from extender.kube.informer import Informer
 from extender.kube.reflector import WatchedResource
 from extender.kube.store import Named, Store
 from extender.kube.watched import Watched, watched
-from extender.leader.actor import wait_while
 from extender.leader.controller import Controller, WriteLog
-from extender.leader.workqueue import Done, Report, Result, Retry, Sleep, Turn, Unchanged
+from extender.leader.limits import Sleep, WriteLimiter
+from extender.leader.results import Done, Report, Result, Retry, Unchanged
+from extender.leader.writes import Turn
 
-__all__ = [
-    "CHANGED",
-    "PERIODIC",
-    "RECHECK",
-    "SECRET_KEY",
-    "CertificateOptions",
-    "Pass",
-    "WebhookCertificates",
-    "utc_now",
-]
+__all__ = ["SECRET_KEY", "CertificateOptions", "WebhookCertificates", "utc_now"]
 
 log = logging.getLogger("extender.certificates")
 
-
-@dataclass(frozen=True)
-class Pass:
-    """The key of a pass: plan, and queue the writes the plan asks for."""
-
-    why: str
-
-
-CHANGED = Pass("changed")
-PERIODIC = Pass("periodic")
-RECHECK = Pass("recheck")
-# A pass, ``SECRET_KEY``, or a configuration's label.
-Key = str | Pass
 
 WRITE_LOG = WriteLog(
     log,
@@ -123,7 +101,7 @@ WRITE_LOG = WriteLog(
 )
 
 
-class WebhookCertificates(Controller[Key]):
+class WebhookCertificates(Controller[str]):
     """See the module doc: the informers' listeners on every replica, the queue's
     passes and writes on the leader."""
 
@@ -140,9 +118,11 @@ class WebhookCertificates(Controller[Key]):
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
         probe: Probe | None = None,
+        limiter: WriteLimiter | None = None,
     ) -> None:
         self.options: CertificateOptions = options
-        super().__init__(options, clock=monotonic, sleep=sleep)
+        super().__init__(options, clock=monotonic, sleep=sleep, limiter=limiter)
+        self._monotonic = monotonic
         self._api = api
         self.policy = options.policy or Policy(dns_names=options.dns_names)
         self._probe: Probe = probe or self._endpoints
@@ -188,9 +168,10 @@ class WebhookCertificates(Controller[Key]):
             rng=rng or random.Random(),
             clock=monotonic,
         )
-        # The configurations' keys; with the Secret's, every write's.
+        # When the next recheck of the replicas is due (monotonic; None: none is).
+        self._recheck_at: float | None = None
+        # The configurations' keys.
         self._labels = tuple(label for label, _, _ in options.configurations)
-        self._writes: tuple[str, ...] = (SECRET_KEY, *self._labels)
         self.secret_store.add_listener(self._secret_changed)
         for informer in self.configuration_informers.values():
             informer.store.add_listener(self._changed)
@@ -260,18 +241,11 @@ class WebhookCertificates(Controller[Key]):
     def wake(self) -> None:
         """Have the leader pass now (as on a change of the Secret or a webhook
         configuration) instead of at the next periodic check."""
-        self.queue.add(CHANGED)
+        self.queue.resync()
 
     async def check(self) -> Plan:
         """What the leader would write now, from fresh reads; writes nothing."""
         return await self.writer.check()
-
-    @property
-    def busy(self) -> bool:
-        """A pass for a change, or a write, waiting, backing off or under way (the
-        timed passes are not owed anything)."""
-        owed: tuple[Key, ...] = (CHANGED, *self._writes)
-        return any(self.queue.has(key) for key in owed)
 
     # ----- every replica ----------------------------------------------------------------
 
@@ -293,7 +267,7 @@ class WebhookCertificates(Controller[Key]):
 
     def _changed(self, *_: Any) -> None:
         self.follower.follow()
-        self.queue.add(CHANGED)  # nothing on a follower
+        self.queue.resync()  # nothing on a follower
 
     async def _replicas(self) -> Observed:
         """What every replica serves: the probe's answer, and this one's own pair (which
@@ -318,53 +292,46 @@ class WebhookCertificates(Controller[Key]):
     def starting(self) -> None:
         log.info("keeping the webhook certificates", extra={"secret": self.secret_name})
 
-    async def lead(self) -> None:
-        try:
-            await super().lead()
-        finally:
-            self.writer.forget()
-            self._recheck.reset()
+    def stopped(self) -> None:
+        self.writer.forget()
+        self._recheck.reset()
+        self._recheck_at = None
 
-    async def drain(self) -> None:
-        await wait_while(lambda: self.busy, self.options.drain_timeout)
-
-    def term_keys(self) -> Iterable[Key]:
-        return (CHANGED,)
-
-    async def reconcile(self, key: Key, turn: Turn) -> Result:
-        if isinstance(key, Pass):
-            return await self._pass(key)
-        return await self.writer.reconcile(key, turn)
-
-    async def _pass(self, key: Pass) -> Result:
+    async def resync(self) -> None:
         self.follower.follow()  # the clock alone may have made a pair trustworthy or not
         step = await self.writer.survey()
         if step.write != "none":
             self.queue.add(SECRET_KEY)
         for change in step.bundles:
             self.queue.add(change.configuration)
-        self.queue.add_after(PERIODIC, self.options.check_interval)
+        self.queue.resync(self.options.check_interval, owed=False)
+        now = self._monotonic()
         if not step.retained:
             self._recheck.reset()
-        elif key == RECHECK or not self.queue.has(RECHECK):
-            self.queue.add_after(RECHECK, min(self._recheck.next(), self.options.check_interval))
-        return Unchanged("idle" if step.idle else "planned")
+            self._recheck_at = None
+        elif self._recheck_at is None or now >= self._recheck_at:
+            # This pass is the recheck, or none is due: the next one, backing off.
+            self._recheck_at = now + min(self._recheck.next(), self.options.check_interval)
+        if self._recheck_at is not None:
+            self.queue.resync(max(0.0, self._recheck_at - now), owed=False)
 
-    def report(self, key: Key, report: Report) -> None:
-        if isinstance(key, Pass):
-            return
+    async def reconcile(self, key: str, turn: Turn) -> Result:
+        result = await self.writer.reconcile(key, turn)
+        if key == SECRET_KEY and isinstance(result, Done):
+            # Every caBundle is planned again against the Secret as written.
+            for label in self._labels:
+                self.queue.add(label)
+        elif isinstance(result, Unchanged) and result.reason == SECRET_FIRST:
+            self.queue.add(SECRET_KEY)
+        return result
+
+    def report(self, key: str, report: Report) -> None:
         result = report.result
         if isinstance(result, Done):
             if result.write is not None:
                 log.info(str(result.write.detail), extra={"secret": self.secret_name})
-            if key == SECRET_KEY:
-                # Every caBundle is planned again against the Secret as written.
-                for label in self._labels:
-                    self.queue.add(label)
         elif isinstance(result, Unchanged):
             log.debug("webhook certificate write not made", extra={"write": key, "outcome": result.reason})
-            if result.reason == "secret_first":
-                self.queue.add(SECRET_KEY)
         elif isinstance(result, Retry):
             log.debug(
                 "webhook certificate write held back",

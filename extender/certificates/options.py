@@ -55,6 +55,9 @@ class CertificateOptions(WriteOptions):
     burst: int = 4
     retry_initial: float = 1.0
     retry_max: float = 60.0
+    # A refused write's probe waits at most a minute: a caBundle the pod webhook
+    # (failurePolicy Fail) needs is written within a minute of the RBAC's fix.
+    refusal_max: float = 60.0
     # While CAs are kept only because a replica may still serve a leaf they signed:
     # how soon the leader asks the replicas again (doubling up to recheck_max).
     recheck_initial: float = 2.0

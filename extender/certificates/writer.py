@@ -19,9 +19,9 @@ owns the queue and its keys). Two things:
   turn. It ends as the queue's results say: the write went out (``Done``), the read
   shows it is not needed (``Unchanged("in_sync")``; ``"deleted"`` on a 404), a
   configuration waits while the Secret is to be written first
-  (``Unchanged("secret_first")``: the plan changes the Secret before any caBundle, and
-  plans again after it), or it failed or was refused (``Failed``; a read that fails
-  too, with the API server's answer).
+  (``Unchanged(SECRET_FIRST)``: the plan changes the Secret before any caBundle, and
+  plans again after it; the keeper's reconcile queues the Secret), or it failed or was
+  refused (``Failed``; a read that fails too, with the API server's answer).
 
 A kept plan stays right while nothing it was made from changed: with the Secret the
 same, a replica can only switch to the Secret's pair, signed by a CA the Secret says
@@ -78,12 +78,15 @@ from extender.certificates.secret import next_data, read_secret, secret_body, se
 from extender.kube.api import ApiError, request_json, send
 from extender.kube.store import Store
 from extender.kube.watched import Watched
-from extender.leader.workqueue import Result, Sent, Turn, Unchanged, Write
+from extender.leader.results import Failed, Result, Sent, Unchanged, Write
+from extender.leader.writes import Turn
 
 log = logging.getLogger("extender.certificates")
 
 # The queue's key of the Secret's write (each configuration's is its label).
 SECRET_KEY = "secret"
+# Why a configuration's turn writes nothing yet: the Secret is to be written first.
+SECRET_FIRST = "secret_first"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 FIELD_MANAGER = "runtimeclass-extender"
 
@@ -242,9 +245,9 @@ class Writer:
         try:
             fresh = await self.read()
         except ApiError as exc:
-            return turn.failed(Sent(exc.status, exc.message, exc.retry_after))
+            return Failed(None, Sent(exc.status, exc.message, exc.retry_after))
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-            return turn.failed(Sent(0, _describe(exc)))
+            return Failed(None, Sent(0, _describe(exc)))
         kept = self._kept
         step = kept.plan if kept is not None and kept.versions == fresh.versions else await self._plan(fresh)
         wanted = self._write(key, step, fresh)
@@ -258,7 +261,7 @@ class Writer:
                 return Unchanged("in_sync")
             return self._secret_write(step, fresh.secret)
         if step.write != "none":
-            return Unchanged("secret_first")
+            return Unchanged(SECRET_FIRST)
         changes = [change for change in step.bundles if change.configuration == key]
         if not changes:
             return Unchanged("in_sync")

@@ -15,7 +15,9 @@ actor", the one recipe ``extender.leader.actor`` points to.
 
 The actors that read pending pods (the requeuer, the labeller, the events) share one
 informer of them (``extender.cluster.pending_pods``): each pod event is received and
-decoded once however many of them are on.
+decoded once however many of them are on. The actors that write over one API client
+share its ``WriteLimiter`` (``extender.leader.limits``): a 429's ``Retry-After``
+pauses all of them, each keeping its own rate.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from extender.labeller.events import ClassEvents, EventOptions
 from extender.labeller.labeller import LabelOptions, NodeLabeller
 from extender.leader.actor import LeaderActor
 from extender.leader.gate import LeaderGate
+from extender.leader.limits import WriteLimiter
 from extender.podtable.keeper import PodAdmissionTable, TableOptions
 from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import DEFAULT_NODE_LABEL_PREFIX
@@ -63,11 +66,15 @@ def leader_actors(
     options: ActorOptions,
     *,
     gate: LeaderGate | None,
+    limiter: WriteLimiter | None = None,
     others: Sequence[LeaderActor] = (),
 ) -> list[LeaderActor]:
     """The actors ``options`` asks for, then ``others`` (built where their I/O lives: the
-    certificate keeper needs the admission listener's context). Build them before the
-    cluster watch starts: they hear its first LISTs."""
+    certificate keeper needs the admission listener's context), writing through
+    ``limiter``, the API client's (one made here when not given: pass the one the
+    ``others`` write through). Build them before the cluster watch starts: they hear
+    its first LISTs."""
+    limiter = limiter or WriteLimiter()
     pending = None
     if options.requeue is not None or options.label is not None or options.events is not None:
         pending = PendingPodInformer(
@@ -76,12 +83,21 @@ def leader_actors(
     actors: list[LeaderActor] = []
     if options.requeue is not None:
         actors.append(
-            Requeuer(api, state, options=options.requeue, pending=pending, election=gate is not None)
+            Requeuer(
+                api,
+                state,
+                options=options.requeue,
+                pending=pending,
+                election=gate is not None,
+                limiter=limiter,
+            )
         )
     if options.audit is not None:
         actors.append(Auditor(api, state, options=options.audit))
     if options.label is not None:
-        actors.append(NodeLabeller(api, state, policy, options=options.label, pending=pending))
+        actors.append(
+            NodeLabeller(api, state, policy, options=options.label, pending=pending, limiter=limiter)
+        )
     if options.events is not None:
         actors.append(
             ClassEvents(
@@ -93,11 +109,12 @@ def leader_actors(
                 options=options.events,
                 # The Lease identity names the replica that wrote an event.
                 instance=gate.identity if gate is not None else "",
+                limiter=limiter,
             )
         )
     if options.table is not None:
         # With label-nodes the table names each class's label, as the labeller keeps it.
         labels = ClassLabels(options.label_prefix, policy) if options.label is not None else None
-        actors.append(PodAdmissionTable(api, state, options=options.table, labels=labels))
+        actors.append(PodAdmissionTable(api, state, options=options.table, labels=labels, limiter=limiter))
     actors.extend(others)
     return actors

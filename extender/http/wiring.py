@@ -61,6 +61,7 @@ from extender.http.tls import (
     tls_files,
 )
 from extender.kube.health import SourceStats, waiting_report
+from extender.leader.limits import WriteLimiter
 from extender.leader.runner import LeaderRunner
 from extender.policy_file import load_policy
 from extender.settings import ServeSettings
@@ -96,10 +97,12 @@ def leader_runner(
     state: ClusterState,
     policy: Policy,
     *,
+    limiter: WriteLimiter,
     keeper: WebhookCertificates | None = None,
 ) -> LeaderRunner:
     """The leader actors the settings ask for, built before the watch starts (they hear
-    the first LISTs), behind a gate with ``leader-elect``."""
+    the first LISTs), behind a gate with ``leader-elect``, writing through ``limiter``
+    (the API client's, which the keeper writes through too)."""
     gate = leader_gate_for(settings) if settings.leader_elect else None
     actors = leader_actors(
         live.api,
@@ -107,6 +110,7 @@ def leader_runner(
         policy,
         actor_options(settings),
         gate=gate,
+        limiter=limiter,
         others=(keeper,) if keeper is not None else (),
     )
 
@@ -155,14 +159,14 @@ def attach_certificate_reloader(
 
 
 def webhook_certificates(
-    settings: ServeSettings, live: LiveCluster, serving: SwitchingContext
+    settings: ServeSettings, live: LiveCluster, serving: SwitchingContext, limiter: WriteLimiter
 ) -> WebhookCertificates:
     """The certificate keeper (a leader actor): it switches ``serving``, the admission
     listener's context, to each pair it follows."""
     # Here, not at the top: cryptography is loaded only when certificates are self-managed.
     from extender.certificates.keeper import WebhookCertificates
 
-    return WebhookCertificates(live.api, webhook_certificate_options(settings), serving)
+    return WebhookCertificates(live.api, webhook_certificate_options(settings), serving, limiter=limiter)
 
 
 def informer_stats(live: LiveCluster, runner: LeaderRunner) -> Callable[[], list[SourceStats]]:
@@ -229,12 +233,16 @@ async def build_app(
     )
     for warning in warnings:
         log.warning(warning)
+    # One per API client: every leader actor's writes over it honour one 429 pause.
+    limiter = WriteLimiter()
     keeper = (
-        webhook_certificates(settings, live, webhook_serving)
+        webhook_certificates(settings, live, webhook_serving, limiter)
         if live is not None and webhook_serving is not None and settings.webhook_certificate_secret
         else None
     )
-    runner = leader_runner(settings, live, state, policy, keeper=keeper) if live is not None else None
+    runner = (
+        leader_runner(settings, live, state, policy, limiter=limiter, keeper=keeper) if live is not None else None
+    )
     informers = informer_stats(live, runner) if live is not None and runner is not None else None
     app = create_app(
         state=state,

@@ -14,21 +14,19 @@ more), one saying so, as the extender itself says it for a pod it is asked about
 
     RuntimeClass "gvisor" not found (the pod requires its node label ...)
 
-**A controller** (``extender.leader.controller``), level-triggered, with two kinds of
-key:
+**A controller** (``extender.leader.controller``), level-triggered. Which pods are
+owed an event and what it says is decided in ``extender.labeller.event_decisions``
+(pure); this module holds the keys, the listeners and the writes:
 
-- ``PASS``, the pass over every pending pod: the key a term starts with, and the one
-  every change of a pod, a node or a class adds with ``add_after(PASS, interval)`` (one
-  pass per ``interval`` however many changes; node events come by the hundred a
-  second). It groups the schedulable pending pods by class, checks once per class
-  whether the class fits no node (or is gone while a pod requires its label), and
-  adds the key of each event owed that is not known to exist.
-- ``PodEvent(pod, runtime_class)``, one pod's event for its class. It carries no
-  state: its reconcile reads the pod and the class as they are *now*, decides whether
-  an event is due and what it says (its revision, note and name), and writes it
-  through the queue (``Turn.write``, which asks again after a wait for the rate
-  limit). A pod bound, deleted or held back meanwhile, or a class that fits a node
-  now, writes nothing.
+- its pass (``resync``) over every pending pod: the pass a term starts with, and the
+  one every change of a pod, a node or a class asks for, ``resync(after=interval)``
+  (one pass per ``interval`` however many changes; node events come by the hundred a
+  second). It adds the key of each event owed that is not known to exist.
+- its keys, ``PodEvent(pod, runtime_class)``: one pod's event for its class. A key
+  carries no state: its reconcile reads the pod and the class as they are *now*,
+  decides whether an event is due and what it says, and writes it through the queue
+  (``Turn.write``, which asks again after a wait for the rate limit). A pod bound,
+  deleted or held back meanwhile, or a class that fits a node now, writes nothing.
 
 **At most one write per pod and class revision.** The event's name is derived from the
 pod's uid and the revision of what decides the class's nodes
@@ -40,8 +38,8 @@ found existing) are kept per pod uid while the pod pends, so a pass queues nothi
 them. client-go's recorder dedupes on (type, action, reason, controller, instance,
 regarding, related); this never writes a series at all, so a thousand pending pods are
 a thousand events, each once, at the queue's rate. A write refused (403, 422) is tried
-again with the key's backoff, never once per pass, and said once per streak
-(``WriteLog``). The queue owns the term: a new term starts from the caches, a follower
+again with the key's backoff, never once per pass; a refusal is said once for the
+actor, one event probing while the others wait (``extender.leader.refusal``). The queue owns the term: a new term starts from the caches, a follower
 queues nothing, and on shutdown while leading the events queued get ``drain_timeout``.
 The pending pods come from the informer every actor that reads them shares
 (``extender.cluster.pending_pods``).
@@ -50,10 +48,9 @@ The pending pods come from the informer every actor that reads them shares
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from http import HTTPStatus
@@ -64,7 +61,6 @@ from prometheus_client import CollectorRegistry, Counter
 
 from extender import METRIC_PREFIX
 from extender.cluster.class_labels import ClassLabels
-from extender.cluster.class_revisions import revision_digest
 from extender.cluster.pending_pod_informer import PendingPodInformer
 from extender.cluster.pending_pods import PendingPod
 from extender.cluster.state import ClusterState
@@ -72,55 +68,25 @@ from extender.kube.api import send
 from extender.kube.informer import Informer
 from extender.kube.store import Named, Store
 from extender.kube.times import format_micro_time
+from extender.labeller.event_decisions import REASON, Event, EventDecisions, event_name
 from extender.leader.controller import Controller, WriteLog
-from extender.leader.workqueue import (
-    Done,
-    Failed,
-    Report,
-    Result,
-    Sent,
-    Sleep,
-    Turn,
-    Unchanged,
-    Write,
-    WriteOptions,
-)
-from policies.objects import RuntimeClassView
+from extender.leader.limits import Sleep, WriteLimiter
+from extender.leader.results import Done, Failed, Report, Result, Sent, Unchanged, Write
+from extender.leader.workqueue import WriteOptions
+from extender.leader.writes import Turn
 from policies.registry import Policy
+
+__all__ = ["REASON", "REPORTING_CONTROLLER", "ClassEvents", "EventOptions", "PodEvent", "event_name"]
 
 log = logging.getLogger("extender.labeller")
 
 EVENTS = "/apis/events.k8s.io/v1/namespaces/{namespace}/events"
-# events.k8s.io/v1 Event (staging/src/k8s.io/api/events/v1/types.go) and its validation
-# (pkg/apis/core/validation/events.go): reportingController a qualified name, action,
-# reason and reportingInstance at most 128 characters, note at most 1 kB.
+# events.k8s.io/v1 Event (pkg/apis/core/validation/events.go): reportingController a
+# qualified name, action and reportingInstance at most 128 characters.
 REPORTING_CONTROLLER = "runtimeclass-extender.dev/node-labeller"
 ACTION = "Scheduling"
-REASON = "RuntimeClassFitsNoNode"
-NOT_FOUND_REASON = "RuntimeClassNotFound"
-ABSENT_VERSION = "absent"
-MAX_NOTE = 1024
 MAX_SHORT = 128
-MAX_NAME = 253
 EVENT_RESULTS = ("written", "existing", "failed")
-
-
-def event_name(pod: PendingPod, class_name: str, class_version: str) -> str:
-    """The event's name: one per pod (by uid) and class revision, a DNS subdomain."""
-    digest = hashlib.sha256(f"{pod.uid}/{class_name}/{class_version}".encode()).hexdigest()[:16]
-    suffix = f".runtimeclass-{digest}"
-    # The pod's name (a DNS subdomain itself) cut short, without a dangling "-" or "."
-    # before the suffix.
-    head = pod.pod_name[: MAX_NAME - len(suffix)].rstrip("-.")
-    return head + suffix
-
-
-@dataclass(frozen=True)
-class Pass:
-    """The key of a pass over every pending pod: the event keys owed, queued."""
-
-
-PASS = Pass()
 
 
 @dataclass(frozen=True)
@@ -130,26 +96,6 @@ class PodEvent:
 
     pod: str
     runtime_class: str
-
-
-Key = Pass | PodEvent
-
-
-@dataclass(frozen=True)
-class Event:
-    """One event as a reconcile decided it from the state of that moment: on ``pod``, for
-    ``class_name`` at ``class_version`` (the digest of what decides its nodes, or
-    ``ABSENT_VERSION`` for a deleted class). The ``detail`` of its ``Write``."""
-
-    pod: PendingPod
-    class_name: str
-    class_version: str
-    note: str
-    reason: str = REASON
-
-    @property
-    def name(self) -> str:
-        return event_name(self.pod, self.class_name, self.class_version)
 
 
 def _event_of(write: Write) -> Event:
@@ -167,8 +113,8 @@ class EventOptions(WriteOptions):
     # Longest wait between a change and the pass that looks at it.
     interval: float = 1.0
     request_timeout: float = 10.0
-    # Longest backoff of one event's write after a failure or a refusal (403 until the
-    # RBAC is granted): an event is worth less than the API server's quiet.
+    # Longest backoff of one event's write after a failure: an event is worth less than
+    # the API server's quiet.
     retry_max: float = 300.0
 
 
@@ -181,7 +127,7 @@ WRITE_LOG = WriteLog(
 )
 
 
-class ClassEvents(Controller[Key]):
+class ClassEvents(Controller[PodEvent]):
     """Writes one Warning event per pending pod of a class that fits no node."""
 
     name = "runtimeclass-events"
@@ -198,9 +144,10 @@ class ClassEvents(Controller[Key]):
         instance: str = "",
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        limiter: WriteLimiter | None = None,
     ) -> None:
         self.options: EventOptions = options or EventOptions()
-        super().__init__(self.options, clock=clock, sleep=sleep)
+        super().__init__(self.options, clock=clock, sleep=sleep, limiter=limiter)
         self._api = api
         self.state = state
         self.labels = ClassLabels(prefix, policy)
@@ -213,11 +160,7 @@ class ClassEvents(Controller[Key]):
         # as large as the pending pods.
         self.written: dict[str, set[str]] = {}
         self.counter: Counter | None = None
-        # Whether each class fits no node, as of one generation of the node and class
-        # stores: a pass asks once per class and each event's reconcile asks again, so
-        # the nodes are looked over once per class until something changes.
-        self._fits_for: tuple[int, int] | None = None
-        self._fits_none: dict[str, bool] = {}
+        self.decisions = EventDecisions(self.labels, state.nodes, state.runtime_classes, self.pods)
         state.nodes.add_listener(self._changed)
         state.runtime_classes.add_listener(self._changed)
         self.pods.add_listener(self._pod_changed)
@@ -244,104 +187,27 @@ class ClassEvents(Controller[Key]):
         for result in EVENT_RESULTS:
             self.counter.labels(result)
 
-    def term_keys(self) -> Iterable[Key]:
-        return (PASS,)
-
     # ----- listeners: every change is a pass, coalesced -------------------------------
 
     def _changed(self, _kind: str, _old: Named | None, _new: Named | None) -> None:
-        self.queue.add_after(PASS, self.options.interval)
+        self.queue.resync(self.options.interval)
 
     def _pod_changed(self, kind: str, old: Named | None, new: Named | None) -> None:
         if isinstance(old, PendingPod) and (new is None or getattr(new, "uid", None) != old.uid):
             self.written.pop(old.uid, None)  # bound, deleted or replaced
         self._changed(kind, old, new)
 
-    # ----- what is owed ---------------------------------------------------------------
-
-    def due_events(self) -> list[Event]:
-        """Every event owed now, known to exist or not: on each pending, schedulable pod
-        of a class with node rules that fit no node (checked once per class), and on
-        each one requiring the label of a class that no longer exists."""
-        by_class: dict[str, list[PendingPod]] = {}
-        for pod in self.pods.values():
-            if pod.schedulable:
-                by_class.setdefault(pod.runtime_class_name, []).append(pod)
-        due: list[Event] = []
-        for class_name, pods in by_class.items():
-            owed = self._owed(class_name)
-            if owed is not None:
-                due.extend(event for pod in pods if (event := self._event(pod, *owed)) is not None)
-        return due
-
-    def event_due(self, pod: PendingPod, class_name: str) -> Event | None:
-        """The event ``pod`` is owed now for ``class_name`` (None: none), from the
-        class and the nodes as the stores hold them."""
-        if not pod.schedulable or pod.runtime_class_name != class_name:
-            return None
-        owed = self._owed(class_name)
-        return None if owed is None else self._event(pod, *owed)
-
-    def _owed(self, class_name: str) -> tuple[RuntimeClassView | None, str] | None:
-        """What the pods of ``class_name`` are owed now: the class (None: deleted) and
-        the note; None when the class fits some node."""
-        runtime_class = self.state.runtime_classes.get(class_name)
-        if runtime_class is None:
-            return None, self._not_found_note(class_name, self.labels.key(class_name))
-        if self._fits_no_node(runtime_class):
-            return runtime_class, self.note(runtime_class, len(self.state.nodes))
-        return None
-
-    def _event(self, pod: PendingPod, runtime_class: RuntimeClassView | None, note: str) -> Event | None:
-        class_name = pod.runtime_class_name
-        if runtime_class is None:
-            if self.labels.key(class_name) not in pod.required:
-                return None  # the class is gone, and nothing of it holds the pod back
-            return Event(pod, class_name, ABSENT_VERSION, note, NOT_FOUND_REASON)
-        return Event(pod, class_name, self.version(runtime_class), note)
-
     def _known(self, event: Event) -> bool:
         return event.name in self.written.get(event.pod.uid, ())
 
-    def version(self, runtime_class: RuntimeClassView | None) -> str:
-        """The revision of what decides the class's nodes (``ABSENT_VERSION``: deleted)."""
-        if runtime_class is None:
-            return ABSENT_VERSION
-        return revision_digest(self.labels.rules_key(runtime_class))
-
-    def _fits_no_node(self, runtime_class: RuntimeClassView) -> bool:
-        stamp = (self.state.nodes.generation, self.state.runtime_classes.generation)
-        if stamp != self._fits_for:
-            self._fits_for, self._fits_none = stamp, {}
-        found = self._fits_none.get(runtime_class.name)
-        if found is None:
-            labels = self.labels
-            found = labels.has_node_rules(runtime_class) and not labels.fits_any(
-                runtime_class, self.state.nodes.values()
-            )
-            self._fits_none[runtime_class.name] = found
-        return found
-
-    @staticmethod
-    def _not_found_note(class_name: str, key: str) -> str:
-        text = (
-            f'RuntimeClass "{class_name}" not found (the pod requires its node label {key}, which the '
-            "extender removed when the class was deleted; recreate the class, or delete the pod)"
-        )
-        return text if len(text) <= MAX_NOTE else text[: MAX_NOTE - 1] + "…"
-
-    def note(self, runtime_class: RuntimeClassView, nodes: int) -> str:
-        text = f'RuntimeClass "{runtime_class.name}": 0 of {nodes} nodes match {self.labels.describe(runtime_class)}'
-        return text if len(text) <= MAX_NOTE else text[: MAX_NOTE - 1] + "…"
-
     # ----- reconciling --------------------------------------------------------------
 
-    async def reconcile(self, key: Key, turn: Turn) -> Result:
-        if isinstance(key, Pass):
-            for due in self.due_events():
-                if not self._known(due):
-                    self.queue.add(PodEvent(due.pod.name, due.class_name))
-            return Unchanged("passed")
+    async def resync(self) -> None:
+        for due in self.decisions.due_events():
+            if not self._known(due):
+                self.queue.add(PodEvent(due.pod.name, due.class_name))
+
+    async def reconcile(self, key: PodEvent, turn: Turn) -> Result:
         result = await turn.write(partial(self._write, key))
         if (
             isinstance(result, Failed)
@@ -363,7 +229,7 @@ class ClassEvents(Controller[Key]):
         pod = self.pods.get(key.pod)
         if pod is None:
             return Unchanged("not_pending")
-        event = self.event_due(pod, key.runtime_class)
+        event = self.decisions.event_due(pod, key.runtime_class)
         if event is None:
             return Unchanged("not_due")
         if self._known(event):
@@ -401,9 +267,7 @@ class ClassEvents(Controller[Key]):
             timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
         )
 
-    def report(self, key: Key, report: Report) -> None:
-        if not isinstance(key, PodEvent):
-            return  # a pass writes nothing (one that raised is logged by the queue)
+    def report(self, key: PodEvent, report: Report) -> None:
         result, counter = report.result, self.counter
         if isinstance(result, Done) and result.write is not None:
             existing = result.note == "existing"

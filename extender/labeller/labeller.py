@@ -6,14 +6,14 @@ writes them, as a leader actor (``extender.leader.actor``):
 - **A controller** (``extender.leader.controller``), level-triggered. It watches nothing
   of its own: the cluster state's Node and RuntimeClass stores (the watch every replica
   runs) are both what should be (the classes' rules) and what is (each node's labels).
-  Its keys: a node's name (reconciled: one merge patch of the labels under the prefix
+  Its keys are node names (reconciled: one merge patch of the labels under the prefix
   that differ from what its classes ask for, computed from the state when it is sent,
-  so a burst of changes to one node is one patch); ``EVERY_NODE`` (at the start of each
-  term: every node compared, each that differs queued); and ``ClassNodes(name)`` (a
-  class event that changes what decides a class's nodes, ``ClassLabels.rules_key``:
-  every node compared for that class alone; an edit of its labels or annotations moves
-  nothing). A node event queues that node. A new leader finds nothing to do where its
-  predecessor finished: no churn on hand-over.
+  so a burst of changes to one node is one patch). A node event queues that node. Its
+  pass (``resync``) compares the nodes and queues each that differs: every node for
+  every class at the start of a term, and every node for the classes whose nodes may
+  have moved since (a class event that changes what decides them,
+  ``ClassLabels.rules_key``; an edit of its labels or annotations moves nothing). A new
+  leader finds nothing to do where its predecessor finished: no churn on hand-over.
 - **Never stalls the loop.** A compare of every node (15,000 nodes x 20 classes is
   300,000 rule checks, about 0.4 s of CPU) runs in slices of at most
   ``slice_seconds``, each followed by a pause three times as long: ``/filter``, the
@@ -33,9 +33,10 @@ writes them, as a leader actor (``extender.leader.actor``):
   the prefix: labels of anyone else are never in the request (and an admission policy,
   deploy/components/label-nodes, refuses any other change).
 - **Bounded.** Writes go through the controller's ``WorkQueue``: a rate limit, at most
-  ``concurrency`` at once, one reconcile per node at a time, and a backoff per node
-  that also brings back writes refused for a while (each label write wakes every node
-  watcher, kube-scheduler's included).
+  ``concurrency`` at once, one reconcile per node at a time, a backoff per node that
+  fails, and a refusal (a missing RBAC rule, the admission policy) said once with one
+  node probing while the others wait, so that 15,000 refused nodes are not 15,000
+  retries (each label write wakes every node watcher, kube-scheduler's included).
 
 One log line per class change says what it moves ("RuntimeClass gvisor: node labels:
 3 to add, 1 to remove"); counters say what was written.
@@ -47,7 +48,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -64,18 +65,10 @@ from extender.kube.api import send
 from extender.kube.informer import Informer
 from extender.kube.store import Named, Store
 from extender.leader.controller import Controller, WriteLog
-from extender.leader.workqueue import (
-    Done,
-    Failed,
-    Report,
-    Result,
-    Sent,
-    Sleep,
-    Turn,
-    Unchanged,
-    Write,
-    WriteOptions,
-)
+from extender.leader.limits import Sleep, WriteLimiter
+from extender.leader.results import Done, Failed, Report, Result, Sent, Unchanged, Write
+from extender.leader.workqueue import WriteOptions
+from extender.leader.writes import Turn
 from extender.settings import DEFAULT_LABEL_NODES_RATE, DEFAULT_NODE_LABEL_PREFIX
 from policies.objects import NodeView, RuntimeClassView
 from policies.registry import Policy
@@ -87,28 +80,12 @@ NODE = "/api/v1/nodes/{name}"
 WRITE_FAIL_REASONS = ("forbidden", "rejected", "retries_exhausted")
 
 
-@dataclass(frozen=True)
-class ClassNodes:
-    """The key of a class whose nodes may have moved: every node compared for its label."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class EveryNode:
-    """The key of a term's start: every node compared for every class."""
-
-
-EVERY_NODE = EveryNode()
-Key = str | ClassNodes | EveryNode
-
-
 @dataclass(frozen=True, kw_only=True)
 class LabelOptions(WriteOptions):
     prefix: str = DEFAULT_NODE_LABEL_PREFIX
     # Node patches per second, bursts, and patches in flight at once; a node's write
-    # after a failure or a refusal is tried again with backoff up to every retry_max
-    # (within a minute of a refusal's end).
+    # after a failure is tried again with backoff up to every retry_max (a refusal:
+    # one probe, the other nodes held, extender.leader.refusal).
     rate: float = DEFAULT_LABEL_NODES_RATE
     burst: int = 20
     concurrency: int = 10
@@ -132,7 +109,8 @@ class LabelMetrics:
         )
         self.errors = Counter(
             METRIC_PREFIX + "node_label_write_errors",
-            "Node label writes that failed, once per failing streak (each is tried again with "
+            "Node label writes that failed, once per failing streak of a node and once per refusal "
+            "of the labeller's writes (each is tried again with "
             "backoff while still wrong), by reason: forbidden (403: RBAC), rejected (another 4xx, "
             "such as 422 from the admission policy), retries_exhausted.",
             ["reason"],
@@ -159,7 +137,7 @@ WRITE_LOG = WriteLog(
 )
 
 
-class NodeLabeller(Controller[Key]):
+class NodeLabeller(Controller[str]):
     """Keeps the derived RuntimeClass labels on the nodes; see the module doc."""
 
     name = "node-labeller"
@@ -174,9 +152,10 @@ class NodeLabeller(Controller[Key]):
         pending: PendingPodInformer | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        limiter: WriteLimiter | None = None,
     ) -> None:
         self.options: LabelOptions = options or LabelOptions()
-        super().__init__(self.options, clock=clock, sleep=sleep)
+        super().__init__(self.options, clock=clock, sleep=sleep, limiter=limiter)
         self._api = api
         self.state = state
         self.labels = ClassLabels(self.options.prefix, policy)
@@ -186,6 +165,10 @@ class NodeLabeller(Controller[Key]):
         self._carried: collections.Counter[str] = collections.Counter()
         self._informer = pending
         self._pending = pending.pods if pending is not None else None
+        # What the next pass compares: every node for every class (a term's first), and
+        # the classes whose nodes may have moved since the last pass.
+        self._full = False
+        self._moved: set[str] = set()
         # The labelled classes, recomputed when a class or a key's use changes.
         self._labelled: dict[str, RuntimeClassView] = {}
         self._labelled_for: tuple[int, frozenset[str]] | None = None
@@ -214,9 +197,7 @@ class NodeLabeller(Controller[Key]):
 
     def starting(self) -> None:
         log.info("labelling nodes for RuntimeClasses", extra={"prefix": self.options.prefix})
-
-    def term_keys(self) -> Iterable[Key]:
-        return (EVERY_NODE,)
+        self._full, self._moved = True, set()
 
     # ----- listeners: every change is a key -------------------------------------------
 
@@ -241,7 +222,7 @@ class NodeLabeller(Controller[Key]):
         current = after or before
         if current is None or self.labels.rules_key(before) == self.labels.rules_key(after):
             return  # metadata only: no label moves
-        self.queue.add(ClassNodes(current.name))
+        self._class_moved(current.name)
 
     def _requirement_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:
         """A pending pod that is the first to require a key, or the last, can change
@@ -261,7 +242,14 @@ class NodeLabeller(Controller[Key]):
         without node rules (those with rules are labelled either way)."""
         for runtime_class in self.state.runtime_classes.values():
             if self.labels.key(runtime_class.name) == key and not self.labels.has_node_rules(runtime_class):
-                self.queue.add(ClassNodes(runtime_class.name))
+                self._class_moved(runtime_class.name)
+
+    def _class_moved(self, name: str) -> None:
+        """The class's nodes may have moved: the next pass compares them (nothing while
+        following: a term starts with a full pass)."""
+        if self.queue.running:
+            self._moved.add(name)
+            self.queue.resync()
 
     # ----- reconciling --------------------------------------------------------------
 
@@ -278,13 +266,15 @@ class NodeLabeller(Controller[Key]):
     def _required(self) -> frozenset[str]:
         return self._pending.required_keys() if self._pending is not None else frozenset()
 
-    async def reconcile(self, key: Key, turn: Turn) -> Result:
-        if isinstance(key, EveryNode):
+    async def resync(self) -> None:
+        full, moved = self._full, self._moved
+        self._full, self._moved = False, set()
+        if full:
             await self._compare(None)
-            return Unchanged("compared")
-        if isinstance(key, ClassNodes):
-            await self._compare(key.name)
-            return Unchanged("compared")
+        for name in sorted(moved):
+            await self._compare(name)
+
+    async def reconcile(self, key: str, turn: Turn) -> Result:
         return await turn.write(partial(self._write, key))
 
     async def _compare(self, class_name: str | None) -> None:
@@ -355,7 +345,7 @@ class NodeLabeller(Controller[Key]):
             timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
         )
 
-    def report(self, key: Key, report: Report) -> None:
+    def report(self, key: str, report: Report) -> None:
         result, metrics = report.result, self.metrics
         if isinstance(result, Done) and result.write is not None:
             patch: dict[str, str | None] = result.write.detail  # type: ignore[assignment]

@@ -20,15 +20,17 @@ Each such part is a ``LeaderActor``, run by ``extender.leader.runner``:
   process's health); one that raises is a bug that costs this actor only (logged,
   counted, started again after a backoff).
 - ``drain``: on shutdown, while still leading, a *bounded* wait for what ``lead``
-  owes to go out, before ``lead`` is cancelled.
+  owes to go out, before ``lead`` is cancelled (every actor's drain at once: the
+  runner's).
 - ``register_metrics``: its counters and gauges, on the app's registry.
 
 **The one recipe: an actor that writes is a ``Controller``** (``extender.leader.
-controller``): its listeners turn every change into a key on its ``WorkQueue``, the
-queue calls ``reconcile(key)``, which reads the current state and returns what happened,
-and the queue owns the term (every key added when it starts, everything forgotten when
-it ends; keys added outside a term are dropped, so a follower queues nothing).
-docs/development.md ("Leader actors") shows the smallest one.
+controller``): its listeners turn every change into a key on its ``WorkQueue`` (or ask
+for a pass, which adds the keys out of line), the queue calls ``reconcile(key)``, which
+reads the current state and returns what happened, and the queue owns the term (a pass
+when it starts, everything forgotten when it ends; keys added outside a term are
+dropped, so a follower queues nothing). docs/development.md ("The smallest actor")
+shows the smallest one.
 
 **The one exception: the audit** (``extender.audit.auditor``) writes nothing, so it has
 no queue: its ``lead`` marks its term (its logs and gauges are this replica's while it

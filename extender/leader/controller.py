@@ -1,4 +1,4 @@
-"""A leader actor that writes: a queue of keys and ``reconcile(key)``.
+"""A leader actor that writes: a queue of keys, a pass, and ``reconcile(key)``.
 
 The one recipe for an actor that changes the cluster (``extender.leader.actor`` says
 where the shape is defined and names the one actor outside it). A ``Controller``:
@@ -6,19 +6,22 @@ where the shape is defined and names the one actor outside it). A ``Controller``
 - names the stores it reads (``reads``): a term starts once all of them are listed,
   never on a cold cache (node-feature-discovery stripped the labels of whole clusters
   by acting on a half-listed one);
-- turns every change its stores' listeners hear into a key, ``self.queue.add(key)``
-  (or ``add_after`` to coalesce a burst into one pass), whether it leads or not: the
-  queue drops what is added outside a term, so a follower queues nothing;
-- says which keys a term starts with (``term_keys``: level-triggered, every one there may be
-  work for), how one key is brought to what the state asks for (``reconcile``, which
-  reads the state now and returns a ``Result``), and what each end means to it
-  (``report``: counters, log lines; ``WriteLog`` says the failures the same way in
-  every actor).
+- turns every change its stores' listeners hear into the key of the object it
+  concerns, ``self.queue.add(key)``, or, for a change that concerns many objects, asks
+  for a pass, ``self.queue.resync(after=...)`` (coalesced); whether it leads or not:
+  the queue drops what is asked outside a term, so a follower queues nothing;
+- says what a pass does (``resync``: compare what is with what should be and add the
+  key of each object out of line; every term starts with one), how one key is brought
+  to what the state asks for (``reconcile``, which reads the state now and returns a
+  ``Result``), and what each end means to it (``report``: counters, log lines;
+  ``WriteLog`` says the failures the same way in every actor).
 
-The base does the rest: ``lead`` waits for the stores, runs the queue for the term
-(every key added, the queue cleared when the term ends), and ``drain`` gives what is
-queued a bounded time on shutdown. The smallest controller, with the test API server's
-nodes, is in docs/development.md ("Leader actors").
+The base does the rest: ``lead`` waits for the stores, calls ``starting``, runs the
+queue for the term and calls ``stopped`` when it ends; ``drain`` gives what is waiting
+a bounded time on shutdown. The writes of every actor over one API client share its
+``WriteLimiter`` (``limiter``; each actor keeps its own rate). The smallest
+controller, with the test API server's nodes, is in docs/development.md ("The
+smallest actor").
 """
 
 from __future__ import annotations
@@ -26,13 +29,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from extender.kube.store import Store
 from extender.leader.actor import LeaderActor, wait_while
-from extender.leader.workqueue import Failed, Report, Result, Sleep, Turn, WorkQueue, WriteOptions
+from extender.leader.limits import Sleep, WriteLimiter
+from extender.leader.results import Failed, Report, Result
+from extender.leader.workqueue import WorkQueue, WriteOptions
+from extender.leader.writes import Turn
 
 __all__ = ["Controller", "WriteLog"]
 
@@ -48,9 +54,10 @@ class Controller(LeaderActor, Generic[K]):
         *,
         clock: Any = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        limiter: WriteLimiter | None = None,
     ) -> None:
         self.options = options
-        self.queue: WorkQueue[K] = WorkQueue(options, clock=clock, sleep=sleep, name=self.name)
+        self.queue: WorkQueue[K] = WorkQueue(options, clock=clock, sleep=sleep, limiter=limiter, name=self.name)
 
     @property
     def reads(self) -> Sequence[Store[Any]]:
@@ -67,11 +74,19 @@ class Controller(LeaderActor, Generic[K]):
         ]
         return [*stores, *informers]
 
+    @property
+    def busy(self) -> bool:
+        """Keys waiting or being reconciled, or a pass owed (the queue's ``busy``)."""
+        return self.queue.busy
+
     async def lead(self) -> None:
         for store in self.reads:
             await store.wait_synced()
         self.starting()
-        await self.queue.run(self)
+        try:
+            await self.queue.run(self)
+        finally:
+            self.stopped()
 
     async def drain(self) -> None:
         await wait_while(lambda: self.queue.busy, self.options.drain_timeout)
@@ -80,10 +95,15 @@ class Controller(LeaderActor, Generic[K]):
         """Called as a term starts, its stores listed (a log line, say)."""
         return None
 
+    def stopped(self) -> None:
+        """Called as a term ends, its queue cleared (forget what the term kept)."""
+        return None
+
     # ----- what each controller says ----------------------------------------------------
 
-    def term_keys(self) -> Iterable[K]:
-        raise NotImplementedError
+    async def resync(self) -> None:
+        """A pass: add the key of every object out of line (each term starts with one)."""
+        return None
 
     async def reconcile(self, key: K, turn: Turn) -> Result:
         raise NotImplementedError
@@ -94,9 +114,11 @@ class Controller(LeaderActor, Generic[K]):
 
 @dataclass(frozen=True)
 class WriteLog:
-    """How every writer logs a failing write: a WARNING once per streak of failures,
-    naming the key, the status and the API server's message, with a hint for what
-    fixes a refusal (403: RBAC; 422: admission); and the retries at ``retry_level``.
+    """How every writer logs a failing write: a WARNING when it is worth saying (once
+    per streak of a key's retryable failures; once for a refusal, whatever the number
+    of keys it refuses), naming the key, the status and the API server's message, with
+    a hint for what fixes a refusal (403: RBAC; 422: admission); the retries at
+    ``retry_level``, and the refusal's probes at DEBUG (the warning said it).
 
     ``failing`` is the warning's message ("cannot label node"); ``exhausted``, if
     given, replaces it for a retryable failure that has lasted ``max_attempts``.
@@ -125,5 +147,5 @@ class WriteLog:
                 message = self.failing + self.hints.get(result.sent.status, "")
             self.logger.warning(message + self.suffix, extra={**fields, "reason": report.failure})
         if report.retry_in is not None:
-            level = self.retry_levels.get(result.sent.status, self.retry_level)
+            level = logging.DEBUG if result.refused else self.retry_levels.get(result.sent.status, self.retry_level)
             self.logger.log(level, self.retrying, extra={**fields, "retryIn": round(report.retry_in, 3)})

@@ -5,11 +5,15 @@ of its own, for the life of the process, however many actors read it (the pendin
 are one informer for the requeuer and the node labeller's events). For each actor one
 background job runs, for the life of the process, its ``observe`` on every replica, and
 its ``lead`` through the leader gate (each term, cancelled and awaited when the term
-ends), or once for the whole run when there is no election. Stopping a job drains the actor first (bounded,
-and only while this replica leads: a follower owes nothing), then cancels it.
+ends), or once for the whole run when there is no election. Stopping a job drains the actors first (bounded,
+and only while this replica leads: a follower owes nothing), then cancels it. The
+first job stopped drains **every** actor at once, so the actors share the grace period
+instead of each waiting out the others' drains; the jobs stopped after it find that
+drain done.
 
 **A bug costs its actor only.** An actor's ``observe`` or ``lead`` that raises (a bug,
-or a failure its own code did not foresee) is logged with its traceback, counted
+or a failure its own code did not foresee; a ``CancelledError`` it raises itself too,
+when its task is not being cancelled) is logged with its traceback, counted
 (``runtimeclass_extender_actor_failures_total{actor}``) and started again after
 a capped exponential backoff; its ``lead`` is restarted within the same term. Nothing
 of it reaches the background task that runs it, so ``/healthz`` stays healthy and the
@@ -94,6 +98,8 @@ class LeaderRunner:
         self._also_waiting = also_waiting
         self._restart = restart or RestartPolicy()
         self._failures: Counter | None = None
+        # Every actor's drain, started by the first job stopped and awaited by each.
+        self._draining: asyncio.Future[None] | None = None
 
     def waiting(self) -> list[str]:
         """What the campaign still waits for (empty: campaign). A new leader acts at
@@ -182,7 +188,9 @@ class LeaderRunner:
                 try:
                     await run()
                     return
-                except Exception as exc:
+                except (Exception, asyncio.CancelledError) as exc:
+                    if isinstance(exc, asyncio.CancelledError) and _cancelled():
+                        raise  # the job is being stopped
                     delay = backoff.next()
                     log.exception(
                         "leader actor failed; starting it again",
@@ -200,13 +208,28 @@ class LeaderRunner:
         return supervised
 
     def _drainer_of(self, actor: LeaderActor) -> Callable[[], Awaitable[None]]:
-        gate = self.gate
-
         async def drain() -> None:
-            if gate is None or gate.leading:
-                await actor.drain()
+            if self._draining is None:
+                self._draining = asyncio.ensure_future(self._drain_all())
+            # Shielded: a caller cancelled while waiting leaves the others' drain running.
+            await asyncio.shield(self._draining)
 
         return drain
+
+    async def _drain_all(self) -> None:
+        """Every actor's drain at once, while this replica leads (see the module doc)."""
+        if self.gate is not None and not self.gate.leading:
+            return
+        names = [actor.name for actor in self.actors]
+        ends = await asyncio.gather(*(actor.drain() for actor in self.actors), return_exceptions=True)
+        for name, end in zip(names, ends, strict=True):
+            if isinstance(end, BaseException):
+                log.error("leader actor's drain failed", exc_info=end, extra={"actor": name})
+
+
+def _cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 async def _nothing_to_drain() -> None:

@@ -1,45 +1,36 @@
-"""The leader's queue of keys: client-go's controller shape, in asyncio.
+"""The leader's queue of keys: client-go's workqueue and its rate limiters, in asyncio.
 
-Every leader actor that writes is a controller (``extender.leader.controller``):
-listeners of its stores turn every change into a **key** (a node's name, a pod's key, a
-Secret) and ``add`` it here; the queue calls the actor's ``reconcile(key, turn)``, which
-reads the current state of the key's object and returns what happened (``Result``). The
-queue never holds a write or anything computed for one: what to write is decided when
-the key's turn comes, from the state of that moment. Shaped after client-go's
-``util/workqueue`` and its per-item exponential rate limiter:
+Every leader actor that writes is a controller (``extender.leader.controller``): its
+listeners ``add`` a **key** per change (a node's name, a pod's key, the Secret); the
+queue calls ``reconcile(key, turn)``, which reads the key's object as it is at its
+turn and returns a ``Result`` (``extender.leader.results``). Nothing computed for a
+write waits in the queue. What it does:
 
-- **One reconcile per key at a time.** A key added while queued keeps its place; added
-  while being reconciled it is reconciled once more after (a dirty set and a processing
-  set, as client-go's queue has them), so two workers never act on one key, whatever
-  the concurrency.
-- **The queue owns the term** (``run``, the actor's ``lead``): it adds every key the
-  actor names (``Reconciler.term_keys``) when the term starts, works until it is cancelled,
-  and then forgets every key, delay and backoff: the next term, here or on whichever
-  replica leads next, starts from what it observes. ``add`` outside a term does nothing:
-  followers queue nothing.
-- **Coalescing**: ``add_after(key, delay)`` adds the key once ``delay`` seconds have
-  passed; more calls meanwhile change nothing (one pass for a burst of changes).
-- **A rate limit on writes** (``TokenBucket``, client-go's QPS/burst), taken by
-  ``Turn.write`` only when there is something to send: a reconcile that finds its key in
-  sync costs no token. A 429's ``Retry-After`` pauses every write.
-- **Backoff per key, remembered.** A ``Failed`` key (409, 429, 5xx, no answer, and also
-  403, 422 and other refusals: what is still wrong is come back to once the refusal may
-  have ended, never dropped and never hammered) and a reconcile that raises are tried
-  again after a capped exponential delay (``retry_delay``). Adding the key meanwhile
-  does not cut the delay short, so a stream of events never turns a refusal into a
-  retry storm. The reconciler hears of a failure once per streak (``Report.failure``:
-  at once when refused, after ``max_attempts`` for the retryable kind).
-- **Damping.** A write that would make its object say again what the key's last
-  success made it say, within ``retry_max`` of that success (``Write.content`` equal:
-  someone undid it, a GitOps tool reverting a caBundle, a controller fighting over a
-  label), waits as one more failure of its streak, so a fight slows to one write per
-  ``retry_max`` instead of a hot loop. A write of something new goes out at once.
+- **One reconcile per key at a time**: a key added while waiting keeps its place, added
+  while being reconciled it is reconciled once more after (client-go's dirty and
+  processing sets), whatever the ``concurrency``.
+- **The pass is first-class** (``resync``): the actor's ``resync()`` adds the keys of
+  the objects out of line. A term starts with one; a change that concerns many objects
+  asks for one (``resync(after=window)``: the earliest asked for wins). It runs on a
+  task of its own, one at a time, never in line behind the writes.
+- **It counts, classifies and backs off** (``extender.leader.backoff``): every
+  ``Failed`` end and every reconcile that raises (a ``CancelledError`` too, unless the
+  task itself is being cancelled) is one attempt of the key, whichever path it took; a
+  429 pauses the API client's writes (``extender.leader.limits``); a refusal (403, 422)
+  is the actor's condition, said once, one key probing (``extender.leader.refusal``).
+- **``report`` is contained** as ``reconcile`` is: one that raises is logged with its
+  trace and costs nothing else.
+- **It owns the term** (``run``, the actor's ``lead``): a pass when it starts, and
+  every key, delay, backoff and refusal forgotten when it ends. ``add`` outside a term
+  does nothing: followers queue nothing.
+- **``busy`` is "waiting or being reconciled"** (or a pass owed): a key in backoff or
+  held by a refusal owes nothing a drain could deliver.
 
-What a write is and what its answer means to the actor stay with the actor: its
-``reconcile`` builds a ``Write`` from the state and hands it to ``Turn.write``, which
-applies the damping and the rate limit, asks for the write again after a wait (the
-world may have moved meanwhile), sends it and sorts the answer into a ``Result``; the
-reconcile may read that answer further (an event that exists already is done).
+``add`` of a key waiting out ``add_after`` cuts that delay short (client-go's ``Add``:
+the key is wanted now); ``add`` of a key in **backoff** does not, unlike client-go
+(where an event during ``AddRateLimited``'s delay reconciles the key at once): the
+reconcile is level-triggered, so the event brings nothing its retry will not read, and
+a stream of events would turn a failing write into a retry per event.
 """
 
 from __future__ import annotations
@@ -47,71 +38,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from extender.kube.answer import Sent
+from extender.leader.backoff import KeyBackoff
+from extender.leader.limits import Sleep, WriteLimiter
+from extender.leader.refusal import Refusal
+from extender.leader.results import Done, Failed, Report, Result, Retry, Sent, Unchanged
+from extender.leader.writes import Damping, Turn
 
-__all__ = [
-    "Done",
-    "Failed",
-    "Report",
-    "Result",
-    "Retry",
-    "Sent",
-    "TokenBucket",
-    "Turn",
-    "Unchanged",
-    "WorkQueue",
-    "Write",
-    "WriteOptions",
-    "retry_delay",
-]
+__all__ = ["Reconciler", "WorkQueue", "WriteOptions"]
 
 log = logging.getLogger("extender.leader.workqueue")
-
 K = TypeVar("K", bound=Hashable)
-
-Sleep = Callable[[float], Awaitable[None]]
-
-
-class TokenBucket:
-    """A rate limit of ``rate`` per second with bursts of up to ``burst``, as client-go's
-    rest clients apply QPS/Burst (flowcontrol.NewTokenBucketRateLimiter over
-    golang.org/x/time/rate): each caller *reserves* the next token and waits until its
-    time, so callers waiting together are spaced at the rate rather than all woken at
-    once to race for one token (a herd that would also batch their work into one turn
-    of the event loop).
-
-    ``now`` is any monotonic clock in seconds, passed in by the caller.
-    """
-
-    def __init__(self, rate: float, burst: int, *, now: float) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError("rate must be positive and burst at least 1")
-        self.rate = rate
-        self.burst = burst
-        self._tokens = float(burst)
-        self._stamp = now
-
-    def take(self, now: float) -> float:
-        """Reserve a token: 0.0 when one is there, else the seconds until the reserved one
-        is (the caller then waits that long, and has it)."""
-        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
-        self._tokens -= 1.0
-        return 0.0 if self._tokens >= 0.0 else -self._tokens / self.rate
-
-
-def retry_delay(attempt: int, *, initial: float, maximum: float, retry_after: float | None = None) -> float:
-    """Seconds before attempt ``attempt + 1`` (attempt counts from 1): ``initial``
-    doubling up to ``maximum``, and never sooner than the server's ``Retry-After``
-    (itself capped at ``maximum``)."""
-    delay = min(initial * (2.0 ** max(0, attempt - 1)), maximum)
-    if retry_after is not None:
-        delay = max(delay, min(retry_after, maximum))
-    return delay
+K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,16 +60,20 @@ class WriteOptions:
     """How an actor's queue writes. Each actor's options extend it with their own
     defaults (``LabelOptions(WriteOptions)``), so the queue takes them as they are."""
 
-    # Writes per second, with bursts of up to ``burst``.
+    # The actor's writes per second, with bursts of up to ``burst`` (its own pace under
+    # the API client's 429 pause, extender.leader.limits).
     rate: float = 5.0
     burst: int = 5
-    # Attempts at a retryable failure (409, 429, 5xx, no answer) before the reconciler
-    # hears of it as failed (``retries_exhausted``); it is still retried after that.
+    # Retryable failures of a key in a row (409, 429, 5xx, no answer) before the actor
+    # hears of it (``retries_exhausted``); it is still retried after that.
     max_attempts: int = 8
     # Backoff between attempts of one key, doubling up to ``retry_max``, which is also
     # how long a success is remembered for damping.
     retry_initial: float = 0.5
     retry_max: float = 30.0
+    # Longest wait of the probe while the actor's writes are refused (a sixteenth of
+    # how long the refusal has lasted, from retry_initial: extender.leader.refusal).
+    refusal_max: float = 1000.0
     # Keys reconciled at once (node-feature-discovery bounds its node updates to 10):
     # more than one when each waits on the API server's round trip.
     concurrency: int = 1
@@ -136,164 +81,25 @@ class WriteOptions:
     drain_timeout: float = 5.0
 
 
-# ----- what a reconcile asks for, and what it returns ------------------------------------
-
-
-@dataclass(frozen=True)
-class Write:
-    """One write a reconcile wants made: ``send`` makes it; ``content`` is what it makes
-    its object say (two writes of a key with equal content, the second soon after the
-    first succeeded, mean the first was undone: damping); ``detail`` is whatever the
-    actor wants back in its report (the patch, a sentence for the log)."""
-
-    content: Hashable
-    send: Callable[[], Awaitable[Sent]]
-    detail: object = None
-
-
-@dataclass(frozen=True)
-class Done:
-    """The key's object says what it should: ``write`` went out (``sent`` its 2xx), or,
-    with neither, it was found so (an event written before)."""
-
-    write: Write | None = None
-    sent: Sent | None = None
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Unchanged:
-    """Nothing to write: in sync, gone (``sent`` is the 404 when the write found it
-    so), or no longer due. ``reason`` names which, for the actor's counters."""
-
-    reason: str
-    sent: Sent | None = None
-
-
-@dataclass(frozen=True)
-class Retry:
-    """Not now, and not a failure: the key is reconciled again after ``after`` seconds
-    (None: the key's backoff), e.g. a write damped because it would undo an undoing."""
-
-    reason: str
-    after: float | None = None
-
-
-@dataclass(frozen=True)
-class Failed:
-    """The write failed (``sent``: 409, 429, 5xx, no answer) or was refused (403, 422,
-    another 4xx), or the reconcile raised (``write`` None, status 0): tried again with
-    the key's backoff."""
-
-    write: Write | None
-    sent: Sent
-
-    @property
-    def refused(self) -> bool:
-        """Refused by the API server (403, 422, ...), not a failure that retrying cures."""
-        status = self.sent.status
-        return 400 <= status < 500 and status not in (404, 409, 429)
-
-
-Result = Done | Unchanged | Retry | Failed
-
-
-@dataclass(frozen=True)
-class Report:
-    """A reconcile's end, as the queue tells the reconciler: its ``result``; for a
-    failure, ``failure`` once per streak (``forbidden``, ``rejected``,
-    ``retries_exhausted``: the first report of a refusal, the ``max_attempts``-th of a
-    retryable failure), else ""; and ``retry_in``, the seconds until the key is
-    reconciled again (a Failed or a Retry), else None."""
-
-    result: Result
-    failure: str = ""
-    retry_in: float | None = None
-
-
-class Reconciler(Protocol[K]):
-    def term_keys(self) -> Iterable[K]:
-        """Every key there is work for at the start of a term (level-triggered: what
+class Reconciler(Protocol[K_contra]):
+    async def resync(self) -> None:
+        """A pass: add the key of every object out of line (level-triggered: from what
         the actor's stores show)."""
         ...
 
-    async def reconcile(self, key: K, turn: Turn) -> Result:
+    async def reconcile(self, key: K_contra, turn: Turn) -> Result:
         """Bring the key's object to what the current state asks for; say what happened."""
         ...
 
-    def report(self, key: K, report: Report) -> None:
+    def report(self, key: K_contra, report: Report) -> None:
         """Count and log a reconcile's end."""
         ...
 
 
-# ----- the queue -----------------------------------------------------------------------
-
-
-@dataclass
-class _Streak:
-    """A key's attempts in a row that have not succeeded yet (or that continue a
-    success undone within ``retry_max``)."""
-
-    attempts: int = 0
-    # The reconciler was told of this streak's failure (once per streak).
-    reported: bool = False
-    # What the write being attempted makes its object say (``Write.content``).
-    content: Hashable = None
-
-
-@dataclass(frozen=True)
-class _Success:
-    done_at: float
-    attempts: int
-    content: Hashable
-
-
-class Turn:
-    """A key's turn with the queue: what a reconcile writes through."""
-
-    def __init__(self, queue: WorkQueue[K], key: K) -> None:
-        self._queue: WorkQueue[Hashable] = queue  # type: ignore[assignment]
-        self._key: Hashable = key
-
-    def failed(self, sent: Sent) -> Failed:
-        """What a reconcile returns when what it must read first fails (a GET answered
-        500, no answer): an attempt of the key's streak, as a failed write is, so that
-        its backoff doubles and a failure that lasts is reported."""
-        self._queue.streak(self._key).attempts += 1
-        return Failed(None, sent)
-
-    async def write(self, plan: Callable[[], Write | Unchanged]) -> Result:
-        """Make the write ``plan`` asks for now, subject to damping and the rate limit,
-        and say how it ended. ``plan`` reads the current state; it is asked again after
-        a wait for the rate limit, and after a refusal (the object may have changed
-        meanwhile, which is no failure)."""
-        queue, key = self._queue, self._key
-        wanted = plan()
-        if isinstance(wanted, Unchanged):
-            return wanted
-        delay = queue.damping(key, wanted.content)
-        if delay > 0:
-            return Retry("damped", after=delay)
-        if await queue.wait_for_token():
-            wanted = plan()  # the wait may have been long
-            if isinstance(wanted, Unchanged):
-                return wanted
-        streak = queue.streak(key)
-        streak.attempts += 1
-        streak.content = wanted.content
-        sent = await wanted.send()
-        if 200 <= sent.status < 300:
-            return Done(wanted, sent)
-        if sent.status == 404:
-            return Unchanged("deleted", sent)
-        failed = Failed(wanted, sent)
-        if failed.refused:
-            # Refused because the object changed meanwhile (a uid guard answering 422
-            # rather than 409 counts here too): nothing is wrong.
-            again = plan()
-            if isinstance(again, Unchanged):
-                return Unchanged(again.reason, sent)
-        return failed
+def _cancelled() -> bool:
+    """The running task is being cancelled (not a CancelledError some code raised)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class WorkQueue(Generic[K]):
@@ -305,27 +111,36 @@ class WorkQueue(Generic[K]):
         *,
         clock: Callable[[], float],
         sleep: Sleep = asyncio.sleep,
+        limiter: WriteLimiter | None = None,
         name: str = "",
     ) -> None:
         self.options = options
         self.name = name
-        # The rate limit's clock and sleep (tests substitute both).
         self._clock = clock
-        self._sleep = sleep
-        self._bucket = TokenBucket(options.rate, options.burst, now=clock())
-        self._not_before = 0.0  # clock time before which nothing goes out (429)
+        # The API client's limiter (shared by the actors writing over it), this actor's pace.
+        self.limiter = limiter or WriteLimiter(clock=clock, sleep=sleep)
+        self._pace = self.limiter.pace(options.rate, options.burst)
+        self._damping = Damping(initial=options.retry_initial, maximum=options.retry_max, clock=clock)
+        self._refusal: Refusal[K] = Refusal(
+            initial=options.retry_initial, maximum=options.refusal_max, clock=clock
+        )
         self._running = False
-        # In line; waiting out a delay (a backoff, a coalescing); being reconciled; and
-        # added while being reconciled (each key in the first three at most once).
+        # In line; waiting out a delay (True: a backoff, which ``add`` does not cut
+        # short); being reconciled; added while being reconciled.
         self._waiting: OrderedDict[K, None] = OrderedDict()
-        self._delayed: dict[K, asyncio.TimerHandle] = {}
+        self._delayed: dict[K, tuple[asyncio.TimerHandle, bool]] = {}
         self._processing: set[K] = set()
         self._dirty: set[K] = set()
-        # Per key: the attempts not yet successful; and the last successes, oldest
-        # first, forgotten once older than retry_max (damping).
-        self._streaks: dict[K, _Streak] = {}
-        self._recent: OrderedDict[K, _Success] = OrderedDict()
+        self._backoff: KeyBackoff[K] = KeyBackoff(initial=options.retry_initial, maximum=options.retry_max)
         self._ready = asyncio.Event()
+        # The pass: its timer and when it is due (loop time), whether the one pending
+        # is owed (a drain waits for it), and the one due now or running.
+        self._pass_timer: asyncio.TimerHandle | None = None
+        self._pass_due = 0.0
+        self._pass_owed = False
+        self._pass_now = asyncio.Event()
+        self._passing = False
+        self._pass_failures = 0
 
     # ----- what the actor and its listeners call --------------------------------------
 
@@ -335,8 +150,8 @@ class WorkQueue(Generic[K]):
         return self._running
 
     def __len__(self) -> int:
-        """Keys waiting for their turn, out a delay, or again after the reconcile under way."""
-        return len(self._waiting) + len(self._delayed) + len(self._dirty)
+        """Keys waiting, out a delay, held by a refusal, or again after their reconcile."""
+        return len(self._waiting) + len(self._delayed) + len(self._dirty) + len(self._refusal.held)
 
     @property
     def in_flight(self) -> int:
@@ -344,59 +159,123 @@ class WorkQueue(Generic[K]):
 
     @property
     def busy(self) -> bool:
-        return bool(self._waiting or self._delayed or self._processing)
+        """Keys waiting or being reconciled, or a pass owed (not a backoff, not held)."""
+        owed = self._pass_owed and self._pass_timer is not None
+        return bool(self._waiting or self._processing or self._passing or self._pass_now.is_set() or owed)
+
+    @property
+    def refused(self) -> bool:
+        """The actor's writes are refused (one key probes, the others are held)."""
+        return self._refusal.active
 
     def has(self, key: K) -> bool:
-        return key in self._waiting or key in self._delayed or key in self._processing
+        return (
+            key in self._waiting or key in self._delayed or key in self._processing or key in self._refusal.held
+        )
 
     def add(self, key: K) -> None:
-        """Reconcile ``key`` (nothing outside a term). One waiting keeps its place; one
-        waiting out a delay keeps its delay; one being reconciled is again after."""
-        if not self._running:
+        """Reconcile ``key`` (nothing outside a term). One waiting keeps its place, one
+        in backoff or held keeps waiting (module doc), one being reconciled is again
+        after; one waiting out ``add_after`` is wanted now."""
+        if not self._running or key in self._waiting or key in self._refusal.held:
             return
         if key in self._processing:
             self._dirty.add(key)
-        elif key not in self._waiting and key not in self._delayed:
-            self._waiting[key] = None
-            self._ready.set()
+            return
+        delayed = self._delayed.get(key)
+        if delayed is not None:
+            handle, backoff = delayed
+            if backoff:
+                return
+            handle.cancel()
+            del self._delayed[key]
+        self._enqueue(key)
 
     def add_after(self, key: K, delay: float) -> None:
         """Reconcile ``key`` once ``delay`` seconds have passed: more calls meanwhile, or
         a key already queued, change nothing (the coalescing of a burst of changes)."""
-        if not self._running or key in self._waiting or key in self._delayed:
+        if not self._running or self.has(key):
             return
-        self._delay(key, delay)
+        self._delay(key, delay, backoff=False)
+
+    def resync(self, after: float = 0.0, *, owed: bool = True) -> None:
+        """Have the actor's pass run within ``after`` seconds (the earliest asked for
+        wins). ``owed``: a change waits for it, so a drain does too; a timed pass (a
+        periodic check) is not owed anything."""
+        if not self._running:
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + max(0.0, after)
+        if self._pass_timer is not None:
+            if self._pass_due <= due:
+                self._pass_owed = self._pass_owed or owed
+                return
+            self._pass_timer.cancel()
+            owed = owed or self._pass_owed
+        self._pass_due, self._pass_owed = due, owed
+        self._pass_timer = loop.call_at(due, self._pass_is_due)
 
     # ----- the term -------------------------------------------------------------------
 
     async def run(self, reconciler: Reconciler[K]) -> None:
-        """One term: every key of ``reconciler`` is added, then reconciled as added,
-        until cancelled; then everything queued is forgotten."""
+        """One term: a pass, then every key reconciled as added, until cancelled; then
+        everything queued is forgotten."""
         self._running = True
         try:
-            for key in reconciler.term_keys():
-                self.add(key)
-            if self.options.concurrency <= 1:
-                await self._work(reconciler)
-                return
+            self.resync()
             async with asyncio.TaskGroup() as group:
-                for _ in range(self.options.concurrency):
+                group.create_task(self._passes(reconciler))
+                for _ in range(max(1, self.options.concurrency)):
                     group.create_task(self._work(reconciler))
         finally:
             self._running = False
             self.clear()
 
     def clear(self) -> None:
-        """Forget every key queued, every delay and backoff (the next term recomputes
-        what is owed from what is)."""
-        for handle in self._delayed.values():
+        """Forget every key queued, every delay, backoff and refusal (the next term
+        recomputes what is owed from what is)."""
+        for handle, _ in self._delayed.values():
             handle.cancel()
+        if self._pass_timer is not None:
+            self._pass_timer.cancel()
+        self._pass_timer, self._pass_owed, self._pass_failures = None, False, 0
+        self._pass_now.clear()
         self._delayed.clear()
         self._waiting.clear()
         self._dirty.clear()
-        self._streaks.clear()
-        self._recent.clear()
-        self._not_before = 0.0
+        self._backoff.clear()
+        self._damping.clear()
+        self._refusal.clear()
+
+    def _pass_is_due(self) -> None:
+        self._pass_timer, self._pass_owed = None, False
+        self._pass_now.set()
+
+    async def _passes(self, reconciler: Reconciler[K]) -> None:
+        while True:
+            await self._pass_now.wait()
+            self._pass_now.clear()
+            self._passing = True
+            try:
+                await reconciler.resync()
+                self._pass_failures = 0
+            except (Exception, asyncio.CancelledError) as exc:
+                if isinstance(exc, asyncio.CancelledError) and _cancelled():
+                    raise
+                self._pass_failed(exc)
+            finally:
+                self._passing = False
+
+    def _pass_failed(self, exc: BaseException) -> None:
+        # Like a key's: logged, retried with backoff (not owed: a drain does not wait).
+        self._pass_failures += 1
+        delay = self._backoff.delay(self._pass_failures)
+        log.error(
+            "resync failed",
+            exc_info=exc,
+            extra={"queue": self.name, "error": f"{type(exc).__name__}: {exc}", "retryIn": delay},
+        )
+        self.resync(delay, owed=False)
 
     async def _work(self, reconciler: Reconciler[K]) -> None:
         while True:
@@ -405,12 +284,19 @@ class WorkQueue(Generic[K]):
                 self._ready.clear()
                 continue
             key, _ = self._waiting.popitem(last=False)
+            if self._refusal.holds(key):
+                continue
             self._processing.add(key)
             try:
                 result = await self._reconcile(reconciler, key)
             finally:
                 self._processing.discard(key)
-            self._ended(reconciler, key, result)
+            report = self._ended(key, result)
+            try:
+                reconciler.report(key, report)
+            except (Exception, asyncio.CancelledError):
+                # Synchronous: a CancelledError here is raised, never a cancellation.
+                log.exception("report failed", extra={"queue": self.name, "key": str(key)})
             if key in self._dirty:
                 self._dirty.discard(key)
                 self.add(key)  # its turn again, behind whatever delay the end set
@@ -420,123 +306,95 @@ class WorkQueue(Generic[K]):
 
     async def _reconcile(self, reconciler: Reconciler[K], key: K) -> Result:
         try:
-            return await reconciler.reconcile(key, Turn(self, key))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            # A bug, or a failure the actor did not foresee: logged with its trace,
-            # and tried again with the key's backoff like any failure (never dropped).
-            log.exception("reconcile failed", extra={"queue": self.name, "key": str(key)})
-            streak = self.streak(key)
-            streak.attempts += 1
-            return Failed(None, Sent(0, f"{type(exc).__name__}: {exc}"))
+            return await reconciler.reconcile(key, Turn(key, self._pace, self._damping))
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and _cancelled():
+                raise
+            return self._raised(key, exc)
 
-    def _ended(self, reconciler: Reconciler[K], key: K, result: Result) -> None:
+    def _raised(self, key: K, exc: BaseException) -> Failed:
+        """A bug, or a failure unforeseen: logged with its trace, retried like any failure."""
+        log.error("reconcile failed", exc_info=exc, extra={"queue": self.name, "key": str(key)})
+        return Failed(None, Sent(0, f"{type(exc).__name__}: {exc}"))
+
+    # ----- how a reconcile ended --------------------------------------------------------
+
+    def _ended(self, key: K, result: Result) -> Report:
         if isinstance(result, Done):
+            failures = self._backoff.forget(key)
             if result.write is not None:
-                self._succeeded(key)
-            else:
-                self._forget(key)
-            reconciler.report(key, Report(result))
-        elif isinstance(result, Unchanged):
-            self._forget(key)  # nothing is wrong any more
-            reconciler.report(key, Report(result))
-        elif isinstance(result, Retry):
-            streak = self.streak(key)
+                self._damping.succeeded(key, result.write.content, failures)
+            ended = self._refusal.accepted()
+            if ended is not None:
+                self._release(*ended)
+            return Report(result)
+        if isinstance(result, Unchanged):
+            self._backoff.forget(key)  # nothing is wrong any more
+            self._damping.forget(key)
+            probe = self._refusal.skipped(key)
+            if probe is not None:
+                self._enqueue(probe)
+            return Report(result)
+        if isinstance(result, Retry):
             delay = result.after
             if delay is None:
-                delay = retry_delay(
-                    max(1, streak.attempts),
-                    initial=self.options.retry_initial,
-                    maximum=self.options.retry_max,
-                )
+                delay = self._backoff.delay(max(1, self._backoff.failures(key)))
             self._delay(key, delay)
-            reconciler.report(key, Report(result, retry_in=delay))
-        else:
-            reconciler.report(key, self._failed(key, result))
+            return Report(result, retry_in=delay)
+        return self._failed(key, result)
 
     def _failed(self, key: K, result: Failed) -> Report:
-        options, sent = self.options, result.sent
-        streak = self.streak(key)
-        delay = retry_delay(
-            max(1, streak.attempts),
-            initial=options.retry_initial,
-            maximum=options.retry_max,
-            retry_after=sent.retry_after,
-        )
+        sent = result.sent
+        delay = self._backoff.when(key, sent.retry_after)
         if sent.status == 429 and sent.retry_after is not None:
-            # The API server asks every client to slow down, not just this request.
-            self._not_before = max(self._not_before, self._clock() + min(sent.retry_after, options.retry_max))
-        failure = ""
-        if not streak.reported and (result.refused or streak.attempts >= options.max_attempts):
-            streak.reported = True
-            failure = (
-                "forbidden" if sent.status == 403 else "rejected" if result.refused else "retries_exhausted"
-            )
+            # The API server asks the client to slow down, not just this request.
+            self.limiter.pause(sent.retry_after, cap=self.options.retry_max)
+        if result.refused:
+            starting = not self._refusal.active
+            probe = self._refusal.refused(key)
+            if probe is not None:  # never sooner than the probe's own backoff
+                probe = probe[0], max(probe[1], self._backoff.delay(self._backoff.failures(probe[0])))
+                self._delay(*probe)
+            failure = ""
+            if starting and self._backoff.say(key):
+                failure = "forbidden" if sent.status == 403 else "rejected"
+            return Report(result, failure=failure, retry_in=probe[1] if probe and probe[0] == key else None)
         self._delay(key, delay)
+        failure = ""
+        if self._backoff.failures(key) >= self.options.max_attempts and self._backoff.say(key):
+            failure = "retries_exhausted"
         return Report(result, failure=failure, retry_in=delay)
 
-    # ----- what a turn uses -----------------------------------------------------------
-
-    def streak(self, key: K) -> _Streak:
-        return self._streaks.setdefault(key, _Streak())
-
-    async def wait_for_token(self) -> bool:
-        """Until a write may go out; True if it had to wait (the world may have moved)."""
-        waited = False
-        while (now := self._clock()) < self._not_before:
-            await self._sleep(self._not_before - now)
-            waited = True
-        delay = self._bucket.take(now)
-        if delay > 0:
-            await self._sleep(delay)  # the token reserved is this write's when it wakes
-            waited = True
-        return waited
-
-    def damping(self, key: K, content: Hashable) -> float:
-        """The delay before a write that says again what the key's last success said,
-        so soon that it is being undone: its streak goes on from that success's
-        attempts. 0 for a key at rest or a write of something new."""
-        recent = self._recent.pop(key, None)
-        if recent is None or recent.content != content:
-            return 0.0
-        if self._clock() - recent.done_at >= self.options.retry_max:
-            return 0.0
-        self._streaks[key] = _Streak(attempts=recent.attempts)
-        options = self.options
-        return retry_delay(recent.attempts, initial=options.retry_initial, maximum=options.retry_max)
+    def _release(self, keys: list[K], lasted: float) -> None:
+        log.info(
+            "writes accepted again after a refusal",
+            extra={"queue": self.name, "released": len(keys), "refusedFor": round(lasted, 3)},
+        )
+        for key in keys:
+            failures = self._backoff.failures(key)
+            if failures:
+                self._delay(key, self._backoff.delay(failures))
+            else:
+                self._enqueue(key)
 
     # ----- bookkeeping ----------------------------------------------------------------
 
-    def _succeeded(self, key: K) -> None:
-        """Remember the success for damping; forget successes older than ``retry_max``."""
-        streak = self._streaks.pop(key, None) or _Streak(attempts=1)
-        now = self._clock()
-        self._recent[key] = _Success(now, streak.attempts, streak.content)
-        self._recent.move_to_end(key)
-        while self._recent:
-            oldest, success = next(iter(self._recent.items()))
-            if now - success.done_at < self.options.retry_max:
-                break
-            del self._recent[oldest]
+    def _enqueue(self, key: K) -> None:
+        if key in self._processing:
+            self._dirty.add(key)
+        elif key not in self._waiting:
+            self._waiting[key] = None
+            self._ready.set()
 
-    def _forget(self, key: K) -> None:
-        self._streaks.pop(key, None)
-        self._recent.pop(key, None)
-
-    def _delay(self, key: K, delay: float) -> None:
-        loop = asyncio.get_running_loop()
+    def _delay(self, key: K, delay: float, *, backoff: bool = True) -> None:
         previous = self._delayed.pop(key, None)
         if previous is not None:
-            previous.cancel()
+            previous[0].cancel()
         self._waiting.pop(key, None)
 
         def due_again() -> None:
             self._delayed.pop(key, None)
-            if key in self._processing:
-                self._dirty.add(key)
-            elif key not in self._waiting:
-                self._waiting[key] = None
-                self._ready.set()
+            self._enqueue(key)
 
-        self._delayed[key] = loop.call_later(delay, due_again)
+        handle = asyncio.get_running_loop().call_later(delay, due_again)
+        self._delayed[key] = (handle, backoff)

@@ -22,7 +22,7 @@ controller``):
 - **The window it opens.** While no replica runs, the table is as the last leader left
   it: pods of a class created meanwhile are routed and get nothing else, and a class
   changed meanwhile gives its old overhead and label. A new term starts with the table
-  (``term_keys``) and logs how many entries it found stale;
+  (its pass, ``resync``) and logs how many entries it found stale;
   ``runtimeclass_extender_pod_admission_table_stale_entries`` says, on every replica,
   how many entries differ from the classes; ``check-pod-admission`` shows it per class;
   the audit reports the pods admitted with an overhead their class does not have
@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -53,18 +53,10 @@ from extender.kube.reflector import ReflectorOptions, WatchedResource
 from extender.kube.store import Named, Store
 from extender.kube.watched import Watched, watched
 from extender.leader.controller import Controller, WriteLog
-from extender.leader.workqueue import (
-    Done,
-    Failed,
-    Report,
-    Result,
-    Sent,
-    Sleep,
-    Turn,
-    Unchanged,
-    Write,
-    WriteOptions,
-)
+from extender.leader.limits import Sleep, WriteLimiter
+from extender.leader.results import Done, Failed, Report, Result, Sent, Unchanged, Write
+from extender.leader.workqueue import WriteOptions
+from extender.leader.writes import Turn
 
 log = logging.getLogger("extender.podtable")
 
@@ -184,9 +176,10 @@ class PodAdmissionTable(Controller[str]):
         labels: ClassLabels | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        limiter: WriteLimiter | None = None,
     ) -> None:
         self.options: TableOptions = options
-        super().__init__(options, clock=clock, sleep=sleep)
+        super().__init__(options, clock=clock, sleep=sleep, limiter=limiter)
         self._api = api
         self.state = state
         self.labels = labels
@@ -227,8 +220,9 @@ class PodAdmissionTable(Controller[str]):
             },
         )
 
-    def term_keys(self) -> Iterable[str]:
-        return (TABLE,)
+    async def resync(self) -> None:
+        """Every term starts with the table: what changed while no replica led it."""
+        self.queue.add(TABLE)
 
     def _changed(self, _kind: str, _old: Named | None, _new: Named | None) -> None:
         self.queue.add(TABLE)

@@ -59,7 +59,7 @@ class RequeueMetrics:
         pending_gauge.set_function(lambda: float(pending()))
         queued_gauge = Gauge(
             METRIC_PREFIX + "requeue_queued_nudges",
-            "Nudges waiting for their turn under the rate limit or for a retry.",
+            "Nudges waiting for their turn under the rate limit, for a retry, or for a refusal to end.",
             registry=registry,
         )
         queued_gauge.set_function(lambda: float(queued()))

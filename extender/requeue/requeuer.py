@@ -22,10 +22,11 @@ It is a controller (``extender.leader.controller``), level-triggered:
 - every replica follows, from the shared informer of pending pods
   (``extender.cluster.pending_pods``) and the RuntimeClass store, what each pending pod
   was last tried against and what its class is now (``extender.requeue.planner``, pure);
-- its keys are a pod's (the pending-pod store's, ``namespace/name``) and ``PASS``. The
-  pass is every term's first key, and a RuntimeClass change adds it after ``window``
-  seconds (``add_after``: every change until then joins that one pass); its reconcile
-  asks the planner which pods are due a nudge and adds their keys. A pod's reconcile
+- its keys are pods' (the pending-pod store's, ``namespace/name``). Its pass
+  (``resync``) runs at the start of every term, and a RuntimeClass change asks for one
+  within ``window`` seconds (``resync(after=window)``: every change until then joins
+  that one pass, which never waits behind the nudges already queued); it asks the
+  planner which pods are due a nudge and adds their keys. A pod's reconcile
   reads the pod as it is at its turn and asks the planner for the nudge it is due
   then, which it writes, or says why there is none (``not_pending``,
   ``already_nudged``, ``recreated``). Followers add nothing (the queue runs only in a
@@ -34,7 +35,8 @@ It is a controller (``extender.leader.controller``), level-triggered:
 - the controller's ``WorkQueue`` makes the patches: at most ``rate`` per second (token
   bucket with a small burst), one reconcile per pod at a time, tried again with
   backoff on 409, 429 (honouring Retry-After, which also pauses every other patch),
-  5xx, connection errors, timeouts and refusals (a 403 until the RBAC is granted).
+  5xx, connection errors and timeouts; a refusal (a 403 until the RBAC is granted) is
+  said once, one pod probing while the others wait (``extender.leader.refusal``).
 
 One line per RuntimeClass change says how many of its pending pods were requeued
 ("RuntimeClass updated: requeued 3 pending pod(s)"), once each nudge the pass queued
@@ -71,7 +73,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -88,19 +90,10 @@ from extender.kube.informer import Informer
 from extender.kube.reflector import ReflectorOptions
 from extender.kube.store import Named, Store
 from extender.leader.controller import Controller, WriteLog
-from extender.leader.workqueue import (
-    Done,
-    Failed,
-    Report,
-    Result,
-    Retry,
-    Sent,
-    Sleep,
-    Turn,
-    Unchanged,
-    Write,
-    WriteOptions,
-)
+from extender.leader.limits import Sleep, WriteLimiter
+from extender.leader.results import Done, Failed, Report, Result, Retry, Sent, Unchanged, Write
+from extender.leader.workqueue import WriteOptions
+from extender.leader.writes import Turn
 from extender.requeue.metrics import RequeueMetrics
 from extender.requeue.nudge import merge_patch, requeued_at
 from extender.requeue.planner import ClassChange, Nudge, RequeuePlanner
@@ -125,17 +118,6 @@ class RequeueOptions(WriteOptions):
     # grace period is 30 s; the rest of shutdown needs far less).
     drain_timeout: float = 5.0
     reflector: ReflectorOptions = field(default_factory=ReflectorOptions)
-
-
-@dataclass(frozen=True)
-class Pass:
-    """The key of a pass over every pending pod: who is due a nudge, and what each
-    class's net change since the last pass moved (its summary line)."""
-
-
-PASS = Pass()
-# A pod's key (the pending-pod store's, "namespace/name"), or the pass.
-Key = str | Pass
 
 
 @dataclass
@@ -180,7 +162,7 @@ WRITE_LOG = WriteLog(
 )
 
 
-class Requeuer(Controller[Key]):
+class Requeuer(Controller[str]):
     """Nudges the unscheduled pods naming a RuntimeClass that changed. See the module doc.
 
     Build it before the cluster watch starts (so it hears the RuntimeClasses' first
@@ -201,9 +183,10 @@ class Requeuer(Controller[Key]):
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         election: bool = False,
+        limiter: WriteLimiter | None = None,
     ) -> None:
         self.options: RequeueOptions = options or RequeueOptions()
-        super().__init__(self.options, clock=clock, sleep=sleep)
+        super().__init__(self.options, clock=clock, sleep=sleep, limiter=limiter)
         self._api = api
         self.election = election
         # The informer of pending pods the actors share (its own when built alone).
@@ -241,13 +224,8 @@ class Requeuer(Controller[Key]):
 
     @property
     def queued(self) -> int:
-        """Nudges waiting for their turn or for a retry (the pass is not one)."""
-        return max(0, len(self.queue) - self.queue.has(PASS))
-
-    @property
-    def busy(self) -> bool:
-        """True while a change is being coalesced or a nudge is queued or in flight."""
-        return self.queue.busy
+        """Nudges waiting for their turn, for a retry, or held by a refusal."""
+        return len(self.queue)
 
     def register_metrics(self, registry: CollectorRegistry) -> None:
         """Count nudges on ``registry`` (the app's, in ``serve``)."""
@@ -264,20 +242,14 @@ class Requeuer(Controller[Key]):
             },
         )
 
-    async def lead(self) -> None:
-        try:
-            await super().lead()
-        finally:
-            # The queue forgets its keys with the term; their summary lines go with them.
-            self._planned.clear()
-
     def starting(self) -> None:
         # Both stores are listed: the classes' baseline is what they hold now, unless a
         # change fixed it already.
         self.planner.baseline_listed()
 
-    def term_keys(self) -> Iterable[Key]:
-        return (PASS,)
+    def stopped(self) -> None:
+        # The queue forgets its keys with the term; their summary lines go with them.
+        self._planned.clear()
 
     # ----- listeners: what every replica observes -----------------------------------
 
@@ -293,7 +265,7 @@ class Requeuer(Controller[Key]):
         if self.planner.observe_class(current.name, scheduling_revision(view), initial=initial):
             # Coalesce: every change until the window closes joins one pass. (Nothing
             # while following: the next term starts with a pass.)
-            self.queue.add_after(PASS, self.options.window)
+            self.queue.resync(self.options.window)
 
     def _pod_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:
         # What the planner knows of the pod. No key: an update of the pod is itself what
@@ -313,10 +285,10 @@ class Requeuer(Controller[Key]):
 
     # ----- reconciling --------------------------------------------------------------
 
-    async def reconcile(self, key: Key, turn: Turn) -> Result:
-        if isinstance(key, Pass):
-            self._pass()
-            return Unchanged("planned")
+    async def resync(self) -> None:
+        self._pass()
+
+    async def reconcile(self, key: str, turn: Turn) -> Result:
         result = await turn.write(partial(self._nudge, key))
         if isinstance(result, Done) and result.write is not None:
             nudge: Nudge = result.write.detail  # type: ignore[assignment]
@@ -383,11 +355,10 @@ class Requeuer(Controller[Key]):
 
     # ----- reporting ----------------------------------------------------------------
 
-    def report(self, key: Key, report: Report) -> None:
-        """Count a nudge's end: sent, skipped (the reason) or failed (once per streak:
-        it is tried again while due, and its later end is counted too)."""
-        if isinstance(key, Pass):
-            return  # what a pass planned is counted as its nudges end
+    def report(self, key: str, report: Report) -> None:
+        """Count a nudge's end: sent, skipped (the reason) or failed (once per streak,
+        once for a refusal: it is tried again while due, and its later end is counted
+        too)."""
         result, metrics = report.result, self.metrics
         planned = self._planned.get(key)
         if isinstance(result, Failed):

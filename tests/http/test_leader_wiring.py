@@ -16,7 +16,15 @@ import pytest
 from aiohttp import web
 
 from extender.cli import main
+from extender.cluster.state import ClusterState
+from extender.http.actors import ActorOptions, leader_actors
 from extender.http.wiring import build_app
+from extender.labeller.events import EventOptions
+from extender.labeller.labeller import LabelOptions
+from extender.leader.controller import Controller
+from extender.leader.limits import WriteLimiter
+from extender.policy_file import load_policy
+from extender.requeue.requeuer import RequeueOptions
 from extender.settings import SettingsError, default_serve_settings
 from tests.support.apiserver import (
     LEASES,
@@ -249,3 +257,16 @@ async def test_healthz_stays_healthy_once_every_actor_has_started_its_term(
         response = await client.get("/healthz")
         assert response.status == 200, await response.text()
     assert not [r for r in caplog.records if r.getMessage() == "background task ended"]
+
+
+def test_the_actors_over_one_api_client_share_its_write_limiter() -> None:
+    """A 429 is the API server's answer to the client: every actor's writes pause
+    (each queue had a pause of its own). Each keeps its own rate."""
+    limiter = WriteLimiter()
+    options = ActorOptions(requeue=RequeueOptions(), label=LabelOptions(), events=EventOptions())
+    actors = leader_actors(object(), ClusterState(), load_policy(), options, gate=None, limiter=limiter)
+    writers = [actor for actor in actors if isinstance(actor, Controller)]
+    assert [w.name for w in writers] == ["requeuer", "node-labeller", "runtimeclass-events"]
+    assert all(w.queue.limiter is limiter for w in writers)
+    limiter.pause(5.0, cap=30.0)
+    assert all(w.queue.limiter.paused_for > 4.0 for w in writers)

@@ -25,6 +25,7 @@ from extender.tasks import stop as stop_task
 from tests.support.apiserver import NODES, PODS, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
 from tests.support.apps import AppFactory, ClientFactory
 from tests.support.replicas import FAST_ELECTION
+from tests.support.virtual_time import run as run_virtual
 from tests.support.waiting import eventually
 
 
@@ -220,3 +221,61 @@ async def test_an_actor_that_raises_costs_only_itself(
     logged = [r for r in caplog.records if r.getMessage() == "leader actor failed; starting it again"]
     assert [getattr(r, "part", "") for r in logged].count("lead") == 2
     assert all(r.exc_info is not None for r in logged)  # the traceback, for the bug report
+
+
+def test_a_cancelled_error_an_actor_raises_itself_costs_only_itself() -> None:
+    """Not a cancellation of its job: restarted like any failure (the job ended, and
+    with it /healthz)."""
+    calls = 0
+
+    class Raising(LeaderActor):
+        name = "raising"
+
+        async def lead(self) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise asyncio.CancelledError()
+            await asyncio.Event().wait()
+
+    async def main() -> bool:
+        runner = LeaderRunner([Raising()], None, restart=RestartPolicy(initial=0.1, maximum=0.2))
+        (job,) = runner.jobs()
+        task = asyncio.create_task(job.run())
+        await asyncio.sleep(5.0)
+        ended = task.done()
+        await stop_task(task)
+        return ended
+
+    assert run_virtual(main()) is False
+    assert calls == 2
+
+
+def test_the_actors_drain_together_within_the_grace_period() -> None:
+    """serve stops the actors' jobs one after another; the first drains them all at
+    once (three drains of a second each took three seconds)."""
+    drained: list[tuple[str, float]] = []
+
+    class Slow(LeaderActor):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        async def lead(self) -> None:
+            await asyncio.Event().wait()
+
+        async def drain(self) -> None:
+            await asyncio.sleep(1.0)
+            drained.append((self.name, asyncio.get_running_loop().time()))
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        runner = LeaderRunner([Slow("a"), Slow("b"), Slow("c")], None)
+        jobs = [(asyncio.create_task(job.run()), job.drain) for job in runner.jobs()]
+        await asyncio.sleep(0.1)
+        started = loop.time()
+        for task, drain in reversed(jobs):  # as serve's cleanup unwinds
+            await stop_task(task, drain=drain)
+        return loop.time() - started
+
+    assert run_virtual(main()) == pytest.approx(1.0)
+    assert sorted(name for name, _ in drained) == ["a", "b", "c"]

@@ -79,7 +79,8 @@ class Running:
         """The latest class change has reached the requeuer and every nudge has ended."""
         if class_name is not None:
             await self.class_seen(class_name)
-        await eventually(lambda: not self.requeuer.busy, what="requeuer idle")
+        # Nothing waiting or under way, and nothing in backoff either.
+        await eventually(lambda: not self.requeuer.busy and not self.requeuer.queued, what="requeuer idle")
 
     async def class_seen(self, name: str) -> None:
         on_server = {o["metadata"]["name"]: o for o in self.server.objects(RUNTIME_CLASSES)}
@@ -346,7 +347,7 @@ async def test_forbidden_is_counted_once_and_tried_again_once_allowed(
 ) -> None:
     """A refused nudge (403: the RBAC was missing for a while) is said once, then tried
     again with backoff, not dropped: the pod still needs it."""
-    caplog.set_level(logging.INFO, logger="extender.requeue")
+    caplog.set_level(logging.DEBUG, logger="extender.requeue")
     fake_apiserver.add(PODS, pending("waiting"))
     running = await start(fake_apiserver)
     fake_apiserver.fail_next(2, 403, verbs={"patch"}, resource=PODS, message='pods "waiting" is forbidden')
@@ -357,7 +358,8 @@ async def test_forbidden_is_counted_once_and_tried_again_once_allowed(
     assert running.metric("nudges_failed_total", reason="forbidden") == 1
     assert patches(fake_apiserver, "waiting") == 3
     assert running.metric("patch_retries_total") == 2
-    # One warning, with the hint docs/troubleshooting.md quotes; each retry at INFO.
+    # One warning, with the hint docs/troubleshooting.md quotes; each retry of the
+    # refusal's probe at DEBUG (the warning said it: no INFO line per retry).
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "extender.requeue"]
     assert [r.getMessage() for r in warnings] == [
         "cannot requeue pod: grant the requeue ClusterRole (patch pods); trying again with backoff"
@@ -365,7 +367,7 @@ async def test_forbidden_is_counted_once_and_tried_again_once_allowed(
     assert (warnings[0].__dict__["pod"], warnings[0].__dict__["status"]) == ("default/waiting", 403)
     assert "cannot requeue pod: grant the requeue ClusterRole (patch pods)" in page("troubleshooting.md")
     retries = [r for r in caplog.records if r.getMessage() == "requeue patch will be retried"]
-    assert len(retries) == 2 and all(r.levelno == logging.INFO for r in retries)
+    assert len(retries) == 2 and all(r.levelno == logging.DEBUG for r in retries)
 
 
 async def test_a_nudge_that_keeps_failing_is_said_once_and_still_sent(
