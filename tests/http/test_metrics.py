@@ -29,6 +29,7 @@ from extender.kube.health import SourceStats
 from extender.labeller.events import ClassEvents
 from extender.labeller.labeller import LabelMetrics
 from extender.leader.runner import CAMPAIGNING_GAUGE, LEADER_GAUGE, LeaderRunner
+from extender.podtable.keeper import PodAdmissionTable, TableOptions
 from extender.policy_file import load_policy
 from extender.requeue.metrics import RequeueMetrics
 from policies.objects import NodeView, RuntimeClassView, Taint, Toleration
@@ -512,6 +513,9 @@ async def _exported_names(aiohttp_client: Any, tmp_path: Path) -> set[str]:
     ClassEvents(None, ClusterState(), load_policy(), prefix="example.com").register_metrics(class_events)
     families += list(class_events.collect())
     families += list(_webhook_certificate_registry().collect())
+    table = CollectorRegistry()
+    PodAdmissionTable(None, ClusterState(), options=TableOptions(name="t")).register_metrics(table)
+    families += list(table.collect())
     runner = CollectorRegistry()
     LeaderRunner(
         [ClassEvents(None, ClusterState(), load_policy(), prefix="example.com")], None

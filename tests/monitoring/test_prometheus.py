@@ -97,6 +97,7 @@ def _serve_args(kubeconfig: Path, ports: dict[str, int], captures: Path) -> list
         "--requeue-window=0.1",
         "--audit-running-pods",
         "--label-nodes",
+        "--pod-admission-table=runtimeclass-extender",
         "--leader-elect",
         f"--leader-elect-lease-namespace={NAMESPACE}",
         "--leader-elect-lease-duration=1",

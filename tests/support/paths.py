@@ -6,7 +6,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS_DATA = REPO / "tests" / "data"
-EXAMPLES = REPO / "deploy" / "examples"
+DEPLOY = REPO / "deploy"
+EXAMPLES = DEPLOY / "examples"
 EXAMPLE_CLUSTER = EXAMPLES / "cluster.yaml"
 # The opt-in monitoring component: PodMonitor, PrometheusRule, Grafana dashboard.
 MONITORING = REPO / "deploy" / "components" / "monitoring"

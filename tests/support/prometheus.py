@@ -33,7 +33,14 @@ from tests.support.apiserver import (
     make_runtime_class,
 )
 from tests.support.monitoring import SCRAPE_SERIES, metric_names, queries, tool, variables, write_rule_file
-from tests.support.paths import ADMISSION_CLUSTER, EXAMPLE_CLUSTER, EXAMPLES, KUBE_SCHEDULER_FIXTURES, REPO
+from tests.support.paths import (
+    ADMISSION_CLUSTER,
+    DEPLOY,
+    EXAMPLE_CLUSTER,
+    EXAMPLES,
+    KUBE_SCHEDULER_FIXTURES,
+    REPO,
+)
 from tests.support.waiting import eventually
 
 # The job the PodMonitor gives the scrape (deploy/components/monitoring): the pods'
@@ -251,7 +258,9 @@ def _cluster_items(path: Path) -> list[dict[str, Any]]:
 
 
 def seed_cluster(server: FakeApiServer) -> None:
-    """The example cluster, and the objects that make the leader actors act."""
+    """The example cluster, the objects that make the leader actors act, and the pod
+    admission table's kind (the CRD of components/pod-admission-policy)."""
+    server.apply(yaml.safe_load_all((DEPLOY / "components" / "pod-admission-policy" / "crd.yaml").read_text()))
     for item in _cluster_items(EXAMPLE_CLUSTER):
         server.add(NODES if item["kind"] == "Node" else RUNTIME_CLASSES, item)
     # The class the captured pod reviews name, with its Pod Overhead.
