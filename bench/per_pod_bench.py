@@ -21,9 +21,8 @@ another, on 127.0.0.1:
 - ``runtimeclass-extender serve`` as the overlay runs it (``--label-nodes``, the pod
   webhook routing pods to ``runtimeclass-scheduler`` on ``--admission-port`` over TLS,
   ``--requeue-pending-pods``, ``--leader-elect``), leading. The overlay passes the same
-  flags to ``serve`` both ways (the listener stays in the policy way for the pod
-  webhook narrowed to class names over 63 characters), so both arms run the same
-  ``serve``;
+  flags to ``serve`` both ways but for the pod admission table (loaded into the API
+  server here: ``pod_admission_policies``), so both arms run the same ``serve``;
 - for each pod, by the pod admission of ``--pod-admission`` (both by default, each
   with an API server and an extender of its own, alternating):
 
@@ -35,10 +34,8 @@ another, on 127.0.0.1:
     (``default-scheduler``, no overhead, no label) to an API server that has the
     overlay's pod admission policies loaded (``kubectl kustomize
     deploy/overlays/large-cluster``: routing, overhead and node label, mutating and
-    validating), which route it and add the label itself; no review reaches the
-    extender. The overlay's pod webhook narrowed to long class names is left out: it
-    is not called for ``gvisor``, and its matchConditions cost the API server, not
-    the extender. Needs kubectl;
+    validating, from the pod admission table), which route it and add the label
+    itself; no review reaches the extender. Needs kubectl;
 
   then ``/filter`` with the sample kube-scheduler sends at that size, and its binding
   (its DELETED event from the watch of pending pods). Both arms check that the created
@@ -159,14 +156,35 @@ def apiserver_main(argv: Sequence[str]) -> int:
 
 
 def pod_admission_policies() -> list[dict[str, Any]]:
-    """The pod admission policies and bindings of deploy/overlays/large-cluster, as
-    ``kubectl kustomize`` renders them."""
+    """The pod admission of deploy/overlays/large-cluster as ``kubectl kustomize`` renders
+    it (the PodAdmissionTable CRD, the policies and their bindings), and the table as the
+    extender's leader writes it for the benchmark's classes under ``--label-nodes``: the
+    table is written once, when the classes change, never per pod, so it is loaded
+    here instead of kept by the measured extender (which then runs the same flags both
+    ways, and an older revision, which has no table keeper, can be measured too)."""
+    from extender.admission.pod_table import API_VERSION, KIND, table
+    from extender.cluster.class_labels import ClassLabels
+    from extender.cluster.objects import runtime_class_from_api
+    from extender.policy_file import load_policy
+    from extender.settings import DEFAULT_NODE_LABEL_PREFIX
     from tests.support.manifests import render
 
-    return [
+    docs = [
         d
         for d in render("overlays/large-cluster")
-        if d["kind"] in POLICY_KINDS and d["metadata"]["name"].startswith("runtimeclass-extender-pod-")
+        if (d["kind"] in POLICY_KINDS and d["metadata"]["name"].startswith("runtimeclass-extender-pod-"))
+        or d["kind"] == "CustomResourceDefinition"
+    ]
+    labels = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy())
+    entries = table((runtime_class_from_api(rc) for rc in cluster_gen.RUNTIME_CLASSES), labels)
+    return [
+        *docs,
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": "runtimeclass-extender"},
+            "spec": {"runtimeClasses": entries},
+        },
     ]
 
 

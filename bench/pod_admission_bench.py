@@ -98,7 +98,12 @@ def pod_body(runtime_class: str | None) -> bytes:
     }
     if runtime_class is not None:
         spec["runtimeClassName"] = runtime_class
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "bench-", "namespace": NAMESPACE}, "spec": spec}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "bench-", "namespace": NAMESPACE},
+        "spec": spec,
+    }
     return json.dumps(pod).encode()
 
 
@@ -111,7 +116,9 @@ def floor_policy(policy: Manifest, binding: Manifest) -> list[Manifest]:
     floor["spec"]["mutations"] = [
         {
             "patchType": "JSONPatch",
-            "jsonPatch": {"expression": f"[JSONPatch{{op: 'add', path: '/spec/schedulerName', value: '{SCHEDULER}'}}]"},
+            "jsonPatch": {
+                "expression": f"[JSONPatch{{op: 'add', path: '/spec/schedulerName', value: '{SCHEDULER}'}}]"
+            },
         }
     ]
     floor_binding = copy.deepcopy(binding)
@@ -154,7 +161,9 @@ class Bench:
 
     def _table_written(self) -> bool:
         answer = self.plane.client.request("GET", f"/apis/{API_VERSION}/{PLURAL}/runtimeclass-extender")
-        return answer.ok and len((answer.body.get("spec") or {}).get("runtimeClasses") or {}) == len(self.classes)
+        return answer.ok and len((answer.body.get("spec") or {}).get("runtimeClasses") or {}) == len(
+            self.classes
+        )
 
     def _ca_bundle_set(self) -> bool:
         webhook = self._get(f"{WEBHOOKS}/{WEBHOOK}")
@@ -220,8 +229,12 @@ class Bench:
         assert spec["nodeSelector"] == {self.labels[runtime_class]: "true"}, spec
 
     def clean(self) -> None:
-        self.plane.client.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"gracePeriodSeconds": "0"})
-        self._wait(lambda: not self._get(f"/api/v1/namespaces/{NAMESPACE}/pods").get("items"), "the pods deleted")
+        self.plane.client.request(
+            "DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"gracePeriodSeconds": "0"}
+        )
+        self._wait(
+            lambda: not self._get(f"/api/v1/namespaces/{NAMESPACE}/pods").get("items"), "the pods deleted"
+        )
 
     def cpu(self) -> float:
         fields = Path(f"/proc/{self.apiserver_pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -264,7 +277,9 @@ def run(count: int, args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("no control plane binaries: set KUBEBUILDER_ASSETS (docs/development.md)")
     with ControlPlane(assets, apiserver_flags={"--disable-admission-plugins": "RuntimeClass"}) as plane:
         bench = Bench(plane, runtime_classes(count))
-        rounds: dict[str, dict[str, list[dict[str, float]]]] = {arm: {k: [] for k in KINDS} for arm in args.arms}
+        rounds: dict[str, dict[str, list[dict[str, float]]]] = {
+            arm: {k: [] for k in KINDS} for arm in args.arms
+        }
         for r in range(args.rounds):
             order = args.arms[r % len(args.arms) :] + args.arms[: r % len(args.arms)]
             for arm in order:
@@ -275,7 +290,10 @@ def run(count: int, args: argparse.Namespace) -> dict[str, Any]:
                 print(f"  {count} classes, round {r + 1}: {arm} done", file=sys.stderr, flush=True)
         bench.installed.stop_extenders()
     return {
-        arm: {kind: {key: statistics.median(m[key] for m in runs) for key in runs[0]} for kind, runs in kinds.items()}
+        arm: {
+            kind: {key: statistics.median(m[key] for m in runs) for key in runs[0]}
+            for kind, runs in kinds.items()
+        }
         for arm, kinds in rounds.items()
     }
 
@@ -307,7 +325,9 @@ def report(results: dict[int, dict[str, Any]], args: argparse.Namespace) -> None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--classes", type=int, nargs="+", default=[1, 3, 20, 100], help="RuntimeClass counts")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pods", type=int, default=300, help="pods per arm-round, kind and mode")
