@@ -910,6 +910,17 @@ def test_webhook_certificates_are_self_managed_in_every_overlay(overlay: str, wa
     assert (settings.client_ca_file is not None) == (overlay == "overlays/tls")
 
 
+def _grants(role: Manifest) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    """(apiGroup, resource, verb, resourceNames) of every rule of ``role``."""
+    return {
+        (g, r, v, tuple(rule.get("resourceNames", ())))
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
 @pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, "overlays/large-cluster"])
 def test_pod_admission_table_rbac_is_least_privilege(overlay: str, way: str) -> None:
@@ -926,13 +937,7 @@ def test_pod_admission_table_rbac_is_least_privilege(overlay: str, way: str) -> 
         return
     assert settings.pod_admission_table == TABLE
     (role,) = roles
-    granted = {
-        (g, r, v, tuple(rule.get("resourceNames", ())))
-        for rule in role["rules"]
-        for g in rule["apiGroups"]
-        for r in rule["resources"]
-        for v in rule["verbs"]
-    }
+    granted = _grants(role)
     group = "runtimeclass-extender.dev"
     assert granted == {
         (group, "podadmissiontables", "create", ()),
@@ -962,13 +967,7 @@ def test_webhook_certificate_rbac_is_least_privilege(overlay: str, way: str) -> 
     settings = _serve_settings(_container(docs, "extender"))
     role = _one(docs, "Role", CERT_ROLE)
     assert role["metadata"]["namespace"] == namespace
-    granted = {
-        (g, r, v, tuple(rule.get("resourceNames", ())))
-        for rule in role["rules"]
-        for g in rule["apiGroups"]
-        for r in rule["resources"]
-        for v in rule["verbs"]
-    }
+    granted = _grants(role)
     secret = (settings.webhook_certificate_secret,)
     assert granted == {
         ("", "secrets", "create", ()),
@@ -1401,13 +1400,7 @@ def test_leader_election_wherever_an_acting_part_is_on(
     # get/update on that one Lease; create cannot be limited by name in RBAC.
     (role,) = roles
     assert role["metadata"]["namespace"] == namespace
-    granted = {
-        (g, r, v, tuple(rule.get("resourceNames", ())))
-        for rule in role["rules"]
-        for g in rule["apiGroups"]
-        for r in rule["resources"]
-        for v in rule["verbs"]
-    }
+    granted = _grants(role)
     name = (settings.leader_elect_lease_name,)
     assert granted == {
         ("coordination.k8s.io", "leases", "create", ()),

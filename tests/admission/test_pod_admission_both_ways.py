@@ -62,6 +62,7 @@ from tests.support.pod_cases import (
     PodCase,
     Setup,
     agrees_with_the_labeller,
+    injector_configuration,
     refusal_message,
     spec_of,
 )
@@ -243,32 +244,7 @@ async def _injector(pki: trustme.CA) -> AsyncIterator[Manifest]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": "zz-runtimeclass-injector"},
-            "webhooks": [
-                {
-                    "name": "inject.runtimeclass.example",
-                    "rules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "resources": ["pods"],
-                            "operations": ["CREATE"],
-                        }
-                    ],
-                    "clientConfig": {
-                        "url": f"https://127.0.0.1:{port}/inject",
-                        "caBundle": base64.b64encode(pki.cert_pem.bytes()).decode(),
-                    },
-                    "failurePolicy": "Fail",
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "reinvocationPolicy": "IfNeeded",
-                }
-            ],
-        }
+        yield injector_configuration(f"https://127.0.0.1:{port}/inject", pki.cert_pem.bytes())
     finally:
         await runner.cleanup()
 

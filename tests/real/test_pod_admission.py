@@ -57,6 +57,7 @@ from tests.support.pod_cases import (
     PodCase,
     Setup,
     agrees_with_the_labeller,
+    injector_configuration,
     refusal_message,
     spec_of,
 )
@@ -378,32 +379,7 @@ def injector(pki: trustme.CA) -> Iterator[Manifest]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": "zz-runtimeclass-injector"},
-            "webhooks": [
-                {
-                    "name": "inject.runtimeclass.example",
-                    "rules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "resources": ["pods"],
-                            "operations": ["CREATE"],
-                        }
-                    ],
-                    "clientConfig": {
-                        "url": f"https://127.0.0.1:{server.server_address[1]}/inject",
-                        "caBundle": base64.b64encode(pki.cert_pem.bytes()).decode(),
-                    },
-                    "failurePolicy": "Fail",
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "reinvocationPolicy": "IfNeeded",
-                }
-            ],
-        }
+        yield injector_configuration(f"https://127.0.0.1:{server.server_address[1]}/inject", pki.cert_pem.bytes())
     finally:
         server.shutdown()
 

@@ -11,6 +11,7 @@ class has node rules.
 
 from __future__ import annotations
 
+import base64
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -384,3 +385,25 @@ EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
     # Not a valid name: refused by the API server's validation, whatever admits pods.
     "empty-class": _invalid('Pod "empty-class" is invalid: spec.runtimeClassName: Invalid value: ""'),
 }
+
+
+def injector_configuration(url: str, ca_pem: bytes) -> Manifest:
+    """A webhook configuration, as kata's injector has, that sets ``runtimeClassName`` on
+    pods labelled ``inject-runtimeclass``: named to be called after the extender's
+    (configurations are called in name order), served at ``url`` with ``ca_pem``."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "zz-runtimeclass-injector"},
+        "webhooks": [
+            {
+                "name": "inject.runtimeclass.example",
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}],
+                "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "reinvocationPolicy": "IfNeeded",
+            }
+        ],
+    }
