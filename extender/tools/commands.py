@@ -265,6 +265,14 @@ def add_check_pod_admission_command(commands: Any, *, prog: str) -> None:
         help=f"the extender's --node-label-prefix (default: {DEFAULT_NODE_LABEL_PREFIX})",
     )
     parser.add_argument(
+        "--pod-admission-table",
+        default="runtimeclass-extender",
+        metavar="NAME",
+        help="the PodAdmissionTable the admission policies read, the extender's --pod-admission-table: "
+        "a class admitted otherwise than it should be is said to have a stale or missing entry there "
+        "when it has (read if it can be; default: runtimeclass-extender)",
+    )
+    parser.add_argument(
         "-o",
         "--output",
         choices=("table", "json", "yaml"),

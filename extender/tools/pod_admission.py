@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from extender.admission.pod_review import NEVER_ROUTED_NAMESPACES, RoutingConfig
+from extender.admission.pod_table import API_VERSION, PLURAL, table
 from extender.admission.probe import Admission, differences, expected_admission, probe_pod, summary
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import ObjectError, runtime_class_from_api
@@ -40,6 +41,9 @@ EXIT_AS_EXPECTED: Final = 0
 EXIT_DIFFERENT: Final = 1
 HEADER: Final = ("RUNTIMECLASS", "SCHEDULER", "OVERHEAD", "NODE LABEL", "RESULT")
 RUNTIME_CLASSES: Final = "/apis/node.k8s.io/v1/runtimeclasses"
+TABLES: Final = f"/apis/{API_VERSION}/{PLURAL}"
+# The entries of a table its kind serves but that is not there.
+MISSING: Final = "\0missing"
 PODS: Final = "/api/v1/namespaces/{namespace}/pods"
 
 
@@ -81,6 +85,14 @@ async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix:
                 expected = expected_admission(pod, state, routing)
                 found = differences(expected, got, label_prefix=label_prefix)
                 checked.append(Checked(name, expected, got, found))
+            if any(item.differences for item in checked):
+                entries = await _table_entries(api, args.pod_admission_table, timeout)
+                wanted = table(state.runtime_classes.values(), routing.class_labels)
+                for item in checked:
+                    if item.differences:
+                        item.differences.extend(
+                            table_notes(entries, wanted, item.runtime_class, args.pod_admission_table)
+                        )
             return checked
     except (ClusterUnavailable, UsageError):
         raise
@@ -117,6 +129,32 @@ async def _dry_run(api: Any, pod: dict[str, Any], namespace: str, timeout: Any) 
     if not isinstance(answer, dict):
         return Admission(None, "the API server answered something other than a pod")
     return Admission(answer)
+
+
+async def _table_entries(api: Any, name: str, timeout: Any) -> dict[str, Any] | None:
+    """The pod admission table's entries; ``{MISSING}`` when its kind is served but it is
+    not there; None when it cannot be read (no such kind: the webhook way; no right)."""
+    try:
+        answer = await request_json(api, "GET", f"{TABLES}/{{name}}", path_params={"name": name}, timeout=timeout)
+    except ApiError as exc:
+        if exc.status == 404 and "podadmissiontables" in exc.message:
+            return {MISSING: {}}
+        return None
+    spec = answer.get("spec") if isinstance(answer, dict) else None
+    found = spec.get("runtimeClasses") if isinstance(spec, dict) else None
+    return dict(found) if isinstance(found, dict) else {}
+
+
+def table_notes(entries: dict[str, Any] | None, wanted: dict[str, Any], name: str, table_name: str) -> list[str]:
+    """Why the policies may have admitted a class's pod otherwise: its table entry."""
+    if entries is None:
+        return []
+    if MISSING in entries:
+        return [f"the PodAdmissionTable {table_name} is missing (is an extender leader running?)"]
+    if entries.get(name) != wanted.get(name):
+        which = "missing" if name not in entries else "stale"
+        return [f"its entry in the PodAdmissionTable {table_name} is {which} (is an extender leader running?)"]
+    return []
 
 
 def _routing(args: argparse.Namespace) -> tuple[RoutingConfig, str]:

@@ -303,8 +303,10 @@ def test_the_window_while_no_replica_runs_is_seen_and_closed(cluster: ControlPla
             assert window["gvisor"]["overhead"] == GVISOR_OVERHEAD
             result = check_pod_admission(cluster, "--namespace", "apps", "--label-nodes")
             assert result.returncode == 1
-            differing = sorted(line.split()[0] for line in result.stdout.splitlines() if "differs" in line)
-            assert differing == ["gvisor", "late"]
+            differing = {line.split()[0]: line for line in result.stdout.splitlines() if "differs" in line}
+            assert sorted(differing) == ["gvisor", "late"]
+            assert "its entry in the PodAdmissionTable runtimeclass-extender is missing" in differing["late"]
+            assert "its entry in the PodAdmissionTable runtimeclass-extender is stale" in differing["gvisor"]
             done.start_extenders()
             extender = done.extender
             eventually(

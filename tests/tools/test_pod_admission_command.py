@@ -192,3 +192,27 @@ def test_differences_compare_by_value_and_only_the_prefixs_labels() -> None:
     assert differences(Admission(None, "conflict"), got, label_prefix=PREFIX) == [
         "admitted, but the pod webhook refuses it: conflict"
     ]
+
+
+async def test_a_stale_or_missing_table_is_named(
+    classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where the policies admit a class otherwise than they should, the check says when
+    the table's entry for it is the cause: stale, missing, or the whole table gone."""
+    docs = _pod_policies("overlays/predicate-mode")
+    table_object = docs[-1]
+    table_object["spec"]["runtimeClasses"]["gvisor"] = {"overhead": {"cpu": "1"}}
+    del table_object["spec"]["runtimeClasses"]["kata"]
+    classes.apply(docs)
+    kubeconfig = ["--kubeconfig", str(fake_kubeconfig), "-o", "json"]
+    status, out, _ = await _run(capsys, *kubeconfig)
+    assert status == 1
+    results = {r["runtimeClass"]: r["differences"] for r in json.loads(out)["results"]}
+    assert results["gvisor"][-1] == "its entry in the PodAdmissionTable runtimeclass-extender is stale (is an extender leader running?)"
+    assert results["kata"][-1] == "its entry in the PodAdmissionTable runtimeclass-extender is missing (is an extender leader running?)"
+    assert results["plain"] == []
+    classes.delete(TABLES, TABLE)
+    status, out, _ = await _run(capsys, *kubeconfig)
+    assert status == 1
+    refused = json.loads(out)["results"][0]["differences"]
+    assert refused[-1] == "the PodAdmissionTable runtimeclass-extender is missing (is an extender leader running?)"
