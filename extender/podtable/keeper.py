@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import orjson
@@ -157,6 +157,14 @@ def merge_patch(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[s
     return patch
 
 
+class Written(NamedTuple):
+    """What a write did: ``create`` (the object was missing) or ``update``, and how many
+    entries it wrote."""
+
+    action: str
+    entries: int
+
+
 def _canonical(value: Any) -> bytes:
     """What a write makes the table say, comparable (the queue's damping compares them)."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
@@ -260,14 +268,16 @@ class PodAdmissionTable(Controller[str]):
         wanted = self.wanted()
         found = self.informer.store.get(self.options.name)
         if found is None:
-            return Write(("create", _canonical(wanted)), partial(self._create, dict(wanted)), detail="create")
+            return Write(
+                ("create", _canonical(wanted)),
+                partial(self._create, dict(wanted)),
+                detail=Written("create", len(wanted)),
+            )
         patch = merge_patch(entries_of(found.obj) or {}, wanted)
         if not patch:
             return Unchanged("in_sync")
         return Write(
-            ("update", _canonical(patch)),
-            partial(self._patch, patch),
-            detail=patch,
+            ("update", _canonical(patch)), partial(self._patch, patch), detail=Written("update", len(patch))
         )
 
     async def _create(self, entries: Entries) -> Sent:
@@ -299,16 +309,14 @@ class PodAdmissionTable(Controller[str]):
 
     def report(self, key: str, report: Report) -> None:
         result, metrics = report.result, self.metrics
-        if isinstance(result, Done) and result.write is not None:
-            detail = result.write.detail
-            action = "create" if detail == "create" else "update"
-            changed = len(self.wanted()) if detail == "create" else len(detail)  # type: ignore[arg-type]
+        if isinstance(result, Done) and result.write is not None and isinstance(result.write.detail, Written):
+            written = result.write.detail
             log.info(
                 "pod admission table written",
-                extra={"action": action, "entries": changed, "table": self.options.name},
+                extra={"action": written.action, "entries": written.entries, "table": self.options.name},
             )
             if metrics is not None:
-                metrics.writes.labels(action).inc()
+                metrics.writes.labels(written.action).inc()
         elif isinstance(result, Failed):
             WRITE_LOG(key, report, table=self.options.name)
             if metrics is not None and report.failure:
