@@ -225,8 +225,8 @@ class Bench:
         if arm == "floor":
             assert "overhead" not in spec, spec
             return
-        assert spec["overhead"] == OVERHEAD, spec
-        assert spec["nodeSelector"] == {self.labels[runtime_class]: "true"}, spec
+        assert spec.get("overhead") == OVERHEAD, spec
+        assert spec.get("nodeSelector") == {self.labels[runtime_class]: "true"}, spec
 
     def clean(self) -> None:
         self.plane.client.request(
@@ -338,10 +338,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.classes) < 1 or args.rounds < 1 or args.pods < 10 or args.threads < 1:
         parser.error("--classes, --rounds, --threads at least 1, --pods at least 10")
-    results = {count: run(count, args) for count in args.classes}
-    report(results, args)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    results: dict[int, dict[str, Any]] = {}
+    for count in args.classes:
+        results[count] = run(count, args)
+        report({count: results[count]}, args)  # as each ends: a long run's part is kept
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
 
 
