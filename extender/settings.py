@@ -81,6 +81,19 @@ def _label_prefix(text: str) -> str:
     return prefix
 
 
+def _taint_key(text: str) -> str:
+    """A taint key (a label key: validation.IsQualifiedName), or empty (off)."""
+    # Imported here: the parsers are built for every command, --help included.
+    from policies.node_affinity import label_key_errors
+
+    key = text.strip()
+    if key and (errors := label_key_errors(key)):
+        raise ValueError(
+            "must be a taint key such as " + DEFAULT_STARTUP_TAINT + ", or empty: " + "; ".join(errors)
+        )
+    return key
+
+
 def _choice(*choices: str) -> Callable[[str], str]:
     """One of ``choices`` (lower case), in any case: ``DEBUG`` is ``debug``."""
 
@@ -182,6 +195,9 @@ DEFAULT_RETRY_PERIOD = 2.0
 # label-nodes (extender.cluster.class_labels says why this prefix).
 DEFAULT_NODE_LABEL_PREFIX = "runtimeclass.node-restriction.kubernetes.io"
 DEFAULT_LABEL_NODES_RATE = 100.0
+# Under the prefix cluster-autoscaler counts as "starting, not ready"
+# (cluster-autoscaler/utils/taints/taints.go StartupTaintPrefix).
+DEFAULT_STARTUP_TAINT = "startup-taint.cluster-autoscaler.kubernetes.io/runtimeclass-labels"
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -446,6 +462,15 @@ class ServeSettings:
         _positive_float,
         "at most this many node label patches per second (label-nodes)",
         "PER_SECOND",
+    )
+    startup_taint: str = _setting(
+        DEFAULT_STARTUP_TAINT,
+        _taint_key,
+        "with label-nodes: the taint key a node group's new nodes register with "
+        "(docs/autoscaling.md); the Lease holder removes exactly this taint from a node once its "
+        "RuntimeClass labels are right, so that cluster-autoscaler counts the node as starting "
+        "meanwhile rather than adding another; empty: never removed",
+        "KEY",
     )
     leader_elect: bool = _setting(
         False,

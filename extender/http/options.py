@@ -52,7 +52,11 @@ def actor_options(settings: ServeSettings) -> ActorOptions:
         requeue=requeue_options(settings) if settings.requeue_pending_pods else None,
         audit=AuditOptions() if settings.audit_running_pods else None,
         label=(
-            LabelOptions(prefix=settings.node_label_prefix, rate=settings.label_nodes_rate)
+            LabelOptions(
+                prefix=settings.node_label_prefix,
+                rate=settings.label_nodes_rate,
+                startup_taint=settings.startup_taint,
+            )
             if settings.label_nodes
             else None
         ),
