@@ -800,6 +800,11 @@ class _Forwarder:
 
     def close(self) -> None:
         self._closed = True
+        # shutdown() first: close() alone leaves a socket another thread is accept()ing
+        # on listening (Linux), and a later Service given the same ClusterIP could not
+        # be forwarded.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._sock.close()
 
