@@ -36,6 +36,17 @@ One entry per class, under the class's name:
 - ``nodeLabel``: the node label a pod of the class must require (``serve
   --label-nodes``, a class with node rules: ``ClassLabels``), hashed past 63 characters
   as the labeller names it (a policy cannot hash); absent otherwise.
+- ``podAnnotations``: without ``nodeLabel``, for a class with node rules,
+  ``AUTOSCALER_ANNOTATIONS``: each is added to a pod of the class that does not set it
+  (and is not opted out), so that cluster-autoscaler and Karpenter never remove the
+  node it runs on. They decide where a pod could go by kube-scheduler's in-tree
+  filters alone, never the extender (kubernetes/autoscaler#506), so a pod whose class's
+  rules are not in its spec "can be moved" to any node with room, one that cannot run
+  the class included; its node would be drained and removed, and the pod left pending.
+- ``unlessNodeSelector``: with ``podAnnotations``, the class's ``scheduling.nodeSelector``
+  when that is all of its node rules: a pod whose ``nodeSelector`` holds every entry
+  (the in-tree RuntimeClass admission plugin merged it, alongside admission; or its
+  author wrote it) shows the autoscalers where it can run, and gets no annotation.
 
 A class that is not in the table (created while no replica ran) gets routing and
 nothing else, as a class that does not exist (docs/pod-webhook.md, "The window").
@@ -52,24 +63,40 @@ from typing import Any, Final
 from extender.cluster.class_labels import ClassLabels
 from policies.objects import RuntimeClassView
 
-__all__ = ["API_VERSION", "KIND", "PLURAL", "entry", "table"]
+__all__ = ["API_VERSION", "AUTOSCALER_ANNOTATIONS", "KIND", "PLURAL", "entry", "table"]
 
 GROUP: Final = "runtimeclass-extender.dev"
 API_VERSION: Final = f"{GROUP}/v1alpha1"
 KIND: Final = "PodAdmissionTable"
 PLURAL: Final = "podadmissiontables"
+# A pod the autoscalers must not move: cluster-autoscaler never removes a node running a
+# pod with the first (FAQ, "What types of pods can prevent CA from removing a node?"),
+# Karpenter never disrupts one with the second (its disruption docs, "Pod-Level
+# Controls").
+AUTOSCALER_ANNOTATIONS: Final = (
+    ("cluster-autoscaler.kubernetes.io/safe-to-evict", "false"),
+    ("karpenter.sh/do-not-disrupt", "true"),
+)
 
 
-def entry(runtime_class: RuntimeClassView, labels: ClassLabels | None) -> dict[str, Any]:
-    """The class's entry (see the module doc); ``labels`` is None without label-nodes."""
+def entry(runtime_class: RuntimeClassView, labels: ClassLabels | None, rules: ClassLabels) -> dict[str, Any]:
+    """The class's entry (see the module doc); ``labels`` is None without label-nodes;
+    ``rules`` says which classes have node rules under the extender's policy."""
     found: dict[str, Any] = {}
     if runtime_class.overhead is not None:
         found["overhead"] = dict(runtime_class.overhead)
     if labels is not None and labels.has_node_rules(runtime_class):
         found["nodeLabel"] = labels.key(runtime_class.name)
+    elif labels is None and rules.has_node_rules(runtime_class):
+        found["podAnnotations"] = dict(AUTOSCALER_ANNOTATIONS)
+        visible = rules.visible_selector(runtime_class)
+        if visible is not None:
+            found["unlessNodeSelector"] = dict(visible)
     return found
 
 
-def table(classes: Iterable[RuntimeClassView], labels: ClassLabels | None) -> dict[str, dict[str, Any]]:
+def table(
+    classes: Iterable[RuntimeClassView], labels: ClassLabels | None, rules: ClassLabels
+) -> dict[str, dict[str, Any]]:
     """Every class's entry, by class name: the object's ``spec.runtimeClasses``."""
-    return {runtime_class.name: entry(runtime_class, labels) for runtime_class in classes}
+    return {runtime_class.name: entry(runtime_class, labels, rules) for runtime_class in classes}

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.admission.pod_table import API_VERSION, KIND, PLURAL, table
+from extender.admission.pod_table import API_VERSION, AUTOSCALER_ANNOTATIONS, KIND, PLURAL, table
 from extender.cluster.class_labels import ClassLabels, label_key
 from extender.cluster.objects import runtime_class_from_api
 from extender.policy_file import load_policy
@@ -132,6 +132,7 @@ class PodCase:
     overhead: dict[str, str] | None = None
     node_selector: dict[str, str] | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
     # In large-cluster mode only (a label value that conflicts).
     large_only: bool = False
 
@@ -148,16 +149,25 @@ class PodCase:
         metadata: Manifest = {"name": self.id, "namespace": self.namespace}
         if self.labels:
             metadata["labels"] = dict(self.labels)
+        if self.annotations:
+            metadata["annotations"] = dict(self.annotations)
         return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 GVISOR_KEY = label_key(DEFAULT_NODE_LABEL_PREFIX, "gvisor")
+GVISOR_SELECTOR = {"sandbox.gke.io/runtime": "gvisor"}
+# A pod that says itself whether cluster-autoscaler may evict it: kept.
+OWN_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true", "team": "a"}
 PODS_TABLE = [
     PodCase("gvisor", "gvisor"),
     PodCase("gvisor-default-scheduler", "gvisor", scheduler="default-scheduler"),
     PodCase("gvisor-own-scheduler", "gvisor", scheduler="my-scheduler"),
     PodCase("gvisor-routed-already", "gvisor", scheduler=SCHEDULER),
     PodCase("gvisor-own-selector", "gvisor", node_selector={"topology.kubernetes.io/zone": "a"}),
+    # The class's own selector in the pod (as the in-tree RuntimeClass plugin merges it,
+    # alongside admission): the autoscalers can see where it may run.
+    PodCase("gvisor-class-selector", "gvisor", node_selector=GVISOR_SELECTOR),
+    PodCase("gvisor-own-annotations", "gvisor", annotations=OWN_ANNOTATIONS),
     PodCase("gvisor-label-given", "gvisor", node_selector={GVISOR_KEY: "true"}),
     PodCase("gvisor-label-conflict", "gvisor", node_selector={GVISOR_KEY: "false"}, large_only=True),
     PodCase("gvisor-overhead-equal", "gvisor", overhead={"cpu": "0.25", "memory": "67108864"}),
@@ -202,8 +212,12 @@ class Setup:
         finally:
             path.unlink()
 
+    def rules(self) -> ClassLabels:
+        """Which classes have node rules under the setup's policy."""
+        return ClassLabels(DEFAULT_NODE_LABEL_PREFIX, self.policy())
+
     def labels(self) -> ClassLabels | None:
-        return ClassLabels(DEFAULT_NODE_LABEL_PREFIX, self.policy()) if self.label_nodes else None
+        return self.rules() if self.label_nodes else None
 
     def policies_way(self) -> list[Manifest]:
         """What the overlay applies for pod admission, as shipped, with the table as the
@@ -222,7 +236,11 @@ class Setup:
             "apiVersion": API_VERSION,
             "kind": KIND,
             "metadata": {"name": TABLE},
-            "spec": {"runtimeClasses": table((runtime_class_from_api(rc) for rc in CLASSES), self.labels())},
+            "spec": {
+                "runtimeClasses": table(
+                    (runtime_class_from_api(rc) for rc in CLASSES), self.labels(), self.rules()
+                )
+            },
         }
 
     def webhook_way(self) -> list[Manifest]:
@@ -286,6 +304,7 @@ def _pod(
     scheduler: str = SCHEDULER,
     overhead: dict[str, str] | None = None,
     selector: Callable[[Setup], dict[str, str]] = lambda setup: {},
+    annotations: Callable[[Setup], dict[str, str]] = lambda setup: {},
 ) -> Callable[[Setup, Admitted], None]:
     def check(setup: Setup, admitted: Admitted) -> None:
         spec = spec_of(admitted)
@@ -295,8 +314,16 @@ def _pod(
         assert (have is None) == (overhead is None), have
         assert have is None or overhead is None or resource_lists_equal(have, overhead), have
         assert spec.get("nodeSelector", {}) == selector(setup)
+        assert admitted.pod is not None
+        assert admitted.pod["metadata"].get("annotations", {}) == annotations(setup)
 
     return check
+
+
+def _marked(setup: Setup) -> dict[str, str]:
+    """Without label-nodes, a pod of a class with node rules the autoscalers cannot see
+    in it is marked not to be moved (docs/autoscaling.md)."""
+    return {} if setup.label_nodes else dict(AUTOSCALER_ANNOTATIONS)
 
 
 def _invalid(start: str) -> Callable[[Setup, Admitted], None]:
@@ -337,23 +364,43 @@ def _rules_label(class_name: str) -> Callable[[Setup], dict[str, str]]:
 
 
 EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
-    "gvisor": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor")),
-    "gvisor-default-scheduler": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor")),
-    "gvisor-own-scheduler": _pod(
-        scheduler="my-scheduler", overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor")
+    "gvisor": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor"), annotations=_marked),
+    "gvisor-default-scheduler": _pod(
+        overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor"), annotations=_marked
     ),
-    "gvisor-routed-already": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor")),
+    "gvisor-own-scheduler": _pod(
+        scheduler="my-scheduler",
+        overhead=GVISOR_OVERHEAD,
+        selector=lambda s: _label(s, "gvisor"),
+        annotations=_marked,
+    ),
+    "gvisor-routed-already": _pod(
+        overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor"), annotations=_marked
+    ),
     "gvisor-own-selector": _pod(
         overhead=GVISOR_OVERHEAD,
         selector=lambda s: {"topology.kubernetes.io/zone": "a", **_label(s, "gvisor")},
+        annotations=_marked,
     ),
-    "gvisor-label-given": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: {GVISOR_KEY: "true"}),
+    "gvisor-class-selector": _pod(
+        overhead=GVISOR_OVERHEAD, selector=lambda s: {**GVISOR_SELECTOR, **_label(s, "gvisor")}
+    ),
+    "gvisor-own-annotations": _pod(
+        overhead=GVISOR_OVERHEAD,
+        selector=lambda s: _label(s, "gvisor"),
+        annotations=lambda s: {**_marked(s), **OWN_ANNOTATIONS},
+    ),
+    "gvisor-label-given": _pod(
+        overhead=GVISOR_OVERHEAD, selector=lambda s: {GVISOR_KEY: "true"}, annotations=_marked
+    ),
     "gvisor-label-conflict": _refused(
         f"conflict: RuntimeClass gvisor requires {GVISOR_KEY} = true; pod.spec.nodeSelector[{GVISOR_KEY}] = false"
     ),
     # Equal by value: kept as the pod wrote it.
     "gvisor-overhead-equal": _pod(
-        overhead={"cpu": "0.25", "memory": "67108864"}, selector=lambda s: _label(s, "gvisor")
+        overhead={"cpu": "0.25", "memory": "67108864"},
+        selector=lambda s: _label(s, "gvisor"),
+        annotations=_marked,
     ),
     "gvisor-overhead-differs": _refused(MISMATCH),
     "gvisor-overhead-fewer": _refused(MISMATCH),
@@ -367,15 +414,15 @@ EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
     "kata-own-scheduler-and-overhead": _pod(
         scheduler="batch", overhead=KATA_OVERHEAD, selector=_rules_label("kata")
     ),
-    "term-only": _pod(selector=lambda s: _label(s, "term-only")),
-    "bad-term": _pod(selector=lambda s: _label(s, "bad-term")),
+    "term-only": _pod(selector=lambda s: _label(s, "term-only"), annotations=_marked),
+    "bad-term": _pod(selector=lambda s: _label(s, "bad-term"), annotations=_marked),
     "plain": _pod(selector=_rules_label("plain")),
     "plain-with-overhead": _refused(WITHOUT),
     "empty-selector": _pod(selector=_rules_label("empty-selector")),
     "empty-overhead-with-overhead": _refused(MISMATCH),
     "empty-overhead": _pod(selector=_rules_label("empty-overhead")),
     # The hashed label: the webhook computes it, and the table names it for the policies.
-    "long-class-name": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, LONG)),
+    "long-class-name": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, LONG), annotations=_marked),
     "long-class-name-opt-out": _pod(scheduler="default-scheduler", overhead=GVISOR_OVERHEAD),
     # Routed, so that the extender keeps it pending until the class exists; nothing else.
     "missing-class": _pod(),

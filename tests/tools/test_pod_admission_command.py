@@ -35,8 +35,9 @@ def _pod_policies(overlay: str, policy: Path | None = None) -> list[dict[str, An
         for d in render(overlay)
         if d["metadata"]["name"] in (POD_ADMISSION, "podadmissiontables.runtimeclass-extender.dev")
     ]
-    labels = ClassLabels(PREFIX, load_policy(policy)) if overlay.endswith("large-cluster") else None
-    entries = table((runtime_class_from_api(rc) for rc in SHORT), labels)
+    rules = ClassLabels(PREFIX, load_policy(policy))
+    labels = rules if overlay.endswith("large-cluster") else None
+    entries = table((runtime_class_from_api(rc) for rc in SHORT), labels, rules)
     return [
         *docs,
         {
