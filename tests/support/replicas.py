@@ -26,11 +26,11 @@ from extender.http.actors import ActorOptions, leader_actors
 from extender.kube import connect as kube
 from extender.kube.health import waiting_report
 from extender.labeller.events import ClassEvents, EventOptions
-from extender.podtable.keeper import TableOptions
 from extender.labeller.labeller import LabelOptions, NodeLabeller
 from extender.leader.election import LeaderElector
 from extender.leader.gate import ElectionOptions, LeaderGate, identity
 from extender.leader.runner import LeaderRunner
+from extender.podtable.keeper import TableOptions
 from extender.policy_file import load_policy
 from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.tasks import stop as stop_task
