@@ -94,6 +94,18 @@ def _taint_key(text: str) -> str:
     return key
 
 
+def _configmap_reference(text: str) -> str:
+    """NAMESPACE/NAME of a ConfigMap, or empty (off)."""
+    reference = text.strip()
+    if reference:
+        namespace, _, name = reference.partition("/")
+        if not namespace or not name or "/" in name or any(c.isspace() for c in reference):
+            raise ValueError(
+                "must be NAMESPACE/NAME, such as " + DEFAULT_CLUSTER_AUTOSCALER_STATUS + ", or empty"
+            )
+    return reference
+
+
 def _choice(*choices: str) -> Callable[[str], str]:
     """One of ``choices`` (lower case), in any case: ``DEBUG`` is ``debug``."""
 
@@ -198,6 +210,8 @@ DEFAULT_LABEL_NODES_RATE = 100.0
 # Under the prefix cluster-autoscaler counts as "starting, not ready"
 # (cluster-autoscaler/utils/taints/taints.go StartupTaintPrefix).
 DEFAULT_STARTUP_TAINT = "startup-taint.cluster-autoscaler.kubernetes.io/runtimeclass-labels"
+# cluster-autoscaler's --namespace and --status-config-map-name defaults.
+DEFAULT_CLUSTER_AUTOSCALER_STATUS = "kube-system/cluster-autoscaler-status"
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -471,6 +485,22 @@ class ServeSettings:
         "RuntimeClass labels are right, so that cluster-autoscaler counts the node as starting "
         "meanwhile rather than adding another; empty: never removed",
         "KEY",
+    )
+    runtimeclass_admission_plugin: bool = _setting(
+        False,
+        _bool,
+        "the API server runs the RuntimeClass admission plugin (alongside admission, or a managed "
+        "cluster that cannot turn it off), which merges each class's scheduling.nodeSelector into its "
+        "pods, where node autoscalers see it: only the other node rules then go unseen by them "
+        "(docs/autoscaling.md)",
+    )
+    cluster_autoscaler_status: str = _setting(
+        DEFAULT_CLUSTER_AUTOSCALER_STATUS,
+        _configmap_reference,
+        "NAMESPACE/NAME of cluster-autoscaler's status ConfigMap: where it exists, cluster-autoscaler runs, "
+        "and without label-nodes every replica warns about the RuntimeClasses whose node rules it cannot "
+        "see (docs/autoscaling.md; needs get on that ConfigMap); empty: not looked for",
+        "NAMESPACE/NAME",
     )
     leader_elect: bool = _setting(
         False,
