@@ -93,3 +93,15 @@ def warning(
         "be moved). Use large-cluster mode (label-nodes), or alongside admission for classes whose rules "
         "are their scheduling.nodeSelector alone (docs/autoscaling.md)"
     )
+
+
+def class_warning(autoscalers: Sequence[Found], runtime_class: RuntimeClassView, rules: ClassLabels) -> str:
+    """``check``'s warning for one class an autoscaler found in the cluster cannot see."""
+    who = " and ".join(f"{a.name} ({a.evidence})" for a in autoscalers)
+    runs = "runs" if len(autoscalers) == 1 else "run"
+    return (
+        f"{who} {runs} in this cluster and cannot see the node rules of RuntimeClass {runtime_class.name} "
+        f"({rules.describe(runtime_class)}) in its pods: it will add no node for a pending pod of the class "
+        "when an existing node fits the pod by kube-scheduler's own filters; use large-cluster mode "
+        "(docs/autoscaling.md)"
+    )

@@ -28,7 +28,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from extender.settings import DEFAULT_NODE_LABEL_PREFIX, DEFAULT_STARTUP_TAINT, GivenOnce
+from extender.settings import (
+    DEFAULT_CLUSTER_AUTOSCALER_STATUS,
+    DEFAULT_NODE_LABEL_PREFIX,
+    DEFAULT_STARTUP_TAINT,
+    GivenOnce,
+)
 from extender.tools.arguments import add_cluster_arguments, add_output_argument, add_version_argument
 
 KUBECTL_PROG = "kubectl runtimeclass"
@@ -213,6 +218,34 @@ def add_check_command(commands: Any, *, prog: str) -> None:
         "--warnings-as-errors",
         action="store_true",
         help="exit 1 when the webhook would warn about a class, as when it would deny one",
+    )
+    autoscaling = parser.add_argument_group(
+        "node autoscalers (with a live cluster: a warning for each class with node rules that "
+        "cluster-autoscaler or Karpenter, found running, cannot see in its pods; docs/autoscaling.md)"
+    )
+    autoscaling.add_argument(
+        "--label-nodes",
+        action="store_true",
+        help="the extender runs in large-cluster mode: every class's label is in its pods",
+    )
+    autoscaling.add_argument(
+        "--runtimeclass-admission-plugin",
+        action="store_true",
+        help="the API server runs the RuntimeClass admission plugin (alongside admission): a class's "
+        "scheduling.nodeSelector is in its pods",
+    )
+    autoscaling.add_argument(
+        "--cluster-autoscaler-status",
+        default=DEFAULT_CLUSTER_AUTOSCALER_STATUS,
+        metavar="NAMESPACE/NAME",
+        help=f"cluster-autoscaler's status ConfigMap (default: {DEFAULT_CLUSTER_AUTOSCALER_STATUS}; "
+        "empty: not looked for)",
+    )
+    autoscaling.add_argument(
+        "--node-label-prefix",
+        default=DEFAULT_NODE_LABEL_PREFIX,
+        metavar="PREFIX",
+        help=f"the extender's --node-label-prefix (default: {DEFAULT_NODE_LABEL_PREFIX})",
     )
     parser.add_argument(
         "-o",
