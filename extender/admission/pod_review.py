@@ -47,6 +47,12 @@ another value of that label is denied, as the in-tree plugin denies a conflictin
 selector. Opted-out pods and namespaces, as for routing, get no label; nor does a pod
 whose class is unknown or whose rules select every node.
 
+**The class's tolerations, with ``--label-nodes``**: a pod of a class with tolerations
+gets each of them the extender honours (``pod_tolerations``: NoSchedule ones) that it
+does not carry, as the in-tree RuntimeClass plugin merges them (``setScheduling``), so
+that an autoscaler, which judges a node group's taints by a pod's own tolerations, can
+pick a tainted group for it. Not opted-out pods.
+
 **The autoscalers' annotations, without ``--label-nodes``** (``RoutingConfig.node_rules``:
 which classes have node rules under the policy): a pod whose class has node rules gets
 ``AUTOSCALER_ANNOTATIONS`` (``cluster-autoscaler.kubernetes.io/safe-to-evict: "false"``,
@@ -82,7 +88,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from extender.admission.pod_table import AUTOSCALER_ANNOTATIONS
+from extender.admission.pod_table import AUTOSCALER_ANNOTATIONS, pod_tolerations
 from extender.admission.reviews import (
     MAX_MESSAGE_CHARS,
     WIRE,
@@ -114,8 +120,14 @@ __all__ = [
 
 PodResult = Literal["patched", "unchanged", "denied"]
 POD_RESULTS: Final[tuple[PodResult, ...]] = ("patched", "unchanged", "denied")
-PatchedField = Literal["overhead", "schedulerName", "nodeSelector", "annotations"]
-PATCHED_FIELDS: Final[tuple[PatchedField, ...]] = ("overhead", "schedulerName", "nodeSelector", "annotations")
+PatchedField = Literal["overhead", "schedulerName", "nodeSelector", "tolerations", "annotations"]
+PATCHED_FIELDS: Final[tuple[PatchedField, ...]] = (
+    "overhead",
+    "schedulerName",
+    "nodeSelector",
+    "tolerations",
+    "annotations",
+)
 
 # The pod (and namespace) label that opts out; its one meaningful value.
 WEBHOOK_LABEL: Final = "runtimeclass-extender.dev/webhook"
@@ -135,6 +147,7 @@ _SPEC_OVERHEAD = "/spec/overhead"
 _SPEC_SCHEDULER_NAME = "/spec/schedulerName"
 _SPEC_NODE_SELECTOR = "/spec/nodeSelector"
 _ANNOTATIONS = "/metadata/annotations"
+_SPEC_TOLERATIONS = "/spec/tolerations"
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +205,7 @@ class _PodSpec(BaseModel):
     nodeSelector: dict[str, str] | None = None
     # ResourceList: quantities are strings on the wire (Quantity.MarshalJSON).
     overhead: dict[str, str] | None = None
+    tolerations: list[dict[str, Any]] | None = None
 
 
 class _Pod(BaseModel):
@@ -295,6 +309,11 @@ def review_pod(body: bytes, state: ClusterState, routing: RoutingConfig) -> PodR
             if wanted is None:
                 patch.append(_require_label(pod, key_name))
                 patched.append("nodeSelector")
+        if labels is not None and not _opted_out(request, pod, routing):
+            tolerating = _tolerate(pod, pod_tolerations(runtime_class))
+            if tolerating:
+                patch.extend(tolerating)
+                patched.append("tolerations")
         rules = routing.node_rules
         if (
             labels is None
@@ -347,6 +366,25 @@ def _require_label(pod: _Pod, key: str) -> dict[str, Any]:
     # RFC 6901: "~" and "/" in a member name are escaped as "~0" and "~1".
     escaped = key.replace("~", "~0").replace("/", "~1")
     return {"op": "add", "path": f"{_SPEC_NODE_SELECTOR}/{escaped}", "value": LABEL_VALUE}
+
+
+def _tolerate(pod: _Pod, tolerations: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The JSONPatch operations adding each of ``tolerations`` the pod does not carry
+    (compared by key, operator, value and effect, an absent field as empty; the whole
+    list where the pod has none)."""
+    own = pod.spec.tolerations
+    if own is None:
+        return [{"op": "add", "path": _SPEC_TOLERATIONS, "value": tolerations}] if tolerations else []
+    carried = {_toleration_fields(t) for t in own}
+    return [
+        {"op": "add", "path": _SPEC_TOLERATIONS + "/-", "value": t}
+        for t in tolerations
+        if _toleration_fields(t) not in carried
+    ]
+
+
+def _toleration_fields(toleration: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    return tuple(str(toleration.get(f) or "") for f in ("key", "operator", "value", "effect"))  # type: ignore[return-value]
 
 
 def _shows(pod: _Pod, selector: Mapping[str, str] | None) -> bool:

@@ -36,6 +36,13 @@ One entry per class, under the class's name:
 - ``nodeLabel``: the node label a pod of the class must require (``serve
   --label-nodes``, a class with node rules: ``ClassLabels``), hashed past 63 characters
   as the labeller names it (a policy cannot hash); absent otherwise.
+- ``tolerations``: with label-nodes, the class's tolerations as the extender honours
+  them (for NoSchedule taints: one without an effect becomes one for NoSchedule, and
+  NoExecute and PreferNoSchedule ones are left out); each is added to a pod of the class
+  that does not carry it (and is not opted out), as the in-tree RuntimeClass plugin
+  merges them. cluster-autoscaler and Karpenter judge a node group's taints by a pod's
+  own tolerations: without them a tainted group (a GKE Sandbox-style pool) is never
+  picked for the class's pods. Absent when the class has none of these.
 - ``podAnnotations``: without ``nodeLabel``, for a class with node rules,
   ``AUTOSCALER_ANNOTATIONS``: each is added to a pod of the class that does not set it
   (and is not opted out), so that cluster-autoscaler and Karpenter never remove the
@@ -63,7 +70,7 @@ from typing import Any, Final
 from extender.cluster.class_labels import ClassLabels
 from policies.objects import RuntimeClassView
 
-__all__ = ["API_VERSION", "AUTOSCALER_ANNOTATIONS", "KIND", "PLURAL", "entry", "table"]
+__all__ = ["API_VERSION", "AUTOSCALER_ANNOTATIONS", "KIND", "PLURAL", "entry", "pod_tolerations", "table"]
 
 GROUP: Final = "runtimeclass-extender.dev"
 API_VERSION: Final = f"{GROUP}/v1alpha1"
@@ -85,13 +92,35 @@ def entry(runtime_class: RuntimeClassView, labels: ClassLabels | None, rules: Cl
     found: dict[str, Any] = {}
     if runtime_class.overhead is not None:
         found["overhead"] = dict(runtime_class.overhead)
-    if labels is not None and labels.has_node_rules(runtime_class):
-        found["nodeLabel"] = labels.key(runtime_class.name)
-    elif labels is None and rules.has_node_rules(runtime_class):
+    if labels is not None:
+        if labels.has_node_rules(runtime_class):
+            found["nodeLabel"] = labels.key(runtime_class.name)
+        if tolerations := pod_tolerations(runtime_class):
+            found["tolerations"] = tolerations
+    elif rules.has_node_rules(runtime_class):
         found["podAnnotations"] = dict(AUTOSCALER_ANNOTATIONS)
         visible = rules.visible_selector(runtime_class)
         if visible is not None:
             found["unlessNodeSelector"] = dict(visible)
+    return found
+
+
+def pod_tolerations(runtime_class: RuntimeClassView) -> list[dict[str, str]]:
+    """The class's tolerations as the extender honours them at /filter (NoSchedule taints
+    alone: policies/predicates.py), as API objects (empty fields left out)."""
+    found: list[dict[str, str]] = []
+    for toleration in runtime_class.tolerations:
+        if toleration.effect not in ("", "NoSchedule"):
+            continue
+        item = {
+            "key": toleration.key,
+            "operator": toleration.operator,
+            "value": toleration.value,
+            "effect": "NoSchedule",
+        }
+        written = {k: v for k, v in item.items() if v}
+        if written not in found:
+            found.append(written)
     return found
 
 

@@ -18,9 +18,10 @@ provider takes it (docs/autoscaling.md).
   cannot run, or no class at all): the labeller removes them from every node that
   arrives with them, and meanwhile the autoscaler believes the group can run that class;
 - the taints of the template that a pod of a class must tolerate itself for the
-  autoscaler to pick the group: it judges a pod's own tolerations, never the class's
-  (the extender tolerates what the class tolerates; the in-tree plugin merges the
-  class's tolerations into pods, predicate and large-cluster mode do not).
+  autoscaler to pick the group: it judges a pod's own tolerations. In large-cluster mode
+  pod admission gives each pod its class's tolerations for NoSchedule taints (as the
+  in-tree plugin merges them: extender.admission.pod_table), so those are the NoExecute
+  taints and the NoSchedule ones the class does not tolerate.
 
 ``snippets`` writes the labels (and the startup taint, ``extender.cluster.startup_taint``)
 as each provider takes them. Pure: a node view, classes and a policy in, data out.
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from extender.cluster.class_labels import LABEL_VALUE, ClassLabels
 from extender.cluster.startup_taint import AUTOSCALER_STARTUP_PREFIX
 from policies.objects import NodeView, RuntimeClassView, Taint
+from policies.tolerations import tolerated_by_any
 
 # Taints an autoscaler leaves out of a template (cluster-autoscaler/utils/taints/taints.go:
 # startup, ignore and status prefixes), and the ones the node lifecycle controller
@@ -59,6 +61,8 @@ class ClassVerdict:
     label: str | None = None
     # Why its nodes cannot run it: the class's node rules, in words.
     rules: str = ""
+    # The template's taints a pod of the class must tolerate in its own spec.
+    taints: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,6 @@ class TemplateVerdict:
     labels: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     stray: list[str] = field(default_factory=list)
-    # Its taints that a pod of a class it runs must tolerate in its own spec.
-    taints: list[str] = field(default_factory=list)
 
 
 def placement_taints(node: NodeView) -> list[Taint]:
@@ -86,6 +88,7 @@ def judge(node: NodeView, classes: Iterable[RuntimeClassView], rules: ClassLabel
     """Which classes the template's nodes run, and what the template must carry."""
     verdicts: list[ClassVerdict] = []
     labels: dict[str, str] = {}
+    taints = placement_taints(node)
     for runtime_class in sorted(classes, key=lambda rc: rc.name):
         if not rules.passes(runtime_class, node):
             verdicts.append(ClassVerdict(runtime_class.name, False, rules=rules.describe(runtime_class)))
@@ -93,18 +96,23 @@ def judge(node: NodeView, classes: Iterable[RuntimeClassView], rules: ClassLabel
         label = rules.key(runtime_class.name) if rules.has_node_rules(runtime_class) else None
         if label is not None:
             labels[label] = LABEL_VALUE
-        verdicts.append(ClassVerdict(runtime_class.name, True, label=label))
+        own = tuple(str(t) for t in taints if not merged_toleration(t, runtime_class))
+        verdicts.append(ClassVerdict(runtime_class.name, True, label=label, taints=own))
     owned = rules.owned(node.labels)
     return TemplateVerdict(
         verdicts,
         labels,
         missing={k: v for k, v in labels.items() if owned.get(k) != v},
         stray=sorted(key for key in owned if key not in labels),
-        # Every one, for every class it runs: a NoExecute taint always needs the pod's
-        # own toleration, and one a class tolerates (at /filter) is not tolerated in the
-        # autoscaler's simulation, which reads the pod's own tolerations alone.
-        taints=[str(t) for t in placement_taints(node)] if any(v.runs for v in verdicts) else [],
     )
+
+
+def merged_toleration(taint: Taint, runtime_class: RuntimeClassView) -> bool:
+    """Pod admission puts a toleration of ``taint`` into the class's pods (large-cluster
+    mode: the class's tolerations for NoSchedule taints; a NoExecute taint needs the
+    pod's own)."""
+    honoured = [t for t in runtime_class.tolerations if t.effect in ("", "NoSchedule")]
+    return taint.effect == "NoSchedule" and tolerated_by_any(taint, honoured)
 
 
 def snippets(labels: Mapping[str, str], startup_taint: str) -> dict[str, str]:

@@ -93,12 +93,18 @@ def _document(verdict: TemplateVerdict, found: dict[str, str], node: NodeView) -
     return {
         "template": {"labels": dict(node.labels), "taints": [str(t) for t in node.taints]},
         "runtimeClasses": [
-            {"name": v.name, "runs": v.runs, "label": v.label, "rules": v.rules} for v in verdict.classes
+            {
+                "name": v.name,
+                "runs": v.runs,
+                "label": v.label,
+                "rules": v.rules,
+                "podMustTolerate": list(v.taints),
+            }
+            for v in verdict.classes
         ],
         "labels": verdict.labels,
         "missing": verdict.missing,
         "stray": verdict.stray,
-        "podTolerations": verdict.taints,
         "snippets": found,
     }
 
@@ -145,11 +151,12 @@ def run_node_template(args: argparse.Namespace) -> int:
         lines.append(
             f"The template must not carry {key}: its nodes cannot run that class (the extender removes it)."
         )
-    if verdict.taints:
-        lines.append(
-            "Pods must tolerate these taints in their own spec for an autoscaler to pick the group "
-            "(it reads a pod's own tolerations, not its RuntimeClass's): " + ", ".join(verdict.taints)
-        )
+    for v in verdict.classes:
+        if v.runs and v.taints:
+            lines.append(
+                f"Pods of {v.name} must tolerate in their own spec, for an autoscaler to pick the group "
+                "(their class does not give them a toleration of it): " + ", ".join(v.taints)
+            )
     for provider, text in found.items():
         lines += ["", f"# {_TITLES[provider]}", text]
     if lines:

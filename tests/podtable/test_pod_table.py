@@ -108,3 +108,29 @@ def test_the_table_has_one_entry_per_class() -> None:
     classes = [c[0] for c in CASES]
     assert table(classes, None, LABELS) == {c.name: plain for c, plain, _ in CASES}
     assert table([], LABELS, LABELS) == {}
+
+
+def test_with_label_nodes_a_class_gives_its_pods_the_tolerations_the_extender_honours() -> None:
+    """NoSchedule ones, one without an effect made one for NoSchedule, NoExecute and
+    PreferNoSchedule ones left out (the extender counts a class's for NoSchedule taints
+    alone): what an autoscaler must read in the pod to pick a tainted group."""
+    tolerant = view(
+        "tolerant",
+        scheduling={
+            "tolerations": [
+                {"key": "sandbox", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"},
+                {"key": "any", "operator": "Exists"},
+                {"key": "evict", "operator": "Exists", "effect": "NoExecute"},
+                {"key": "soft", "operator": "Exists", "effect": "PreferNoSchedule"},
+                {"key": "sandbox", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"},
+            ]
+        },
+    )
+    assert entry(tolerant, LABELS, LABELS) == {
+        "tolerations": [
+            {"key": "sandbox", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"},
+            {"key": "any", "operator": "Exists", "effect": "NoSchedule"},
+        ]
+    }
+    # Predicate mode: the extender judges taints; nothing is copied into pods.
+    assert entry(tolerant, None, LABELS) == {}

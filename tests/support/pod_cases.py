@@ -66,6 +66,7 @@ def runtime_class(
     empty_overhead: bool = False,
     node_selector: dict[str, str] | None = None,
     term: str | None = None,
+    tolerations: list[dict[str, str]] | None = None,
 ) -> Manifest:
     obj: Manifest = {
         "apiVersion": "node.k8s.io/v1",
@@ -81,14 +82,39 @@ def runtime_class(
         obj["overhead"] = {}
     if node_selector is not None:
         obj["scheduling"] = {"nodeSelector": node_selector}
+    if tolerations is not None:
+        obj.setdefault("scheduling", {})["tolerations"] = tolerations
     return obj
 
 
 GVISOR_OVERHEAD = {"cpu": "250m", "memory": "64Mi"}
+SANDBOX_TOLERATION = {
+    "key": "sandbox.gke.io/runtime",
+    "operator": "Equal",
+    "value": "gvisor",
+    "effect": "NoSchedule",
+}
+GVISOR_TOLERATIONS = [
+    SANDBOX_TOLERATION,
+    # No effect: the extender honours it for NoSchedule taints, and pods get it so.
+    {"key": "maintenance", "operator": "Exists"},
+    # NoExecute: the pod's own business (the extender never counts a class's).
+    {"key": "evict-me", "operator": "Exists", "effect": "NoExecute"},
+]
+# What a pod of gvisor gets in large-cluster mode (extender/admission/pod_table.py).
+GVISOR_POD_TOLERATIONS = [
+    SANDBOX_TOLERATION,
+    {"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"},
+]
 KATA_OVERHEAD = {"cpu": "250m", "memory": "160Mi"}
 CLASSES = [
-    # Node rules and an overhead.
-    runtime_class("gvisor", overhead=GVISOR_OVERHEAD, node_selector={"sandbox.gke.io/runtime": "gvisor"}),
+    # Node rules, an overhead, and tolerations (as GKE Sandbox taints its nodes).
+    runtime_class(
+        "gvisor",
+        overhead=GVISOR_OVERHEAD,
+        node_selector={"sandbox.gke.io/runtime": "gvisor"},
+        tolerations=GVISOR_TOLERATIONS,
+    ),
     # An overhead, no node rules.
     runtime_class("kata", overhead=KATA_OVERHEAD),
     # Only the node-selector-term annotation.
@@ -133,6 +159,7 @@ class PodCase:
     node_selector: dict[str, str] | None = None
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, str]] | None = None
     # In large-cluster mode only (a label value that conflicts).
     large_only: bool = False
 
@@ -146,6 +173,8 @@ class PodCase:
             spec["overhead"] = dict(self.overhead)
         if self.node_selector is not None:
             spec["nodeSelector"] = dict(self.node_selector)
+        if self.tolerations is not None:
+            spec["tolerations"] = [dict(t) for t in self.tolerations]
         metadata: Manifest = {"name": self.id, "namespace": self.namespace}
         if self.labels:
             metadata["labels"] = dict(self.labels)
@@ -168,6 +197,7 @@ PODS_TABLE = [
     # alongside admission): the autoscalers can see where it may run.
     PodCase("gvisor-class-selector", "gvisor", node_selector=GVISOR_SELECTOR),
     PodCase("gvisor-own-annotations", "gvisor", annotations=OWN_ANNOTATIONS),
+    PodCase("gvisor-own-toleration", "gvisor", tolerations=[SANDBOX_TOLERATION]),
     PodCase("gvisor-label-given", "gvisor", node_selector={GVISOR_KEY: "true"}),
     PodCase("gvisor-label-conflict", "gvisor", node_selector={GVISOR_KEY: "false"}, large_only=True),
     PodCase("gvisor-overhead-equal", "gvisor", overhead={"cpu": "0.25", "memory": "67108864"}),
@@ -305,6 +335,7 @@ def _pod(
     overhead: dict[str, str] | None = None,
     selector: Callable[[Setup], dict[str, str]] = lambda setup: {},
     annotations: Callable[[Setup], dict[str, str]] = lambda setup: {},
+    tolerations: Callable[[Setup], list[dict[str, str]]] = lambda setup: [],
 ) -> Callable[[Setup, Admitted], None]:
     def check(setup: Setup, admitted: Admitted) -> None:
         spec = spec_of(admitted)
@@ -316,8 +347,26 @@ def _pod(
         assert spec.get("nodeSelector", {}) == selector(setup)
         assert admitted.pod is not None
         assert admitted.pod["metadata"].get("annotations", {}) == annotations(setup)
+        # Less the ones the API server gives every pod (DefaultTolerationSeconds).
+        own = [t for t in spec.get("tolerations", []) if t.get("key") not in DEFAULT_TOLERATIONS]
+        assert own == tolerations(setup), own
 
     return check
+
+
+# Added to every pod by kube-apiserver's DefaultTolerationSeconds admission plugin.
+DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _tolerating(*own: dict[str, str]) -> Callable[[Setup], list[dict[str, str]]]:
+    """A gvisor pod's tolerations: its ``own``, and in large-cluster mode its class's it
+    does not carry (as the in-tree plugin merges them: the autoscalers read them)."""
+
+    def tolerations(setup: Setup) -> list[dict[str, str]]:
+        added = [t for t in GVISOR_POD_TOLERATIONS if t not in own] if setup.label_nodes else []
+        return [*own, *added]
+
+    return tolerations
 
 
 def _marked(setup: Setup) -> dict[str, str]:
@@ -364,34 +413,59 @@ def _rules_label(class_name: str) -> Callable[[Setup], dict[str, str]]:
 
 
 EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
-    "gvisor": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor"), annotations=_marked),
+    "gvisor": _pod(
+        overhead=GVISOR_OVERHEAD,
+        selector=lambda s: _label(s, "gvisor"),
+        annotations=_marked,
+        tolerations=_tolerating(),
+    ),
     "gvisor-default-scheduler": _pod(
-        overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor"), annotations=_marked
+        overhead=GVISOR_OVERHEAD,
+        selector=lambda s: _label(s, "gvisor"),
+        annotations=_marked,
+        tolerations=_tolerating(),
     ),
     "gvisor-own-scheduler": _pod(
         scheduler="my-scheduler",
         overhead=GVISOR_OVERHEAD,
         selector=lambda s: _label(s, "gvisor"),
         annotations=_marked,
+        tolerations=_tolerating(),
     ),
     "gvisor-routed-already": _pod(
-        overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor"), annotations=_marked
+        overhead=GVISOR_OVERHEAD,
+        selector=lambda s: _label(s, "gvisor"),
+        annotations=_marked,
+        tolerations=_tolerating(),
     ),
     "gvisor-own-selector": _pod(
         overhead=GVISOR_OVERHEAD,
         selector=lambda s: {"topology.kubernetes.io/zone": "a", **_label(s, "gvisor")},
         annotations=_marked,
+        tolerations=_tolerating(),
     ),
     "gvisor-class-selector": _pod(
-        overhead=GVISOR_OVERHEAD, selector=lambda s: {**GVISOR_SELECTOR, **_label(s, "gvisor")}
+        overhead=GVISOR_OVERHEAD,
+        selector=lambda s: {**GVISOR_SELECTOR, **_label(s, "gvisor")},
+        tolerations=_tolerating(),
+    ),
+    "gvisor-own-toleration": _pod(
+        overhead=GVISOR_OVERHEAD,
+        selector=lambda s: _label(s, "gvisor"),
+        annotations=_marked,
+        tolerations=_tolerating(SANDBOX_TOLERATION),
     ),
     "gvisor-own-annotations": _pod(
         overhead=GVISOR_OVERHEAD,
         selector=lambda s: _label(s, "gvisor"),
         annotations=lambda s: {**_marked(s), **OWN_ANNOTATIONS},
+        tolerations=_tolerating(),
     ),
     "gvisor-label-given": _pod(
-        overhead=GVISOR_OVERHEAD, selector=lambda s: {GVISOR_KEY: "true"}, annotations=_marked
+        overhead=GVISOR_OVERHEAD,
+        selector=lambda s: {GVISOR_KEY: "true"},
+        annotations=_marked,
+        tolerations=_tolerating(),
     ),
     "gvisor-label-conflict": _refused(
         f"conflict: RuntimeClass gvisor requires {GVISOR_KEY} = true; pod.spec.nodeSelector[{GVISOR_KEY}] = false"
@@ -401,6 +475,7 @@ EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
         overhead={"cpu": "0.25", "memory": "67108864"},
         selector=lambda s: _label(s, "gvisor"),
         annotations=_marked,
+        tolerations=_tolerating(),
     ),
     "gvisor-overhead-differs": _refused(MISMATCH),
     "gvisor-overhead-fewer": _refused(MISMATCH),
@@ -422,7 +497,9 @@ EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
     "empty-overhead-with-overhead": _refused(MISMATCH),
     "empty-overhead": _pod(selector=_rules_label("empty-overhead")),
     # The hashed label: the webhook computes it, and the table names it for the policies.
-    "long-class-name": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, LONG), annotations=_marked),
+    "long-class-name": _pod(
+        overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, LONG), annotations=_marked
+    ),
     "long-class-name-opt-out": _pod(scheduler="default-scheduler", overhead=GVISOR_OVERHEAD),
     # Routed, so that the extender keeps it pending until the class exists; nothing else.
     "missing-class": _pod(),
