@@ -56,3 +56,22 @@ def test_no_labels_no_snippets_and_no_startup_taint_when_off() -> None:
     assert snippets({}, "x") == {}
     found = snippets({LABEL: "true"}, "")
     assert "register-with-taints" not in found["aws"] and "startupTaints" not in found["karpenter"]
+
+
+def test_pods_must_tolerate_what_their_class_does_not_give_them() -> None:
+    tolerant = runtime_class_from_api(
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": "tolerant"},
+            "handler": "runsc",
+            "scheduling": {"tolerations": [{"key": "sandbox", "operator": "Exists"}]},
+        }
+    )
+    node = NodeView(
+        "t", taints=(Taint("sandbox", "NoSchedule", "gvisor"), Taint("sandbox", "NoExecute", "gvisor"))
+    )
+    by_name = {v.name: v for v in judge(node, [tolerant, PLAIN], RULES).classes}
+    # A NoExecute taint always needs the pod's own toleration.
+    assert by_name["tolerant"].taints == ("sandbox=gvisor:NoExecute",)
+    assert by_name["plain"].taints == ("sandbox=gvisor:NoSchedule", "sandbox=gvisor:NoExecute")

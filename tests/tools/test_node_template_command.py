@@ -40,8 +40,13 @@ def test_a_sandbox_group_runs_gvisor_and_runc_and_needs_their_labels(
     assert rows["windows-hyperv"][0] == "no"
     assert "Its nodes run 2 of 4 RuntimeClasses." in err
     assert f"The template must carry, and does not yet: {GVISOR}=true, {PREFIX}/runc=true" in out
-    # The autoscaler reads a pod's own tolerations: the class's do not count there.
-    assert "sandbox.gke.io/runtime=gvisor:NoSchedule" in out.split("Pods must tolerate")[1].splitlines()[0]
+    # The autoscaler reads a pod's own tolerations: gvisor's pods get their class's
+    # toleration at admission, runc's have none.
+    assert "Pods of gvisor must tolerate" not in out
+    assert (
+        "Pods of runc must tolerate in their own spec" in out
+        and "sandbox.gke.io/runtime=gvisor:NoSchedule" in out
+    )
     # Each provider's way.
     assert f"k8s.io/cluster-autoscaler/node-template/label/{GVISOR}: true" in out
     assert f"capacity.cluster-autoscaler.kubernetes.io/labels: {GVISOR}=true,{PREFIX}/runc=true" in out
