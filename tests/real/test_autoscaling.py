@@ -76,12 +76,18 @@ SELECTOR = {"runtime/gvisor": "true"}
 LABEL = "runtimeclass.node-restriction.kubernetes.io/gvisor"
 TOBEDELETED = "ToBeDeletedByClusterAutoscaler"
 STARTUP = {"key": DEFAULT_STARTUP_TAINT, "effect": "NoSchedule"}
+# The gvisor group's nodes are tainted, as GKE Sandbox taints its pool; the class
+# tolerates the taint (its pods need not).
+SANDBOX = {"key": "sandbox", "value": "gvisor", "effect": "NoSchedule"}
 GVISOR = {
     "apiVersion": "node.k8s.io/v1",
     "kind": "RuntimeClass",
     "metadata": {"name": "gvisor"},
     "handler": "runsc",
-    "scheduling": {"nodeSelector": SELECTOR},
+    "scheduling": {
+        "nodeSelector": SELECTOR,
+        "tolerations": [{"key": "sandbox", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"}],
+    },
 }
 # Within this long of the autoscaler's start, the pod is bound (the goal of issue 43).
 BOUND_WITHIN = 60.0
@@ -131,7 +137,10 @@ class Scene:
         self, name: str, *, labels: dict[str, str] | None = None, cpu: str = "8", used: str = ""
     ) -> None:
         """A node of no group (the plain nodes with room, a full gvisor node)."""
-        self.plane.add_ready_node(name, labels={"kubernetes.io/os": "linux", **(labels or {})}, cpu=cpu)
+        taints = [SANDBOX] if labels == SELECTOR else []
+        self.plane.add_ready_node(
+            name, labels={"kubernetes.io/os": "linux", **(labels or {})}, taints=taints, cpu=cpu
+        )
         self.nodes.append(name)
         if used:
             self.filler(name, used)
@@ -140,7 +149,8 @@ class Scene:
         """A live node of a group, Ready for ten minutes (not one the autoscaler made)."""
         if self.registration is not None:
             self.registration.existing.add(name)
-        group_member(self.plane, name, group, labels=labels, cpu=cpu)
+        taints = [SANDBOX] if labels == SELECTOR else []
+        group_member(self.plane, name, group, labels=labels, taints=taints, cpu=cpu)
         self.nodes.append(name)
 
     def filler(self, node: str, cpu: str) -> None:
@@ -368,7 +378,7 @@ def test_large_cluster_mode_scales_the_gvisor_group_from_zero_with_the_label_in_
         # The template as the docs tell: the group's own labels, and what node-template adds.
         needed = template_labels(tmp_path, "runtime/gvisor=true", "kubernetes.io/os=linux")
         assert needed == {LABEL: "true"}
-        gvisor = template("gvisor", labels={**SELECTOR, **needed}, taints=[STARTUP])
+        gvisor = template("gvisor", labels={**SELECTOR, **needed}, taints=[STARTUP, SANDBOX])
         with autoscaling(cloud, [gvisor, template("plain")]) as scaler:
             node, seconds = s.bound("sandboxed-0", scaler)
             assert node.startswith("gvisor-") and node != "gvisor-full"
@@ -377,7 +387,13 @@ def test_large_cluster_mode_scales_the_gvisor_group_from_zero_with_the_label_in_
             # on and took the startup taint off in one write.
             (arrival,) = s.registration.made()  # type: ignore[union-attr]
             assert LABEL not in arrival.labels and DEFAULT_STARTUP_TAINT in arrival.taints
-            assert taint_keys(cloud, node) == []
+            assert taint_keys(cloud, node) == ["sandbox"]
+            # Pod admission gave the pod its class's toleration, as the in-tree plugin would:
+            # the autoscaler reads the pod's own tolerations against the group's taint.
+            pod = cloud.client.get(f"/api/v1/namespaces/{s.namespace}/pods/sandboxed-0")["spec"]
+            assert {"key": "sandbox", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"} in pod[
+                "tolerations"
+            ]
             print(f"large-cluster, scale from zero: gvisor 0->1, {node} bound {seconds:.1f} s after start")
 
 
@@ -397,7 +413,7 @@ def test_large_cluster_mode_scales_the_gvisor_group_from_its_live_node(
         s.pod("sandboxed-0")
         s.unschedulable("sandboxed-0")
         # The configured template has no derived label: the autoscaler copies the live node.
-        gvisor = template("gvisor", labels=SELECTOR, cpu="2", taints=[STARTUP])
+        gvisor = template("gvisor", labels=SELECTOR, cpu="2", taints=[STARTUP, SANDBOX])
         with autoscaling(cloud, [gvisor, template("plain")]) as scaler:
             node, seconds = s.bound("sandboxed-0", scaler)
             assert node.startswith("gvisor-") and node != "gvisor-live"
@@ -415,7 +431,7 @@ def test_predicate_mode_is_refused_where_cluster_autoscaler_runs_and_it_adds_no_
     assert "at '/nodeAutoscaling/enabled': value must be false" in refusal(
         {"nodeAutoscaling.enabled": "true"}
     )
-    gvisor = template("gvisor", labels=SELECTOR, taints=[STARTUP])
+    gvisor = template("gvisor", labels=SELECTOR, taints=[STARTUP, SANDBOX])
     # cluster-autoscaler runs first (its status ConfigMap written): the extender's first look finds it.
     with autoscaling(cloud, [gvisor, template("plain")]) as scaler:
         wait_for(scaler.status, timeout=30, what="cluster-autoscaler's status ConfigMap")
@@ -535,7 +551,7 @@ def test_scale_down_never_removes_the_node_a_runtimeclass_pod_needs(
             )
         else:
             assert "annotations" not in admitted
-        gvisor = template("gvisor", labels=SELECTOR, taints=[STARTUP])
+        gvisor = template("gvisor", labels=SELECTOR, taints=[STARTUP, SANDBOX])
         with autoscaling(cloud, [gvisor, template("plain")], **SCALE_DOWN) as scaler:
             if predicate:
                 wait_for(
@@ -595,7 +611,7 @@ def test_a_new_node_waiting_for_its_label_behind_a_busy_labeller_asks_for_no_sec
             s.node("plain-a")
             s.pod("sandboxed-0")
             s.unschedulable("sandboxed-0")
-            gvisor = template("gvisor", labels={**SELECTOR, LABEL: "true"}, taints=[STARTUP])
+            gvisor = template("gvisor", labels={**SELECTOR, LABEL: "true"}, taints=[STARTUP, SANDBOX])
             with autoscaling(cloud, [gvisor, template("plain")]) as scaler:
                 node, seconds = s.bound("sandboxed-0", scaler, within=90)
                 assert scaler.scale_ups() == [("gvisor", 0, 1)]
@@ -631,9 +647,8 @@ def test_in_tree_kubernetes_scales_the_gvisor_group_from_either_template(
         admitted = in_tree.client.get(f"/api/v1/namespaces/{s.namespace}/pods/sandboxed-0")["spec"]
         assert admitted["nodeSelector"] == SELECTOR and admitted["schedulerName"] == "default-scheduler"
         s.unschedulable("sandboxed-0")
-        with autoscaling(
-            in_tree, [template("gvisor", labels=SELECTOR, cpu="2"), template("plain")]
-        ) as scaler:
+        gvisor = template("gvisor", labels=SELECTOR, cpu="2", taints=[SANDBOX])
+        with autoscaling(in_tree, [gvisor, template("plain")]) as scaler:
             node, seconds = s.bound("sandboxed-0", scaler)
             expected = ("gvisor", 1, 2) if source == "live node" else ("gvisor", 0, 1)
             assert node.startswith("gvisor-") and scaler.scale_ups() == [expected]

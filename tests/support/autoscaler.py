@@ -118,6 +118,7 @@ def group_member(
     group: str,
     *,
     labels: Mapping[str, str] | None = None,
+    taints: Sequence[Json] = (),
     cpu: str = "4",
     memory: str = "16Gi",
 ) -> Json:
@@ -128,6 +129,7 @@ def group_member(
     plane.add_ready_node(
         name,
         labels={GROUP_LABEL: group, "kubernetes.io/os": "linux", **(labels or {})},
+        taints=taints,
         cpu=cpu,
         memory=memory,
         ready_since=datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=10),
