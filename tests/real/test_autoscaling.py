@@ -21,14 +21,18 @@ the pod:
 - predicate mode: the autoscaler cannot see the class's rules and adds nothing (the pod
   "can be scheduled" on a plain node the extender rejects); the refusal the operator
   sees before: the extender's warning, gauge and ``/readyz``, and ``check``;
-- scale-down in both modes: the gvisor node running the class's only pod is kept (in
-  predicate mode by the annotations pod admission gives the pod; a pod opted out of pod
-  admission shows what happens without them: its node is tainted for deletion);
+- scale-down in both modes and in-tree: the gvisor node running the class's only pod is
+  kept (in predicate mode by the annotations pod admission gives the pod; a pod opted out
+  of pod admission shows what happens without them: its node is tainted for deletion);
 - the registration gap: a labeller behind on its writes, the startup taint on the
   group's nodes: one scale-up, not one per scan (bench/autoscaler_gap_bench.py measures
   the gap and what happens without the taint);
-- in-tree Kubernetes (the RuntimeClass admission plugin merging the class's selector,
-  kube-scheduler alone), both template sources: the baseline every mode is held to.
+- in-tree Kubernetes (the RuntimeClass admission plugin merging the class's selector
+  and toleration, kube-scheduler alone), both template sources: the baseline every mode
+  is held to.
+
+The gvisor group's nodes are tainted, as GKE Sandbox taints its pool, and the class
+tolerates the taint: its pods never say so themselves.
 
 Bound pods stay Pending (no kubelet): binding is ``spec.nodeName``.
 """
@@ -513,16 +517,17 @@ SCALE_DOWN = {
 }
 
 
-@pytest.mark.parametrize("overlay", ["overlays/predicate-mode", "overlays/large-cluster"])
+@pytest.mark.parametrize("overlay", ["overlays/predicate-mode", "overlays/large-cluster", "in-tree"])
 def test_scale_down_never_removes_the_node_a_runtimeclass_pod_needs(
-    cloud: ControlPlane, request: pytest.FixtureRequest, overlay: str
+    request: pytest.FixtureRequest, overlay: str
 ) -> None:
     predicate = overlay.endswith("predicate-mode")
-    with scene(cloud, request, overlay) as s:
+    cloud: ControlPlane = request.getfixturevalue("in_tree" if overlay == "in-tree" else "cloud")
+    with scene(cloud, request, None if overlay == "in-tree" else overlay) as s:
         s.node("plain-a")
         s.node("plain-b")
         s.member("gvisor-keep", "gvisor", labels=SELECTOR)
-        if not predicate:
+        if overlay.endswith("large-cluster"):
             wait_for(
                 lambda: LABEL in cloud.client.get("/api/v1/nodes/gvisor-keep")["metadata"]["labels"],
                 timeout=30,
@@ -550,6 +555,8 @@ def test_scale_down_never_removes_the_node_a_runtimeclass_pod_needs(
                 nodeName="gvisor-spare",
             )
         else:
+            # The autoscaler sees where the pod may run: the label (large-cluster mode), or
+            # the class's selector the in-tree plugin merged.
             assert "annotations" not in admitted
         gvisor = template("gvisor", labels=SELECTOR, taints=[STARTUP, SANDBOX])
         with autoscaling(cloud, [gvisor, template("plain")], **SCALE_DOWN) as scaler:
