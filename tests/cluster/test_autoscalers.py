@@ -21,6 +21,7 @@ from extender.settings import DEFAULT_NODE_LABEL_PREFIX
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from policies.objects import NodeView, RuntimeClassView
 from tests.support.apiserver import CONFIGMAPS, FakeApiServer
+from tests.support.docs import page
 
 RULES = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy())
 GAUGE = "runtimeclass_extender_autoscaler_unseen_runtimeclasses"
@@ -170,3 +171,15 @@ async def test_without_the_right_to_read_the_configmap_serve_says_so_once_and_st
     assert len(refused) == 1
     gets = [r for r in fake_apiserver.requests if r.verb == "get" and "configmaps" in r.path]
     assert len(gets) == 1  # not asked again
+
+
+def test_the_warning_docs_autoscaling_md_shows_is_the_one_serve_logs() -> None:
+    found = [Found(CLUSTER_AUTOSCALER, "ConfigMap kube-system/cluster-autoscaler-status")]
+    text = warning(found, [GVISOR])
+    assert text is not None
+    shown = [
+        line.strip()
+        for line in page("autoscaling.md").splitlines()
+        if line.startswith("      cluster-autoscaler (")
+    ]
+    assert shown == [text]
