@@ -662,3 +662,68 @@ def test_in_tree_kubernetes_scales_the_gvisor_group_from_either_template(
             print(
                 f"in-tree, {source}: gvisor {expected[1]}->{expected[2]}, {node} bound {seconds:.1f} s after start"
             )
+
+
+# --- the node policy lets the extender remove the startup taint, and nothing else ----------
+
+NODE_SPEC_FIELDS = {
+    "podCIDR",
+    "podCIDRs",
+    "providerID",
+    "unschedulable",
+    "taints",
+    "configSource",
+    "externalID",
+}
+SPEC_REFUSED = "node spec may not change, but for removing the startup taint"
+
+
+def test_the_node_policy_allows_removing_the_startup_taint_and_no_other_spec_change(
+    cloud: ControlPlane,
+) -> None:
+    # The policy compares NodeSpec field by field: every field this API server has.
+    openapi = cloud.client.get("/openapi/v3/api/v1")
+    assert (
+        set(openapi["components"]["schemas"]["io.k8s.api.core.v1.NodeSpec"]["properties"]) == NODE_SPEC_FIELDS
+    )
+    done = install(cloud, render("overlays/large-cluster"), start=False)
+    try:
+        extender = cloud.client_as(done.namespace, "runtimeclass-extender")
+        cloud.add_ready_node("tainted", taints=[STARTUP, SANDBOX])
+
+        def patch(body: Json) -> tuple[int, str]:
+            answer = extender.request(
+                "PATCH", "/api/v1/nodes/tainted", body, content_type="application/merge-patch+json"
+            )
+            return answer.status, answer.message
+
+        # The policy is enforced a moment after it is created: until an annotation is refused.
+        wait_for(
+            lambda: (
+                extender.request(
+                    "PATCH",
+                    "/api/v1/nodes/tainted",
+                    {"metadata": {"annotations": {"x": "y"}}},
+                    query={"dryRun": "All"},
+                    content_type="application/merge-patch+json",
+                ).status
+                == 422
+            ),
+            timeout=30,
+            what="the node policy enforced",
+        )
+        refused = [
+            {"spec": {"taints": None}},  # both taints
+            {"spec": {"taints": [STARTUP]}},  # the other taint
+            {"spec": {"taints": [STARTUP, SANDBOX, {"key": "x", "effect": "NoSchedule"}]}},  # one added
+            {"spec": {"taints": [SANDBOX], "unschedulable": True}},  # the startup taint, and more
+        ]
+        for body in refused:
+            status, message = patch(body)
+            assert status == 422 and message.endswith(SPEC_REFUSED), (body, status, message)
+        assert taint_keys(cloud, "tainted") == [DEFAULT_STARTUP_TAINT, "sandbox"]
+        assert patch({"metadata": {"labels": {LABEL: "true"}}, "spec": {"taints": [SANDBOX]}})[0] == 200
+        assert taint_keys(cloud, "tainted") == ["sandbox"]
+    finally:
+        done.uninstall()
+        cloud.client.request("DELETE", "/api/v1/nodes/tainted")
