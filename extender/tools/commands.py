@@ -241,12 +241,7 @@ def add_check_command(commands: Any, *, prog: str) -> None:
         help=f"cluster-autoscaler's status ConfigMap (default: {DEFAULT_CLUSTER_AUTOSCALER_STATUS}; "
         "empty: not looked for)",
     )
-    autoscaling.add_argument(
-        "--node-label-prefix",
-        default=DEFAULT_NODE_LABEL_PREFIX,
-        metavar="PREFIX",
-        help=f"the extender's --node-label-prefix (default: {DEFAULT_NODE_LABEL_PREFIX})",
-    )
+    _add_label_prefix_argument(autoscaling)
     parser.add_argument(
         "-o",
         "--output",
@@ -301,12 +296,21 @@ def add_check_pod_admission_command(commands: Any, *, prog: str) -> None:
         action="store_true",
         help="large-cluster mode: pods of a class with node rules must require its node label",
     )
+    _add_label_prefix_argument(parser)
+    _add_table_output_argument(parser)
+    parser.set_defaults(run=_run_check_pod_admission, prog=prog)
+
+
+def _add_label_prefix_argument(parser: Any) -> None:
     parser.add_argument(
         "--node-label-prefix",
         default=DEFAULT_NODE_LABEL_PREFIX,
         metavar="PREFIX",
         help=f"the extender's --node-label-prefix (default: {DEFAULT_NODE_LABEL_PREFIX})",
     )
+
+
+def _add_table_output_argument(parser: Any) -> None:
     parser.add_argument(
         "-o",
         "--output",
@@ -314,7 +318,6 @@ def add_check_pod_admission_command(commands: Any, *, prog: str) -> None:
         default="table",
         help="output format (default: table)",
     )
-    parser.set_defaults(run=_run_check_pod_admission, prog=prog)
 
 
 def add_node_template_command(commands: Any, *, prog: str) -> None:
@@ -354,12 +357,7 @@ def add_node_template_command(commands: Any, *, prog: str) -> None:
         title="RuntimeClasses (a cluster file, such as deploy/examples/runtimeclasses.yaml, or else the "
         "live cluster of the kubeconfig)",
     )
-    parser.add_argument(
-        "--node-label-prefix",
-        default=DEFAULT_NODE_LABEL_PREFIX,
-        metavar="PREFIX",
-        help=f"the extender's --node-label-prefix (default: {DEFAULT_NODE_LABEL_PREFIX})",
-    )
+    _add_label_prefix_argument(parser)
     parser.add_argument(
         "--startup-taint",
         default=DEFAULT_STARTUP_TAINT,
@@ -373,13 +371,7 @@ def add_node_template_command(commands: Any, *, prog: str) -> None:
         default="all",
         help="which provider's snippet to print (default: all)",
     )
-    parser.add_argument(
-        "-o",
-        "--output",
-        choices=("table", "json", "yaml"),
-        default="table",
-        help="output format (default: table)",
-    )
+    _add_table_output_argument(parser)
     parser.set_defaults(run=_run_node_template, prog=prog)
 
 

@@ -21,6 +21,7 @@ from extender.settings import DEFAULT_NODE_LABEL_PREFIX
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from policies.objects import NodeView, RuntimeClassView
 from tests.support.apiserver import CONFIGMAPS, FakeApiServer
+from tests.support.autoscaler import status_configmap as cluster_autoscaler_status
 from tests.support.docs import page
 
 RULES = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy())
@@ -93,15 +94,7 @@ def state_of(*classes: RuntimeClassView, nodes: tuple[NodeView, ...] = ()) -> Cl
 
 
 def status_configmap(server: FakeApiServer) -> None:
-    server.add(
-        CONFIGMAPS,
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system"},
-            "data": {"status": "autoscalerStatus: Running"},
-        },
-    )
+    server.add(CONFIGMAPS, cluster_autoscaler_status())
 
 
 async def test_serve_warns_once_while_cluster_autoscaler_runs_and_says_when_it_is_over(

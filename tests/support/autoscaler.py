@@ -76,6 +76,17 @@ def _resources(cpu: str, memory: str, pods: str = "110") -> Json:
     return {"cpu": cpu, "memory": memory, "pods": pods}
 
 
+def status_configmap(namespace: str = "kube-system") -> Json:
+    """A ConfigMap as cluster-autoscaler keeps its status while it runs (what the
+    extender looks for), for tests without the autoscaler itself."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": STATUS_CONFIGMAP, "namespace": namespace},
+        "data": {"status": "autoscalerStatus: Running"},
+    }
+
+
 def template(
     group: str,
     *,

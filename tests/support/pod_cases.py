@@ -412,71 +412,44 @@ def _rules_label(class_name: str) -> Callable[[Setup], dict[str, str]]:
     return lambda setup: _label(setup, class_name) if setup.policy_text else {}
 
 
+def _gvisor(
+    *,
+    overhead: dict[str, str] = GVISOR_OVERHEAD,
+    selector: Callable[[Setup], dict[str, str]] = lambda s: _label(s, "gvisor"),
+    annotations: Callable[[Setup], dict[str, str]] = _marked,
+    tolerations: Callable[[Setup], list[dict[str, str]]] | None = None,
+    scheduler: str = SCHEDULER,
+) -> Callable[[Setup, Admitted], None]:
+    """A pod of gvisor as admitted: its overhead, its label (large-cluster mode) or the
+    autoscalers' annotations (without), its class's tolerations (large-cluster mode)."""
+    return _pod(
+        scheduler=scheduler,
+        overhead=overhead,
+        selector=selector,
+        annotations=annotations,
+        tolerations=tolerations or _tolerating(),
+    )
+
+
 EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
-    "gvisor": _pod(
-        overhead=GVISOR_OVERHEAD,
-        selector=lambda s: _label(s, "gvisor"),
-        annotations=_marked,
-        tolerations=_tolerating(),
+    "gvisor": _gvisor(),
+    "gvisor-default-scheduler": _gvisor(),
+    "gvisor-own-scheduler": _gvisor(scheduler="my-scheduler"),
+    "gvisor-routed-already": _gvisor(),
+    "gvisor-own-selector": _gvisor(
+        selector=lambda s: {"topology.kubernetes.io/zone": "a", **_label(s, "gvisor")}
     ),
-    "gvisor-default-scheduler": _pod(
-        overhead=GVISOR_OVERHEAD,
-        selector=lambda s: _label(s, "gvisor"),
-        annotations=_marked,
-        tolerations=_tolerating(),
+    "gvisor-class-selector": _gvisor(
+        selector=lambda s: {**GVISOR_SELECTOR, **_label(s, "gvisor")}, annotations=lambda s: {}
     ),
-    "gvisor-own-scheduler": _pod(
-        scheduler="my-scheduler",
-        overhead=GVISOR_OVERHEAD,
-        selector=lambda s: _label(s, "gvisor"),
-        annotations=_marked,
-        tolerations=_tolerating(),
-    ),
-    "gvisor-routed-already": _pod(
-        overhead=GVISOR_OVERHEAD,
-        selector=lambda s: _label(s, "gvisor"),
-        annotations=_marked,
-        tolerations=_tolerating(),
-    ),
-    "gvisor-own-selector": _pod(
-        overhead=GVISOR_OVERHEAD,
-        selector=lambda s: {"topology.kubernetes.io/zone": "a", **_label(s, "gvisor")},
-        annotations=_marked,
-        tolerations=_tolerating(),
-    ),
-    "gvisor-class-selector": _pod(
-        overhead=GVISOR_OVERHEAD,
-        selector=lambda s: {**GVISOR_SELECTOR, **_label(s, "gvisor")},
-        tolerations=_tolerating(),
-    ),
-    "gvisor-own-toleration": _pod(
-        overhead=GVISOR_OVERHEAD,
-        selector=lambda s: _label(s, "gvisor"),
-        annotations=_marked,
-        tolerations=_tolerating(SANDBOX_TOLERATION),
-    ),
-    "gvisor-own-annotations": _pod(
-        overhead=GVISOR_OVERHEAD,
-        selector=lambda s: _label(s, "gvisor"),
-        annotations=lambda s: {**_marked(s), **OWN_ANNOTATIONS},
-        tolerations=_tolerating(),
-    ),
-    "gvisor-label-given": _pod(
-        overhead=GVISOR_OVERHEAD,
-        selector=lambda s: {GVISOR_KEY: "true"},
-        annotations=_marked,
-        tolerations=_tolerating(),
-    ),
+    "gvisor-own-toleration": _gvisor(tolerations=_tolerating(SANDBOX_TOLERATION)),
+    "gvisor-own-annotations": _gvisor(annotations=lambda s: {**_marked(s), **OWN_ANNOTATIONS}),
+    "gvisor-label-given": _gvisor(selector=lambda s: {GVISOR_KEY: "true"}),
     "gvisor-label-conflict": _refused(
         f"conflict: RuntimeClass gvisor requires {GVISOR_KEY} = true; pod.spec.nodeSelector[{GVISOR_KEY}] = false"
     ),
     # Equal by value: kept as the pod wrote it.
-    "gvisor-overhead-equal": _pod(
-        overhead={"cpu": "0.25", "memory": "67108864"},
-        selector=lambda s: _label(s, "gvisor"),
-        annotations=_marked,
-        tolerations=_tolerating(),
-    ),
+    "gvisor-overhead-equal": _gvisor(overhead={"cpu": "0.25", "memory": "67108864"}),
     "gvisor-overhead-differs": _refused(MISMATCH),
     "gvisor-overhead-fewer": _refused(MISMATCH),
     # Not routed, no label; the overhead all the same.

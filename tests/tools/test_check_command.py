@@ -30,6 +30,7 @@ from tests.cluster.test_validation import REFUSED
 from tests.support.admission import runtime_class
 from tests.support.apiserver.objects import make_node
 from tests.support.apiserver.server import CONFIGMAPS, NODES, FakeApiServer
+from tests.support.autoscaler import status_configmap
 from tests.support.paths import EXAMPLE_CLUSTER, EXAMPLES
 
 ANNOTATION_PATH = f"metadata.annotations[{NODE_SELECTOR_TERM_ANNOTATION}]"
@@ -427,15 +428,7 @@ async def test_live_cluster_with_cluster_autoscaler_warns_of_the_classes_it_cann
     see a class's rules, in large-cluster mode it can, and alongside admission it sees a
     class's scheduling.nodeSelector (the plugin merges it) but not the annotation."""
     fake_apiserver.add(NODES, make_node("sandbox-1", labels={"pool": "sandbox"}))
-    fake_apiserver.add(
-        CONFIGMAPS,
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system"},
-            "data": {"status": "autoscalerStatus: Running"},
-        },
-    )
+    fake_apiserver.add(CONFIGMAPS, status_configmap())
     manifest = write(tmp_path / "rc.yaml", runtime_class("sandboxed", node_selector={"pool": "sandbox"}))
     live = ["check", str(manifest), "--kubeconfig", str(fake_kubeconfig)]
     status = await asyncio.to_thread(main, [*live, "--warnings-as-errors"])
