@@ -298,7 +298,7 @@ def scene(
         else:
             docs = render(setup) if isinstance(setup, str) else tuple(setup)
             current.installed = install(plane, docs, extra_flags=extra_flags)
-            _wait_for_the_table(plane)
+            _wait_for_the_table(plane, namespace)
             current.scheduler = start_scheduler(
                 plane,
                 scheduler_configuration(docs),
@@ -325,15 +325,27 @@ def _bind_cluster_role(plane: ControlPlane, namespace: str, service_account: str
     )
 
 
-def _wait_for_the_table(plane: ControlPlane) -> None:
-    """Pods of a class are admitted once the leader has written the pod admission table."""
+def _wait_for_the_table(plane: ControlPlane, namespace: str) -> None:
+    """Pods are admitted once the leader has written the pod admission table and the
+    API server's policies have seen it: until then the binding finds no param and
+    refuses every pod of a namespace it binds, one that names no class too (the param
+    is collected before the match conditions are evaluated)."""
     path = "/apis/runtimeclass-extender.dev/v1alpha1/podadmissiontables/runtimeclass-extender"
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": namespace},
+        "spec": {"runtimeClassName": "gvisor", "containers": [_container("1m")]},
+    }
 
-    def written() -> bool:
+    def admitted() -> bool:
         answer = plane.client.request("GET", path)
-        return answer.ok and "gvisor" in ((answer.body.get("spec") or {}).get("runtimeClasses") or {})
+        if not (answer.ok and "gvisor" in ((answer.body.get("spec") or {}).get("runtimeClasses") or {})):
+            return False
+        pods = f"/api/v1/namespaces/{namespace}/pods"
+        return plane.client.request("POST", pods, probe, query={"dryRun": "All"}).ok
 
-    wait_for(written, timeout=60, what="the pod admission table")
+    wait_for(admitted, timeout=60, what="the pod admission table")
 
 
 def template_labels(tmp_path: Path, *labels: str) -> dict[str, str]:
@@ -387,6 +399,8 @@ def test_large_cluster_mode_scales_the_gvisor_group_from_zero_with_the_label_in_
             node, seconds = s.bound("sandboxed-0", scaler)
             assert node.startswith("gvisor-") and node != "gvisor-full"
             assert scaler.scale_ups() == [("gvisor", 0, 1)]
+            # Its status says so too: one gvisor node, no plain one.
+            wait_for(lambda: scaler.targets() == {"gvisor": 1, "plain": 0}, timeout=30, what="the status")
             # The node arrived as a cloud node does, without the label; the labeller put it
             # on and took the startup taint off in one write.
             (arrival,) = s.registration.made()  # type: ignore[union-attr]
@@ -422,6 +436,7 @@ def test_large_cluster_mode_scales_the_gvisor_group_from_its_live_node(
             node, seconds = s.bound("sandboxed-0", scaler)
             assert node.startswith("gvisor-") and node != "gvisor-live"
             assert scaler.scale_ups() == [("gvisor", 1, 2)]
+            wait_for(lambda: scaler.targets() == {"gvisor": 2, "plain": 0}, timeout=30, what="the status")
             print(f"large-cluster, live template: gvisor 1->2, {node} bound {seconds:.1f} s after start")
 
 

@@ -486,6 +486,12 @@ class Autoscaler:
         )
         return str((answer.body.get("data") or {}).get("status", "")) if answer.ok else ""
 
+    def targets(self) -> dict[str, int]:
+        """Each node group's target size, as its status ConfigMap says
+        (``nodeGroups[].health.cloudProviderTarget``)."""
+        status = yaml.safe_load(self.status() or "{}") or {}
+        return {g["name"]: int(g["health"]["cloudProviderTarget"]) for g in status.get("nodeGroups") or []}
+
     def assert_running(self) -> None:
         assert self.process is not None
         if self.process.popen.poll() is not None:
