@@ -81,6 +81,31 @@ def _label_prefix(text: str) -> str:
     return prefix
 
 
+def _taint_key(text: str) -> str:
+    """A taint key (a label key: validation.IsQualifiedName), or empty (off)."""
+    # Imported here: the parsers are built for every command, --help included.
+    from policies.node_affinity import label_key_errors
+
+    key = text.strip()
+    if key and (errors := label_key_errors(key)):
+        raise ValueError(
+            "must be a taint key such as " + DEFAULT_STARTUP_TAINT + ", or empty: " + "; ".join(errors)
+        )
+    return key
+
+
+def _configmap_reference(text: str) -> str:
+    """NAMESPACE/NAME of a ConfigMap, or empty (off)."""
+    reference = text.strip()
+    if reference:
+        namespace, _, name = reference.partition("/")
+        if not namespace or not name or "/" in name or any(c.isspace() for c in reference):
+            raise ValueError(
+                "must be NAMESPACE/NAME, such as " + DEFAULT_CLUSTER_AUTOSCALER_STATUS + ", or empty"
+            )
+    return reference
+
+
 def _choice(*choices: str) -> Callable[[str], str]:
     """One of ``choices`` (lower case), in any case: ``DEBUG`` is ``debug``."""
 
@@ -182,6 +207,11 @@ DEFAULT_RETRY_PERIOD = 2.0
 # label-nodes (extender.cluster.class_labels says why this prefix).
 DEFAULT_NODE_LABEL_PREFIX = "runtimeclass.node-restriction.kubernetes.io"
 DEFAULT_LABEL_NODES_RATE = 100.0
+# Under the prefix cluster-autoscaler counts as "starting, not ready"
+# (cluster-autoscaler/utils/taints/taints.go StartupTaintPrefix).
+DEFAULT_STARTUP_TAINT = "startup-taint.cluster-autoscaler.kubernetes.io/runtimeclass-labels"
+# cluster-autoscaler's --namespace and --status-config-map-name defaults.
+DEFAULT_CLUSTER_AUTOSCALER_STATUS = "kube-system/cluster-autoscaler-status"
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -446,6 +476,31 @@ class ServeSettings:
         _positive_float,
         "at most this many node label patches per second (label-nodes)",
         "PER_SECOND",
+    )
+    startup_taint: str = _setting(
+        DEFAULT_STARTUP_TAINT,
+        _taint_key,
+        "with label-nodes: the taint key a node group's new nodes register with "
+        "(docs/autoscaling.md); the Lease holder removes exactly this taint from a node once its "
+        "RuntimeClass labels are right, so that cluster-autoscaler counts the node as starting "
+        "meanwhile rather than adding another; empty: never removed",
+        "KEY",
+    )
+    runtimeclass_admission_plugin: bool = _setting(
+        False,
+        _bool,
+        "the API server runs the RuntimeClass admission plugin (alongside admission, or a managed "
+        "cluster that cannot turn it off), which merges each class's scheduling.nodeSelector into its "
+        "pods, where node autoscalers see it: only the other node rules then go unseen by them "
+        "(docs/autoscaling.md)",
+    )
+    cluster_autoscaler_status: str = _setting(
+        DEFAULT_CLUSTER_AUTOSCALER_STATUS,
+        _configmap_reference,
+        "NAMESPACE/NAME of cluster-autoscaler's status ConfigMap: where it exists, cluster-autoscaler runs, "
+        "and without label-nodes every replica warns about the RuntimeClasses whose node rules it cannot "
+        "see (docs/autoscaling.md; needs get on that ConfigMap); empty: not looked for",
+        "NAMESPACE/NAME",
     )
     leader_elect: bool = _setting(
         False,

@@ -29,6 +29,7 @@ import cel
 import pytest
 import yaml
 
+from extender.settings import DEFAULT_STARTUP_TAINT
 from tests.support.manifests import OVERLAYS, Manifest, one, render, render_webhook_way
 from tests.support.paths import ADMISSION_DATA, EXAMPLE_CLUSTER, FIXTURES
 
@@ -159,6 +160,10 @@ def _example_node() -> Manifest:
 
 NODE = _example_node()
 NOT_CHANGED = "labels outside the prefix may not change or be removed"
+SPEC = "node spec may not change, but for removing the startup taint"
+SANDBOX_TAINT = {"key": "sandbox", "value": "gvisor", "effect": "NoSchedule"}
+STARTUP_TAINT = {"key": DEFAULT_STARTUP_TAINT, "effect": "NoSchedule"}
+TAINTED = [STARTUP_TAINT, SANDBOX_TAINT]
 
 
 def _set(path: str, value: Any) -> Callable[[Manifest], None]:
@@ -204,8 +209,45 @@ NODE_CASES: list[tuple[str, Callable[[Manifest], None], dict[str, Any], list[str
     ("remove-other", _label("zone", None), {}, [NOT_CHANGED]),
     ("change-other", _label("zone", "b"), {}, [NOT_CHANGED]),
     ("add-other", _label("runtime/gvisor", "true"), {}, ["labels outside the prefix may not be added"]),
-    ("taint", _set("spec.taints", []), {}, ["node spec may not change"]),
-    ("unschedulable", _set("spec.unschedulable", True), {}, ["node spec may not change"]),
+    ("taint", _set("spec.taints", []), {}, [SPEC]),
+    ("unschedulable", _set("spec.unschedulable", True), {}, [SPEC]),
+    # The startup taint (docs/autoscaling.md): removed, exactly, with or without labels.
+    ("remove-startup-taint", _set("spec.taints", [SANDBOX_TAINT]), {"old": _set("spec.taints", TAINTED)}, []),
+    (
+        "remove-startup-taint-and-label",
+        _both(_set("spec.taints", [SANDBOX_TAINT]), _label(PREFIX + "gvisor", "true")),
+        {"old": _set("spec.taints", TAINTED)},
+        [],
+    ),
+    ("remove-only-startup-taint", _set("spec.taints", None), {"old": _set("spec.taints", [STARTUP_TAINT])}, []),
+    # ...and nothing else with it: another taint, a taint added, another spec field.
+    ("remove-both-taints", _set("spec.taints", []), {"old": _set("spec.taints", TAINTED)}, [SPEC]),
+    ("remove-other-taint", _set("spec.taints", [STARTUP_TAINT]), {"old": _set("spec.taints", TAINTED)}, [SPEC]),
+    ("add-startup-taint", _set("spec.taints", TAINTED), {}, [SPEC]),
+    (
+        "startup-taint-and-unschedulable",
+        _both(_set("spec.taints", [SANDBOX_TAINT]), _set("spec.unschedulable", True)),
+        {"old": _set("spec.taints", TAINTED)},
+        [SPEC],
+    ),
+    (
+        "startup-taint-and-provider",
+        _both(_set("spec.taints", [SANDBOX_TAINT]), _set("spec.providerID", "kwok:other")),
+        {"old": _set("spec.taints", TAINTED)},
+        [SPEC],
+    ),
+    (
+        "startup-taint-and-pod-cidrs",
+        _both(_set("spec.taints", [SANDBOX_TAINT]), _set("spec.podCIDRs", ["10.0.0.0/24"])),
+        {"old": _set("spec.taints", TAINTED)},
+        [SPEC],
+    ),
+    (
+        "changed-taint-value",
+        _set("spec.taints", [{**SANDBOX_TAINT, "value": "kata"}]),
+        {"old": _set("spec.taints", TAINTED)},
+        [SPEC],
+    ),
     ("add-annotation", _set("metadata.annotations.x", "y"), {}, ["node annotations may not change"]),
     ("remove-annotations", _set("metadata.annotations", None), {}, ["node annotations may not change"]),
     (

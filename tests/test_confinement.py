@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 import pytest
 
+from extender.settings import DEFAULT_STARTUP_TAINT
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import (
     EVENTS,
@@ -44,6 +45,7 @@ from tests.support.replicas import FAST_REQUEUE, SCHED, replica_set
 from tests.support.waiting import eventually
 
 PREFIX = "runtimeclass.node-restriction.kubernetes.io/"
+OTHER_TAINT = {"key": "sandbox", "value": "gvisor", "effect": "NoSchedule"}
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 NAMESPACES = ("runtimeclass-extender", "other")
@@ -374,7 +376,12 @@ async def test_every_write_of_the_job_goes_through_in_any_namespace(install: Ins
     node, pod = "/api/v1/nodes/node-1", "/api/v1/namespaces/apps/pods/web"
     uid = install.server.get(PODS, "web", namespace="apps")["metadata"]["uid"]  # type: ignore[index]
     validating = _first_webhook(install.server, "validatingwebhookconfigurations")
+    # A startup taint on the node, as a node group's new node registers with it
+    # (docs/autoscaling.md); the labeller removes exactly that one.
+    startup = {"key": DEFAULT_STARTUP_TAINT, "effect": "NoSchedule"}
+    install.server.modify(NODES, "node-1", {"spec": {"taints": [startup, OTHER_TAINT]}})
     allowed = [
+        ("PATCH", node, {"spec": {"taints": [OTHER_TAINT]}}, MERGE),
         ("PATCH", node, {"metadata": {"labels": {PREFIX + "gvisor": "true"}}}, MERGE),
         ("PATCH", node, {"metadata": {"labels": {PREFIX + "gvisor": None}}}, MERGE),
         (
@@ -460,7 +467,9 @@ async def test_the_actors_do_their_work_as_the_extenders_identity(install: Insta
     written, pods are nudged, the table is kept (created again once deleted), and the API
     server refuses none of their requests."""
     server = install.server
-    server.add(NODES, make_node("node-2", labels={"sandbox": "runc"}))
+    # A new node of a node group, registered with the startup taint beside its own.
+    startup = {"key": DEFAULT_STARTUP_TAINT, "effect": "NoSchedule"}
+    server.add(NODES, make_node("node-2", labels={"sandbox": "runc"}, taints=[OTHER_TAINT, startup]))
     server.add(RUNTIME_CLASSES, make_runtime_class("kata", node_selector={"sandbox": "kata"}))
     server.add(PODS, make_pod("kata-pod", namespace="apps", runtime_class="kata", scheduler_name=SCHED))
     user = rbac.service_account(install.namespace, "runtimeclass-extender")
@@ -502,6 +511,10 @@ async def test_the_actors_do_their_work_as_the_extenders_identity(install: Insta
                 (server.get(NODES, "node-1") or {})["metadata"]["labels"].get(PREFIX + "gvisor") == "true"
             ),
             what="labelled",
+        )
+        await eventually(
+            lambda: (server.get(NODES, "node-2") or {})["spec"].get("taints") == [OTHER_TAINT],
+            what="the startup taint removed, the other kept",
         )
         await eventually(lambda: len(server.objects(EVENTS)) == 1, what="the kata pod's event")
         server.modify(RUNTIME_CLASSES, "gvisor", {"handler": "runsc-debug"})

@@ -160,6 +160,8 @@ WEBHOOK_CERT_ROLES = frozenset({CERT_ROLE, CA_BUNDLE_ROLE})
 # --pod-admission-table: a ClusterRole on the one PodAdmissionTable (and create), in
 # every overlay with the pod admission policies (test_pod_admission_table_rbac_*).
 TABLE_ROLE = "runtimeclass-extender-pod-admission-table"
+# get on cluster-autoscaler's status ConfigMap (components/autoscaler-status).
+AUTOSCALER_STATUS_ROLE = "runtimeclass-extender-autoscaler-status"
 TABLE = "runtimeclass-extender"
 
 Manifest = dict[str, Any]
@@ -402,7 +404,7 @@ def test_extender_rbac_is_read_only_nodes_and_runtimeclasses(kustomization: str)
     namespace = _deployment(docs)["metadata"]["namespace"]
     # The requeue role is checked on its own (test_requeue_rbac_only_where_the_flag_is_on).
     rules = _rules_for(
-        docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, LEASE_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE}
+        docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, LEASE_ROLE, AUTOSCALER_STATUS_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE}
     )
     _assert_read_only_nodes_and_runtimeclasses(list(rules))
     # The sidecar runs as that ServiceAccount: its token is mounted at the in-cluster
@@ -445,7 +447,12 @@ def test_requeue_rbac_only_where_the_flag_is_on(kustomization: str, requeue: boo
     # The pods it nudges are those of the profile this deployment's scheduler runs.
     assert _flags(extender)["requeue-scheduler-names"] == _profile(docs)["schedulerName"]
     everything = list(
-        _rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({LEASE_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE})
+        _rules_for(
+            docs,
+            namespace,
+            EXTENDER_SA,
+            skip_roles=frozenset({LEASE_ROLE, AUTOSCALER_STATUS_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE},
+        )
     )
     requeue_rules = [r for r in everything if r not in _one(docs, "ClusterRole", EXTENDER_SA)["rules"]]
     assert requeue_rules == _one(docs, "ClusterRole", REQUEUE_ROLE)["rules"]
@@ -1133,13 +1140,41 @@ def test_audit_component_adds_the_flag_and_only_list_watch_pods(overlay: str) ->
         docs,
         namespace,
         EXTENDER_SA,
-        skip_roles=frozenset({REQUEUE_ROLE, AUDIT_ROLE, LEASE_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE},
+        skip_roles=frozenset({REQUEUE_ROLE, AUDIT_ROLE, LEASE_ROLE, AUTOSCALER_STATUS_ROLE})
+        | WEBHOOK_CERT_ROLES
+        | {TABLE_ROLE},
     )
     _assert_read_only_nodes_and_runtimeclasses(list(others))
     # The plain manifest (kubectl apply -f) is what the component installs.
     plain = _load_file(AUDIT_COMPONENT / "rbac.yaml")
     assert _one(plain, "ClusterRole", AUDIT_ROLE)["rules"] == role["rules"]
     assert _one(plain, "ClusterRoleBinding", AUDIT_ROLE)["subjects"] == binding["subjects"]
+
+
+# --- deploy/components/autoscaler-status ----------------------------------------------
+
+
+@pytest.mark.parametrize("kustomization", [*KUSTOMIZATIONS, "overlays/large-cluster"])
+def test_the_autoscaler_status_is_read_by_name_only_where_rules_are_not_in_pods(kustomization: str) -> None:
+    """get on ConfigMaps named cluster-autoscaler-status, nothing else; where label-nodes
+    is off (with it, every class's label is in its pods: nothing to warn about)."""
+    docs = _render(kustomization)
+    namespace = _deployment(docs)["metadata"]["namespace"]
+    settings = _serve_settings(_container(docs, "extender"))
+    roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == AUTOSCALER_STATUS_ROLE]
+    if kustomization == "base" or settings.label_nodes:
+        assert roles == [], kustomization
+        return
+    (role,) = roles
+    _, name = settings.cluster_autoscaler_status.split("/")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [name], "verbs": ["get"]}
+    ]
+    binding = _one(docs, "ClusterRoleBinding", AUTOSCALER_STATUS_ROLE)
+    assert binding["roleRef"]["name"] == AUTOSCALER_STATUS_ROLE
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
+    # Alongside admission the API server merges the classes' selectors: the extender knows.
+    assert settings.runtimeclass_admission_plugin == kustomization.endswith("alongside-admission")
 
 
 # --- the overlays the docs show ---------------------------------------------------------

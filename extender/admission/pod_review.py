@@ -47,6 +47,23 @@ another value of that label is denied, as the in-tree plugin denies a conflictin
 selector. Opted-out pods and namespaces, as for routing, get no label; nor does a pod
 whose class is unknown or whose rules select every node.
 
+**The class's tolerations, with ``--label-nodes``**: a pod of a class with tolerations
+gets each of them the extender honours (``pod_tolerations``: NoSchedule ones) that it
+does not carry, as the in-tree RuntimeClass plugin merges them (``setScheduling``), so
+that an autoscaler, which judges a node group's taints by a pod's own tolerations, can
+pick a tainted group for it. Not opted-out pods.
+
+**The autoscalers' annotations, without ``--label-nodes``** (``RoutingConfig.node_rules``:
+which classes have node rules under the policy): a pod whose class has node rules gets
+``AUTOSCALER_ANNOTATIONS`` (``cluster-autoscaler.kubernetes.io/safe-to-evict: "false"``,
+``karpenter.sh/do-not-disrupt: "true"``), each where the pod does not set it, so that
+cluster-autoscaler and Karpenter, which judge where a pod could move by the in-tree
+filters alone, never remove the node it runs on believing it could run elsewhere
+(``extender.admission.pod_table`` says more). Not a pod whose ``nodeSelector`` already
+holds its class's ``scheduling.nodeSelector``, when that is all of the class's node
+rules (the in-tree RuntimeClass plugin merged it, alongside admission: the autoscalers
+see it); not opted-out pods.
+
 **A class that does not exist (yet)**: allowed without overhead, with a warning. The
 in-tree plugin rejects such a pod; KEP-585 lets it wait instead, and the
 ``RuntimeClassExists`` predicate keeps it pending until the class exists. It is still
@@ -71,6 +88,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from extender.admission.pod_table import AUTOSCALER_ANNOTATIONS, pod_tolerations
 from extender.admission.reviews import (
     MAX_MESSAGE_CHARS,
     WIRE,
@@ -102,8 +120,14 @@ __all__ = [
 
 PodResult = Literal["patched", "unchanged", "denied"]
 POD_RESULTS: Final[tuple[PodResult, ...]] = ("patched", "unchanged", "denied")
-PatchedField = Literal["overhead", "schedulerName", "nodeSelector"]
-PATCHED_FIELDS: Final[tuple[PatchedField, ...]] = ("overhead", "schedulerName", "nodeSelector")
+PatchedField = Literal["overhead", "schedulerName", "nodeSelector", "tolerations", "annotations"]
+PATCHED_FIELDS: Final[tuple[PatchedField, ...]] = (
+    "overhead",
+    "schedulerName",
+    "nodeSelector",
+    "tolerations",
+    "annotations",
+)
 
 # The pod (and namespace) label that opts out; its one meaningful value.
 WEBHOOK_LABEL: Final = "runtimeclass-extender.dev/webhook"
@@ -122,6 +146,8 @@ WITHOUT_CLASS_OVERHEAD: Final = (
 _SPEC_OVERHEAD = "/spec/overhead"
 _SPEC_SCHEDULER_NAME = "/spec/schedulerName"
 _SPEC_NODE_SELECTOR = "/spec/nodeSelector"
+_ANNOTATIONS = "/metadata/annotations"
+_SPEC_TOLERATIONS = "/spec/tolerations"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +159,9 @@ class RoutingConfig:
     own_namespace: str = ""
     # With label-nodes: the labels pods of a class with node rules must require.
     class_labels: ClassLabels | None = None
+    # Which classes have node rules under the extender's policy: without label-nodes,
+    # their pods get the autoscalers' annotations (None: none).
+    node_rules: ClassLabels | None = None
 
     def never_routed(self, namespace: str) -> bool:
         return namespace in NEVER_ROUTED_NAMESPACES or (
@@ -166,6 +195,7 @@ class _PodMeta(BaseModel):
     generateName: str = ""
     namespace: str = ""
     labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
 
 
 class _PodSpec(BaseModel):
@@ -175,6 +205,7 @@ class _PodSpec(BaseModel):
     nodeSelector: dict[str, str] | None = None
     # ResourceList: quantities are strings on the wire (Quantity.MarshalJSON).
     overhead: dict[str, str] | None = None
+    tolerations: list[dict[str, Any]] | None = None
 
 
 class _Pod(BaseModel):
@@ -278,6 +309,23 @@ def review_pod(body: bytes, state: ClusterState, routing: RoutingConfig) -> PodR
             if wanted is None:
                 patch.append(_require_label(pod, key_name))
                 patched.append("nodeSelector")
+        if labels is not None and not _opted_out(request, pod, routing):
+            tolerating = _tolerate(pod, pod_tolerations(runtime_class))
+            if tolerating:
+                patch.extend(tolerating)
+                patched.append("tolerations")
+        rules = routing.node_rules
+        if (
+            labels is None
+            and rules is not None
+            and rules.has_node_rules(runtime_class)
+            and not _shows(pod, rules.visible_selector(runtime_class))
+            and not _opted_out(request, pod, routing)
+        ):
+            added = _annotate(pod)
+            if added:
+                patch.extend(added)
+                patched.append("annotations")
 
     if _routes(request, pod, routing):
         scheduler = routing.scheduler_name
@@ -318,6 +366,47 @@ def _require_label(pod: _Pod, key: str) -> dict[str, Any]:
     # RFC 6901: "~" and "/" in a member name are escaped as "~0" and "~1".
     escaped = key.replace("~", "~0").replace("/", "~1")
     return {"op": "add", "path": f"{_SPEC_NODE_SELECTOR}/{escaped}", "value": LABEL_VALUE}
+
+
+def _tolerate(pod: _Pod, tolerations: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The JSONPatch operations adding each of ``tolerations`` the pod does not carry
+    (compared by key, operator, value and effect, an absent field as empty; the whole
+    list where the pod has none)."""
+    own = pod.spec.tolerations
+    if own is None:
+        return [{"op": "add", "path": _SPEC_TOLERATIONS, "value": tolerations}] if tolerations else []
+    carried = {_toleration_fields(t) for t in own}
+    return [
+        {"op": "add", "path": _SPEC_TOLERATIONS + "/-", "value": t}
+        for t in tolerations
+        if _toleration_fields(t) not in carried
+    ]
+
+
+def _toleration_fields(toleration: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    return tuple(str(toleration.get(f) or "") for f in ("key", "operator", "value", "effect"))  # type: ignore[return-value]
+
+
+def _shows(pod: _Pod, selector: Mapping[str, str] | None) -> bool:
+    """The pod's nodeSelector holds ``selector``, all of its class's node rules (None:
+    some rule no selector can show)."""
+    if selector is None:
+        return False
+    own = pod.spec.nodeSelector or {}
+    return all(own.get(key) == value for key, value in selector.items())
+
+
+def _annotate(pod: _Pod) -> list[dict[str, Any]]:
+    """The JSONPatch operations adding each of the autoscalers' annotations the pod does
+    not set (the whole map where it has none: an "add" below a missing member fails)."""
+    own = pod.metadata.annotations
+    if own is None:
+        return [{"op": "add", "path": _ANNOTATIONS, "value": dict(AUTOSCALER_ANNOTATIONS)}]
+    return [
+        {"op": "add", "path": f"{_ANNOTATIONS}/{key.replace('~', '~0').replace('/', '~1')}", "value": value}
+        for key, value in AUTOSCALER_ANNOTATIONS
+        if key not in own
+    ]
 
 
 def _pod_key(request: AdmissionRequest, pod: _Pod) -> str:

@@ -36,6 +36,24 @@ One entry per class, under the class's name:
 - ``nodeLabel``: the node label a pod of the class must require (``serve
   --label-nodes``, a class with node rules: ``ClassLabels``), hashed past 63 characters
   as the labeller names it (a policy cannot hash); absent otherwise.
+- ``tolerations``: with label-nodes, the class's tolerations as the extender honours
+  them (for NoSchedule taints: one without an effect becomes one for NoSchedule, and
+  NoExecute and PreferNoSchedule ones are left out); each is added to a pod of the class
+  that does not carry it (and is not opted out), as the in-tree RuntimeClass plugin
+  merges them. cluster-autoscaler and Karpenter judge a node group's taints by a pod's
+  own tolerations: without them a tainted group (a GKE Sandbox-style pool) is never
+  picked for the class's pods. Absent when the class has none of these.
+- ``podAnnotations``: without ``nodeLabel``, for a class with node rules,
+  ``AUTOSCALER_ANNOTATIONS``: each is added to a pod of the class that does not set it
+  (and is not opted out), so that cluster-autoscaler and Karpenter never remove the
+  node it runs on. They decide where a pod could go by kube-scheduler's in-tree
+  filters alone, never the extender (kubernetes/autoscaler#506), so a pod whose class's
+  rules are not in its spec "can be moved" to any node with room, one that cannot run
+  the class included; its node would be drained and removed, and the pod left pending.
+- ``unlessNodeSelector``: with ``podAnnotations``, the class's ``scheduling.nodeSelector``
+  when that is all of its node rules: a pod whose ``nodeSelector`` holds every entry
+  (the in-tree RuntimeClass admission plugin merged it, alongside admission; or its
+  author wrote it) shows the autoscalers where it can run, and gets no annotation.
 
 A class that is not in the table (created while no replica ran) gets routing and
 nothing else, as a class that does not exist (docs/pod-webhook.md, "The window").
@@ -52,24 +70,62 @@ from typing import Any, Final
 from extender.cluster.class_labels import ClassLabels
 from policies.objects import RuntimeClassView
 
-__all__ = ["API_VERSION", "KIND", "PLURAL", "entry", "table"]
+__all__ = ["API_VERSION", "AUTOSCALER_ANNOTATIONS", "KIND", "PLURAL", "entry", "pod_tolerations", "table"]
 
 GROUP: Final = "runtimeclass-extender.dev"
 API_VERSION: Final = f"{GROUP}/v1alpha1"
 KIND: Final = "PodAdmissionTable"
 PLURAL: Final = "podadmissiontables"
+# A pod the autoscalers must not move: cluster-autoscaler never removes a node running a
+# pod with the first (FAQ, "What types of pods can prevent CA from removing a node?"),
+# Karpenter never disrupts one with the second (its disruption docs, "Pod-Level
+# Controls").
+AUTOSCALER_ANNOTATIONS: Final = (
+    ("cluster-autoscaler.kubernetes.io/safe-to-evict", "false"),
+    ("karpenter.sh/do-not-disrupt", "true"),
+)
 
 
-def entry(runtime_class: RuntimeClassView, labels: ClassLabels | None) -> dict[str, Any]:
-    """The class's entry (see the module doc); ``labels`` is None without label-nodes."""
+def entry(runtime_class: RuntimeClassView, labels: ClassLabels | None, rules: ClassLabels) -> dict[str, Any]:
+    """The class's entry (see the module doc); ``labels`` is None without label-nodes;
+    ``rules`` says which classes have node rules under the extender's policy."""
     found: dict[str, Any] = {}
     if runtime_class.overhead is not None:
         found["overhead"] = dict(runtime_class.overhead)
-    if labels is not None and labels.has_node_rules(runtime_class):
-        found["nodeLabel"] = labels.key(runtime_class.name)
+    if labels is not None:
+        if labels.has_node_rules(runtime_class):
+            found["nodeLabel"] = labels.key(runtime_class.name)
+        if tolerations := pod_tolerations(runtime_class):
+            found["tolerations"] = tolerations
+    elif rules.has_node_rules(runtime_class):
+        found["podAnnotations"] = dict(AUTOSCALER_ANNOTATIONS)
+        visible = rules.visible_selector(runtime_class)
+        if visible is not None:
+            found["unlessNodeSelector"] = dict(visible)
     return found
 
 
-def table(classes: Iterable[RuntimeClassView], labels: ClassLabels | None) -> dict[str, dict[str, Any]]:
+def pod_tolerations(runtime_class: RuntimeClassView) -> list[dict[str, str]]:
+    """The class's tolerations as the extender honours them at /filter (NoSchedule taints
+    alone: policies/predicates.py), as API objects (empty fields left out)."""
+    found: list[dict[str, str]] = []
+    for toleration in runtime_class.tolerations:
+        if toleration.effect not in ("", "NoSchedule"):
+            continue
+        item = {
+            "key": toleration.key,
+            "operator": toleration.operator,
+            "value": toleration.value,
+            "effect": "NoSchedule",
+        }
+        written = {k: v for k, v in item.items() if v}
+        if written not in found:
+            found.append(written)
+    return found
+
+
+def table(
+    classes: Iterable[RuntimeClassView], labels: ClassLabels | None, rules: ClassLabels
+) -> dict[str, dict[str, Any]]:
     """Every class's entry, by class name: the object's ``spec.runtimeClasses``."""
-    return {runtime_class.name: entry(runtime_class, labels) for runtime_class in classes}
+    return {runtime_class.name: entry(runtime_class, labels, rules) for runtime_class in classes}

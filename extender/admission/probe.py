@@ -5,7 +5,8 @@ RuntimeClass with ``dryRun=All`` and compares the pod the API server answers wit
 the pod webhook's own review (``review_pod``) makes of the same pod. Whichever way the
 cluster admits pods (the admission policies of components/pod-admission-policy, or the
 pod webhook), the answer must be the webhook's: routed to the RuntimeClass scheduler,
-the class's overhead, and in large-cluster mode the class's node-label requirement. A
+the class's overhead, in large-cluster mode the class's node-label requirement and
+tolerations, otherwise the autoscalers' annotations. A
 served MutatingAdmissionPolicy is not proof that it runs (an API server with the
 feature gate off accepts policies and runs none), so this is how an install proves it.
 
@@ -27,10 +28,13 @@ from typing import Any, Final
 import orjson
 
 from extender.admission.pod_review import RoutingConfig, review_pod
+from extender.admission.pod_table import AUTOSCALER_ANNOTATIONS
 from extender.admission.reviews import API_VERSION, KIND
 from extender.cluster.state import ClusterState
 from extender.kube.defaults import DEFAULT_SCHEDULER
 from policies.quantity import QuantityError, resource_lists_equal
+
+_AUTOSCALER_KEYS: Final = frozenset(key for key, _ in AUTOSCALER_ANNOTATIONS)
 
 __all__ = [
     "PROBE_IMAGE",
@@ -127,6 +131,9 @@ def apply_patch(obj: Mapping[str, Any], operations: Sequence[Mapping[str, Any]])
         target: Any = result
         for token in parents:
             target = target.get(token) if isinstance(target, dict) else None
+        if op == "add" and last == "-" and isinstance(target, list):
+            target.append(copy.deepcopy(operation.get("value")))
+            continue
         if not isinstance(target, dict) or (op == "replace" and last not in target):
             raise ValueError(f"JSON Patch {op} {path}: no such member")
         target[last] = copy.deepcopy(operation.get("value"))
@@ -135,9 +142,10 @@ def apply_patch(obj: Mapping[str, Any], operations: Sequence[Mapping[str, Any]])
 
 def differences(expected: Admission, got: Admission, *, label_prefix: str) -> list[str]:
     """Where the pod ``got`` from the API server is not the ``expected`` one, in the
-    fields pod admission sets: schedulerName, overhead (by value), and the nodeSelector
-    entries under ``label_prefix`` (other mutations of the cluster's own are not ours to
-    judge). Empty: the same."""
+    fields pod admission sets: schedulerName, overhead (by value), the nodeSelector
+    entries under ``label_prefix``, the autoscalers' annotations and the NoSchedule
+    tolerations (other mutations of the cluster's own are not ours to judge). Empty: the
+    same."""
     if expected.pod is None or got.pod is None:
         if expected.pod is None and got.pod is None:
             return []
@@ -156,6 +164,13 @@ def differences(expected: Admission, got: Admission, *, label_prefix: str) -> li
         found.append(f"overhead {_resources(have['overhead'])}, want {_resources(want['overhead'])}")
     if have["labels"] != want["labels"]:
         found.append(f"node label {_labels(have['labels'])}, want {_labels(want['labels'])}")
+    if have["annotations"] != want["annotations"]:
+        found.append(f"annotations {_labels(have['annotations'])}, want {_labels(want['annotations'])}")
+    if have["tolerations"] != want["tolerations"]:
+        found.append(
+            f"NoSchedule tolerations {_tolerations(have['tolerations'])}, "
+            f"want {_tolerations(want['tolerations'])}"
+        )
     return found
 
 
@@ -173,12 +188,30 @@ def summary(admission: Admission, *, label_prefix: str) -> dict[str, str]:
 
 def _fields(pod: Mapping[str, Any], label_prefix: str) -> dict[str, Any]:
     spec = pod.get("spec") or {}
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
     owned = label_prefix + "/"
     return {
         "schedulerName": spec.get("schedulerName") or "",
         "overhead": dict(spec.get("overhead") or {}),
         "labels": {k: v for k, v in (spec.get("nodeSelector") or {}).items() if k.startswith(owned)},
+        "annotations": {k: v for k, v in annotations.items() if k in _AUTOSCALER_KEYS},
+        # The API server adds NoExecute tolerations of its own (DefaultTolerationSeconds:
+        # plugin/pkg/admission/defaulttolerationseconds); pod admission adds NoSchedule ones.
+        "tolerations": sorted(
+            _toleration(t) for t in spec.get("tolerations") or () if t.get("effect", "") in ("", "NoSchedule")
+        ),
     }
+
+
+def _toleration(toleration: Mapping[str, Any]) -> str:
+    key, operator = toleration.get("key", ""), toleration.get("operator") or "Equal"
+    value, effect = toleration.get("value", ""), toleration.get("effect", "")
+    match = f"{key}={value}" if operator == "Equal" else f"{key} {operator}"
+    return f"{match}:{effect}" if effect else match
+
+
+def _tolerations(tolerations: Sequence[str]) -> str:
+    return ",".join(tolerations) or "(none)"
 
 
 def _resources(resources: Mapping[str, Any]) -> str:

@@ -109,6 +109,20 @@ class ClassLabels:
             or runtime_class.selector_error is not None
         )
 
+    def visible_selector(self, runtime_class: RuntimeClassView) -> Mapping[str, str] | None:
+        """The class's node rules as a pod's ``nodeSelector`` can carry them (what an
+        autoscaler, which simulates the in-tree filters and never calls the extender,
+        can see): its ``scheduling.nodeSelector`` when that is all of its node rules;
+        None when some rule is beyond a selector (the annotation, a rule of the
+        policy) or the class has none."""
+        if self._policy_has_node_rules or not runtime_class.node_selector:
+            return None
+        if runtime_class.match_expressions is not None or runtime_class.match_fields:
+            return None
+        if runtime_class.selector_error is not None:
+            return None
+        return runtime_class.node_selector
+
     def key(self, class_name: str) -> str:
         return label_key(self.prefix, class_name)
 

@@ -113,8 +113,12 @@ def leader_actors(
             )
         )
     if options.table is not None:
-        # With label-nodes the table names each class's label, as the labeller keeps it.
-        labels = ClassLabels(options.label_prefix, policy) if options.label is not None else None
-        actors.append(PodAdmissionTable(api, state, options=options.table, labels=labels, limiter=limiter))
+        # With label-nodes the table names each class's label, as the labeller keeps it;
+        # without, it marks the pods of classes with node rules for the autoscalers.
+        rules = ClassLabels(options.label_prefix, policy)
+        labels = rules if options.label is not None else None
+        actors.append(
+            PodAdmissionTable(api, state, options=options.table, rules=rules, labels=labels, limiter=limiter)
+        )
     actors.extend(others)
     return actors

@@ -41,6 +41,7 @@ from extender.http.bodies import (
 from extender.http.explain import explain_routes
 from extender.http.keys import (
     ADMISSION_METRICS,
+    AUTOSCALER_CHECK,
     BODY_READ_TIMEOUT,
     CAPTURE,
     DECISIONS,
@@ -254,6 +255,9 @@ async def readyz(request: web.Request) -> web.Response:
     # Ready or not, the configuration warnings stay visible to whoever checks readiness,
     # and so do recent filter calls whose fitting nodes the scheduler's sampling hid.
     warnings = [*(request.app.get(WARNINGS) or ()), *request.app[HIDDEN_NODES].messages()]
+    autoscalers = request.app.get(AUTOSCALER_CHECK)
+    if autoscalers is not None:
+        warnings += autoscalers.messages()
     # The version answers "which extender is this?" for whoever probes it (upgrades).
     body: dict[str, object] = {"warnings": warnings, "version": __version__}
     # With --leader-elect: this replica's identity and the holder it last saw. Leading is

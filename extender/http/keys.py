@@ -14,6 +14,7 @@ from aiohttp import web
 
 from extender.admission import RoutingConfig
 from extender.capture.writer import CaptureWriter
+from extender.cluster.autoscaler_check import AutoscalerCheck
 from extender.cluster.node_lookup import NodeLookup
 from extender.cluster.state import ClusterState
 from extender.decision_cache import DecisionCache
@@ -57,6 +58,8 @@ WARNINGS = web.AppKey("warnings", tuple[str, ...])
 ADMISSION_METRICS: web.AppKey[AdmissionMetrics] = web.AppKey("admission_metrics")
 # Filter calls where kube-scheduler's node sampling hid the fitting nodes, per class.
 HIDDEN_NODES: web.AppKey[HiddenNodeReports] = web.AppKey("hidden_nodes")
+# Node autoscalers that cannot see the RuntimeClasses' rules (live mode without label-nodes).
+AUTOSCALER_CHECK = web.AppKey("autoscaler_check", AutoscalerCheck)
 # The pod webhook's routing (serve --route-pods-to-scheduler); absent: routing off.
 ROUTING = web.AppKey("routing", RoutingConfig)
 # Set with --leader-elect: who leads, for /readyz and the leader gauge.

@@ -52,7 +52,11 @@ def actor_options(settings: ServeSettings) -> ActorOptions:
         requeue=requeue_options(settings) if settings.requeue_pending_pods else None,
         audit=AuditOptions() if settings.audit_running_pods else None,
         label=(
-            LabelOptions(prefix=settings.node_label_prefix, rate=settings.label_nodes_rate)
+            LabelOptions(
+                prefix=settings.node_label_prefix,
+                rate=settings.label_nodes_rate,
+                startup_taint=settings.startup_taint,
+            )
             if settings.label_nodes
             else None
         ),
@@ -109,9 +113,11 @@ def capture_writer(settings: ServeSettings) -> CaptureWriter:
 def routing_config(settings: ServeSettings, policy: Policy) -> RoutingConfig:
     """The pod webhook's routing: the scheduler it routes to, the extender's own
     namespace (never routed), and with label-nodes the labels it requires (the ones the
-    labeller keeps)."""
+    labeller keeps), without it the classes whose pods get the autoscalers' annotations."""
+    rules = ClassLabels(settings.node_label_prefix, policy)
     return RoutingConfig(
         settings.route_pods_to_scheduler,
         settings.namespace or "",
-        class_labels=ClassLabels(settings.node_label_prefix, policy) if settings.label_nodes else None,
+        class_labels=rules if settings.label_nodes else None,
+        node_rules=rules,
     )

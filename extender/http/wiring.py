@@ -29,12 +29,15 @@ from aiohttp import web
 from extender.capture.writer import CaptureWriter
 from extender.certificates.serving import SwitchingContext
 from extender.cluster.annotations import SelectorErrorLog
+from extender.cluster.autoscaler_check import AutoscalerCheck
+from extender.cluster.class_labels import ClassLabels
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.live import LiveCluster, LiveOptions
 from extender.cluster.state import ClusterState
 from extender.http.actors import leader_actors
 from extender.http.app import create_app
 from extender.http.keys import (
+    AUTOSCALER_CHECK,
     CAPTURE,
     INFORMERS,
     LEADER_GATE,
@@ -137,6 +140,31 @@ def attach_leader_work(app: web.Application, api: Any, runner: LeaderRunner) -> 
         app.cleanup_ctx.append(tasks.job("leader-election", elector.run))
     for job in runner.jobs():
         app.cleanup_ctx.append(tasks.job(job.name, job.run, drain=job.drain))
+
+
+def attach_autoscaler_check(app: web.Application, check: AutoscalerCheck) -> None:
+    """After ``attach_live``: the check for node autoscalers that cannot see the
+    RuntimeClasses' rules, its gauge, and its warning in ``/readyz``."""
+    app[AUTOSCALER_CHECK] = check
+    check.register_metrics(app[METRICS].registry)
+    app.cleanup_ctx.append(app[TASKS].job("autoscaler-check", check.run))
+
+
+def autoscaler_check(
+    settings: ServeSettings, live: LiveCluster, state: ClusterState, policy: Policy
+) -> AutoscalerCheck | None:
+    """The check, in live mode without label-nodes (with it, every class is seen)."""
+    if settings.label_nodes:
+        return None
+    reference = settings.cluster_autoscaler_status
+    namespace, _, name = reference.partition("/")
+    return AutoscalerCheck(
+        live.api,
+        state,
+        ClassLabels(settings.node_label_prefix, policy),
+        status_configmap=(namespace, name) if reference else None,
+        admission_plugin=settings.runtimeclass_admission_plugin,
+    )
 
 
 def attach_capture(app: web.Application, writer: CaptureWriter) -> None:
@@ -258,6 +286,9 @@ async def build_app(
         attach_live(app, live)
         app[INFORMERS] = informers
         attach_leader_work(app, live.api, runner)
+        check = autoscaler_check(settings, live, state, policy)
+        if check is not None:
+            attach_autoscaler_check(app, check)
         if keeper is not None:
             app[WEBHOOK_CERTIFICATES] = keeper
     if capture is not None:

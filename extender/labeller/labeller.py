@@ -38,6 +38,16 @@ writes them, as a leader actor (``extender.leader.actor``):
   node probing while the others wait, so that 15,000 refused nodes are not 15,000
   retries (each label write wakes every node watcher, kube-scheduler's included).
 
+- **The startup taint** (``extender.cluster.startup_taint``): a node that carries it
+  (a node group's new node, registered with it so that cluster-autoscaler counts the
+  node as starting while its labels are missing) has it removed in the write that
+  makes its labels right, or alone when they already are. That write reads the node
+  first (taints are one list, replaced whole by a merge patch: every other taint is
+  sent back as the API server has it) and is conditional on the node's
+  resourceVersion, so a taint someone adds meanwhile is never undone (409: tried
+  again). A node whose labels the cache shows differently than the read is tried
+  again once the watch has caught up.
+
 One log line per class change says what it moves ("RuntimeClass gvisor: node labels:
 3 to add, 1 to remove"); counters say what was written.
 """
@@ -60,8 +70,9 @@ from extender import METRIC_PREFIX
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.pending_pod_informer import PendingPodInformer
 from extender.cluster.pending_pods import PendingPod
+from extender.cluster.startup_taint import carries, seen_as_read, untainting_patch
 from extender.cluster.state import ClusterState
-from extender.kube.api import send
+from extender.kube.api import ApiError, request_json, send
 from extender.kube.informer import Informer
 from extender.kube.store import Named, Store
 from extender.leader.controller import Controller, WriteLog
@@ -69,7 +80,7 @@ from extender.leader.limits import Sleep, WriteLimiter
 from extender.leader.results import Done, Failed, Report, Result, Sent, Unchanged, Write
 from extender.leader.workqueue import WriteOptions
 from extender.leader.writes import Turn
-from extender.settings import DEFAULT_LABEL_NODES_RATE, DEFAULT_NODE_LABEL_PREFIX
+from extender.settings import DEFAULT_LABEL_NODES_RATE, DEFAULT_NODE_LABEL_PREFIX, DEFAULT_STARTUP_TAINT
 from policies.objects import NodeView, RuntimeClassView
 from policies.registry import Policy
 
@@ -83,6 +94,8 @@ WRITE_FAIL_REASONS = ("forbidden", "rejected", "retries_exhausted")
 @dataclass(frozen=True, kw_only=True)
 class LabelOptions(WriteOptions):
     prefix: str = DEFAULT_NODE_LABEL_PREFIX
+    # The taint removed from a node once its labels are right ("": none).
+    startup_taint: str = DEFAULT_STARTUP_TAINT
     # Node patches per second, bursts, and patches in flight at once; a node's write
     # after a failure is tried again with backoff up to every retry_max (a refusal:
     # one probe, the other nodes held, extender.leader.refusal).
@@ -116,6 +129,11 @@ class LabelMetrics:
             ["reason"],
             registry=registry,
         )
+        self.untainted = Counter(
+            METRIC_PREFIX + "node_startup_taints_removed",
+            "Startup taints (startup-taint) removed from nodes once their RuntimeClass labels were right.",
+            registry=registry,
+        )
         Gauge(
             METRIC_PREFIX + "node_label_writes_pending",
             "Node label writes waiting for their turn, for a retry, or in flight.",
@@ -132,7 +150,8 @@ WRITE_LOG = WriteLog(
     retrying="node label write will be retried",
     hints={
         403: ": grant the node-labels ClusterRole (patch nodes)",
-        422: ": refused by admission (is node-label-prefix the admission policy's prefix?)",
+        422: ": refused by admission (are node-label-prefix and startup-taint the admission policy's prefix "
+        "and startupTaint?)",
     },
 )
 
@@ -289,9 +308,9 @@ class NodeLabeller(Controller[str]):
             node = nodes.get(name)
             if node is not None:
                 patch = self.labels.patch(node, labelled, keys)
-                if patch:
+                if patch or (keys is None and carries(node, self.options.startup_taint)):
                     self.queue.add(name)
-                    if class_name is not None:
+                    if class_name is not None and patch:
                         value = patch[self.labels.key(class_name)]
                         adding += value is not None
                         removing += value is None
@@ -319,7 +338,8 @@ class NodeLabeller(Controller[str]):
 
     def _write(self, name: str) -> Write | Unchanged:
         """The node's patch as things are now: one merge patch of the labels under the
-        prefix that differ (the ``detail``), or why there is none."""
+        prefix that differ, and the startup taint's removal when the node carries it
+        (the ``detail``: the labels, and the taint or None), or why there is none."""
         node: NodeView | None = self.state.nodes.get(name)
         if node is None:
             return Unchanged("node_gone")
@@ -330,9 +350,14 @@ class NodeLabeller(Controller[str]):
         else:
             patch = self.labels.patch(node, labelled)
             self._last_patch = (node, labelled, patch)
-        if not patch:
+        taint = self.options.startup_taint if carries(node, self.options.startup_taint) else None
+        if not patch and taint is None:
             return Unchanged("in_sync")
-        return Write(frozenset(patch.items()), partial(self._send, name, patch), detail=patch)
+        content = frozenset(patch.items()) | ({("taint", taint)} if taint else set())
+        send_it = (
+            partial(self._send_untainting, node, patch, taint) if taint else partial(self._send, name, patch)
+        )
+        return Write(content, send_it, detail=(patch, taint))
 
     async def _send(self, name: str, patch: dict[str, str | None]) -> Sent:
         return await send(
@@ -345,17 +370,51 @@ class NodeLabeller(Controller[str]):
             timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
         )
 
+    async def _send_untainting(self, node: NodeView, patch: dict[str, str | None], taint: str) -> Sent:
+        """The labels and the startup taint's removal in one write (see the module doc):
+        the node is read first, for its taints as the API server has them; the patch is
+        conditional on that read's resourceVersion."""
+        timeout = aiohttp.ClientTimeout(total=self.options.request_timeout)
+        try:
+            current = await request_json(
+                self._api, "GET", NODE, path_params={"name": node.name}, timeout=timeout
+            )
+        except ApiError as exc:
+            return Sent(exc.status, exc.message, exc.retry_after)
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            return Sent(0, f"{type(exc).__name__}: {exc}")
+        if not seen_as_read(current, node.labels):
+            # The patch was computed from labels the node no longer has: after the watch.
+            return Sent(409, "the node changed since the cache saw it")
+        body = untainting_patch(current, patch, taint)
+        if body is None:
+            return Sent(200)
+        return await send(
+            self._api,
+            "PATCH",
+            NODE,
+            path_params={"name": node.name},
+            body=body,
+            content_type="application/merge-patch+json",
+            timeout=timeout,
+        )
+
     def report(self, key: str, report: Report) -> None:
         result, metrics = report.result, self.metrics
         if isinstance(result, Done) and result.write is not None:
-            patch: dict[str, str | None] = result.write.detail  # type: ignore[assignment]
+            detail: tuple[dict[str, str | None], str | None] = result.write.detail  # type: ignore[assignment]
+            patch, taint = detail
             log.debug(
                 "labelled node",
                 extra={"node": key, "labels": ",".join(f"{k}={v}" for k, v in patch.items())},
             )
+            if taint is not None:
+                log.info("removed the startup taint", extra={"node": key, "taint": taint})
             if metrics is not None:
                 metrics.added.inc(sum(1 for v in patch.values() if v is not None))
                 metrics.removed.inc(sum(1 for v in patch.values() if v is None))
+                if taint is not None:
+                    metrics.untainted.inc()
         elif isinstance(result, Failed):
             WRITE_LOG(key, report)
             if metrics is not None and report.failure:

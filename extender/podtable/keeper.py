@@ -181,6 +181,7 @@ class PodAdmissionTable(Controller[str]):
         state: ClusterState,
         *,
         options: TableOptions,
+        rules: ClassLabels,
         labels: ClassLabels | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
@@ -191,6 +192,8 @@ class PodAdmissionTable(Controller[str]):
         self._api = api
         self.state = state
         self.labels = labels
+        # Which classes have node rules (the extender's policy), with label-nodes or not.
+        self.rules = rules
         self.informer: Informer[Watched] = Informer(
             api,
             WatchedResource(PLURAL, TABLES, watched, field_selector=f"metadata.name={options.name}"),
@@ -241,7 +244,7 @@ class PodAdmissionTable(Controller[str]):
         """The table the RuntimeClasses ask for now."""
         classes = self.state.runtime_classes
         if self._wanted_for != classes.generation:
-            self._wanted = table(classes.values(), self.labels)
+            self._wanted = table(classes.values(), self.labels, self.rules)
             self._wanted_for = classes.generation
         return self._wanted
 

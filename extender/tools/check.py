@@ -32,8 +32,9 @@ one); else 0.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -41,13 +42,19 @@ from typing import Any, Final, Literal
 import orjson
 
 from extender.admission import API_VERSION, KIND, review
+from extender.cluster.autoscaler_check import Forbidden, find_cluster_autoscaler
+from extender.cluster.autoscalers import Found, class_warning, karpenter, unseen
+from extender.cluster.class_labels import ClassLabels
 from extender.cluster.file_source import ClusterFileError, document_objects
 from extender.cluster.objects import ObjectError, runtime_class_from_api
+from extender.cluster.snapshot import ClusterUnavailable, client_timeout, describe_failure
 from extender.cluster.state import ClusterState
 from extender.cluster.validation import object_problems, object_reference
 from extender.documents import DocumentError, load_documents
+from extender.policy_file import load_policy
 from extender.tools.inputs import load_state
 from extender.tools.output import EXIT_USAGE, UsageError, guarded, print_structured
+from policies.objects import RuntimeClassView
 
 EXIT_VALID: Final = 0
 EXIT_DENIED: Final = 1
@@ -126,11 +133,20 @@ def admission_review(obj: dict[str, Any], uid: str) -> bytes:
     return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "request": request}, default=str)
 
 
-def judge(obj: dict[str, Any], source: str, where: str, state: ClusterState, *, node_checks: bool) -> Finding:
-    """One RuntimeClass: first what the API server would refuse, then the webhook's answer."""
+def judge(
+    obj: dict[str, Any],
+    source: str,
+    where: str,
+    state: ClusterState,
+    *,
+    node_checks: bool,
+    more: Callable[[RuntimeClassView], list[str]] | None = None,
+) -> Finding:
+    """One RuntimeClass: first what the API server would refuse, then the webhook's answer
+    (and ``more`` warnings about the class: the autoscalers')."""
     ref = object_reference(obj)
     try:
-        runtime_class_from_api(obj)
+        view = runtime_class_from_api(obj)
     except ObjectError as exc:
         return Finding(source, where, ref, "invalid", errors=[f"{source}: {where}: {ref}: {exc}"])
     if problems := object_problems(obj):
@@ -142,10 +158,18 @@ def judge(obj: dict[str, Any], source: str, where: str, state: ClusterState, *, 
     # Without nodes the review skips its node checks and says the cache is not synced:
     # true of the webhook, beside the point here (the note says it once instead).
     warnings = list(outcome.warnings) if node_checks else []
+    if more is not None:
+        warnings += more(view)
     return Finding(source, where, ref, "warned" if warnings else "valid", warnings=warnings)
 
 
-def check_files(paths: Sequence[str], state: ClusterState, *, node_checks: bool) -> Iterator[Finding]:
+def check_files(
+    paths: Sequence[str],
+    state: ClusterState,
+    *,
+    node_checks: bool,
+    more: Callable[[RuntimeClassView], list[str]] | None = None,
+) -> Iterator[Finding]:
     """A finding for every object of every input, in input order."""
     for source, text, error in manifest_files(paths):
         if text is None:
@@ -161,7 +185,7 @@ def check_files(paths: Sequence[str], state: ClusterState, *, node_checks: bool)
                 elif obj.get("kind") != "RuntimeClass":
                     yield Finding(source, where, object_reference(obj), "skipped")
                 else:
-                    yield judge(obj, source, where, state, node_checks=node_checks)
+                    yield judge(obj, source, where, state, node_checks=node_checks, more=more)
         except (DocumentError, ClusterFileError) as exc:
             yield Finding(source, "", "", "invalid", errors=[f"{source}: {exc}"])
 
@@ -200,6 +224,60 @@ def _print_lines(finding: Finding) -> None:
     sys.stderr.flush()
 
 
+def _autoscalers(args: argparse.Namespace, state: ClusterState) -> Callable[[RuntimeClassView], list[str]]:
+    """The live cluster's node autoscalers (extender.cluster.autoscalers), as a warning
+    about each class they cannot see in its pods."""
+    found: list[Found] = []
+    if args.cluster_autoscaler_status:
+        namespace, _, name = args.cluster_autoscaler_status.partition("/")
+        try:
+            autoscaler = asyncio.run(_find_cluster_autoscaler(args, namespace, name))
+        except Forbidden:
+            autoscaler = None
+            print(
+                f"note: cannot read ConfigMap {namespace}/{name}: cluster-autoscaler not looked for",
+                file=sys.stderr,
+            )
+        if autoscaler is not None:
+            found.append(autoscaler)
+    if (karpenter_found := karpenter(state.nodes.values())) is not None:
+        found.append(karpenter_found)
+    rules = ClassLabels(args.node_label_prefix, load_policy(None))
+
+    def warnings(runtime_class: RuntimeClassView) -> list[str]:
+        blind = unseen(
+            [runtime_class],
+            rules,
+            label_nodes=args.label_nodes,
+            admission_plugin=args.runtimeclass_admission_plugin,
+        )
+        return [class_warning(found, runtime_class, rules)] if found and blind else []
+
+    return warnings
+
+
+async def _find_cluster_autoscaler(args: argparse.Namespace, namespace: str, name: str) -> Found | None:
+    # Imported here: kubernetes-asyncio takes about a second to import.
+    from extender.kube.connect import KubeConfigError, connect
+
+    try:
+        connection = await connect(kubeconfig=args.kubeconfig, context=args.context)
+    except KubeConfigError as exc:
+        raise ClusterUnavailable(str(exc)) from None
+    try:
+        async with connection.api as api:
+            return await find_cluster_autoscaler(
+                api, namespace, name, timeout=client_timeout(args.request_timeout)
+            )
+    except (Forbidden, ClusterUnavailable):
+        raise
+    except Exception as exc:  # connection refused, TLS, DNS, timeouts: say where, and why
+        raise ClusterUnavailable(
+            f"cannot read ConfigMap {namespace}/{name} from {connection.host}: "
+            f"{describe_failure(exc, args.request_timeout)}"
+        ) from None
+
+
 @guarded
 def run_check(args: argparse.Namespace) -> int:
     if args.cluster_file and (args.kubeconfig or args.context):
@@ -212,7 +290,8 @@ def run_check(args: argparse.Namespace) -> int:
     if not node_checks:
         print(NO_NODES_NOTE, file=sys.stderr, flush=True)
     findings: list[Finding] = []
-    for finding in check_files(args.paths, state, node_checks=node_checks):
+    more = _autoscalers(args, state) if args.kubeconfig or args.context else None
+    for finding in check_files(args.paths, state, node_checks=node_checks, more=more):
         findings.append(finding)
         if args.output is None:
             _print_lines(finding)

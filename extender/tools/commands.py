@@ -1,5 +1,6 @@
 """Operator commands: the parsers of ``filter``, ``explain``, ``classes``, ``replay``,
-``audit`` and ``check`` (also the kubectl plugin).
+``audit``, ``check``, ``check-pod-admission`` and ``node-template`` (also the kubectl
+plugin).
 
 ``runtimeclass-extender explain|classes|replay|audit|check`` and ``kubectl runtimeclass
 explain|classes|replay|audit|check`` (the ``kubectl-runtimeclass`` executable) share these
@@ -27,7 +28,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from extender.settings import DEFAULT_NODE_LABEL_PREFIX, GivenOnce
+from extender.settings import (
+    DEFAULT_CLUSTER_AUTOSCALER_STATUS,
+    DEFAULT_NODE_LABEL_PREFIX,
+    DEFAULT_STARTUP_TAINT,
+    GivenOnce,
+)
 from extender.tools.arguments import add_cluster_arguments, add_output_argument, add_version_argument
 
 KUBECTL_PROG = "kubectl runtimeclass"
@@ -70,6 +76,12 @@ def _run_check(args: argparse.Namespace) -> int:
     from extender.tools.check import run_check
 
     return run_check(args)
+
+
+def _run_node_template(args: argparse.Namespace) -> int:
+    from extender.tools.node_template import run_node_template
+
+    return run_node_template(args)
 
 
 def _run_check_pod_admission(args: argparse.Namespace) -> int:
@@ -151,6 +163,9 @@ def add_tool_commands(commands: Any, *, prog: str = "runtimeclass-extender") -> 
     # The live cluster's pod admission against the pod webhook's (extender.tools.pod_admission).
     add_check_pod_admission_command(commands, prog=prog)
 
+    # What a node group's template must carry for the autoscalers (extender.tools.node_template).
+    add_node_template_command(commands, prog=prog)
+
 
 def add_audit_command(commands: Any, *, prog: str) -> None:
     """Register ``audit`` on an argparse subparsers object."""
@@ -204,6 +219,29 @@ def add_check_command(commands: Any, *, prog: str) -> None:
         action="store_true",
         help="exit 1 when the webhook would warn about a class, as when it would deny one",
     )
+    autoscaling = parser.add_argument_group(
+        "node autoscalers (with a live cluster: a warning for each class with node rules that "
+        "cluster-autoscaler or Karpenter, found running, cannot see in its pods; docs/autoscaling.md)"
+    )
+    autoscaling.add_argument(
+        "--label-nodes",
+        action="store_true",
+        help="the extender runs in large-cluster mode: every class's label is in its pods",
+    )
+    autoscaling.add_argument(
+        "--runtimeclass-admission-plugin",
+        action="store_true",
+        help="the API server runs the RuntimeClass admission plugin (alongside admission): a class's "
+        "scheduling.nodeSelector is in its pods",
+    )
+    autoscaling.add_argument(
+        "--cluster-autoscaler-status",
+        default=DEFAULT_CLUSTER_AUTOSCALER_STATUS,
+        metavar="NAMESPACE/NAME",
+        help=f"cluster-autoscaler's status ConfigMap (default: {DEFAULT_CLUSTER_AUTOSCALER_STATUS}; "
+        "empty: not looked for)",
+    )
+    _add_label_prefix_argument(autoscaling)
     parser.add_argument(
         "-o",
         "--output",
@@ -258,12 +296,21 @@ def add_check_pod_admission_command(commands: Any, *, prog: str) -> None:
         action="store_true",
         help="large-cluster mode: pods of a class with node rules must require its node label",
     )
+    _add_label_prefix_argument(parser)
+    _add_table_output_argument(parser)
+    parser.set_defaults(run=_run_check_pod_admission, prog=prog)
+
+
+def _add_label_prefix_argument(parser: Any) -> None:
     parser.add_argument(
         "--node-label-prefix",
         default=DEFAULT_NODE_LABEL_PREFIX,
         metavar="PREFIX",
         help=f"the extender's --node-label-prefix (default: {DEFAULT_NODE_LABEL_PREFIX})",
     )
+
+
+def _add_table_output_argument(parser: Any) -> None:
     parser.add_argument(
         "--pod-admission-table",
         default="runtimeclass-extender",
@@ -279,7 +326,61 @@ def add_check_pod_admission_command(commands: Any, *, prog: str) -> None:
         default="table",
         help="output format (default: table)",
     )
-    parser.set_defaults(run=_run_check_pod_admission, prog=prog)
+
+
+def add_node_template_command(commands: Any, *, prog: str) -> None:
+    """Register ``node-template`` on an argparse subparsers object."""
+    parser = commands.add_parser(
+        "node-template",
+        help="which RuntimeClasses a node group's nodes will run, and the labels its template needs for "
+        "cluster-autoscaler and Karpenter (exit 1 when it carries one it must not)",
+        description="Judge a node group's template (a Node manifest with --node, or its labels and taints "
+        "with --label and --taint) against the RuntimeClasses (from --cluster-file or the live cluster) as "
+        "the large-cluster labeller would: which classes its nodes will run, the derived label each needs "
+        "in the template for an autoscaler to scale the group from zero, labels under the prefix it must "
+        "not carry, and taints pods must tolerate themselves; then the labels as each provider takes them "
+        "(AWS Auto Scaling group tags, the Cluster API annotation, a Karpenter NodePool, a Node), with the "
+        "startup taint its nodes should register with (docs/autoscaling.md). "
+        "Exit status: 0; 1 the template carries a label under the prefix that its nodes must not; 2 bad "
+        "input.",
+    )
+    template = parser.add_argument_group("the node group's template")
+    template.add_argument(
+        "--node", metavar="FILE", help="a Node manifest (YAML or JSON; - reads standard input)"
+    )
+    template.add_argument(
+        "--label",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a label of the template's nodes (repeat for more)",
+    )
+    template.add_argument(
+        "--taint",
+        action="append",
+        metavar="KEY[=VALUE]:EFFECT",
+        help="a taint of the template's nodes, as kubectl taint writes it (repeat for more)",
+    )
+    add_cluster_arguments(
+        parser,
+        title="RuntimeClasses (a cluster file, such as deploy/examples/runtimeclasses.yaml, or else the "
+        "live cluster of the kubeconfig)",
+    )
+    _add_label_prefix_argument(parser)
+    parser.add_argument(
+        "--startup-taint",
+        default=DEFAULT_STARTUP_TAINT,
+        metavar="KEY",
+        help=f"the extender's --startup-taint, shown in the snippets (default: {DEFAULT_STARTUP_TAINT}; "
+        "empty: none)",
+    )
+    parser.add_argument(
+        "--provider",
+        choices=("all", "node", "aws", "cluster-api", "karpenter", "gke-aks"),
+        default="all",
+        help="which provider's snippet to print (default: all)",
+    )
+    _add_table_output_argument(parser)
+    parser.set_defaults(run=_run_node_template, prog=prog)
 
 
 def build_kubectl_parser() -> argparse.ArgumentParser:

@@ -87,7 +87,8 @@ async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix:
                 checked.append(Checked(name, expected, got, found))
             if any(item.differences for item in checked):
                 entries = await _table_entries(api, args.pod_admission_table, timeout)
-                wanted = table(state.runtime_classes.values(), routing.class_labels)
+                node_rules = routing.node_rules or ClassLabels(label_prefix, load_policy(args.policy_file))
+                wanted = table(state.runtime_classes.values(), routing.class_labels, node_rules)
                 for item in checked:
                     if item.differences:
                         item.differences.extend(
@@ -159,8 +160,10 @@ def table_notes(entries: dict[str, Any] | None, wanted: dict[str, Any], name: st
 
 def _routing(args: argparse.Namespace) -> tuple[RoutingConfig, str]:
     policy = load_policy(args.policy_file)
-    labels = ClassLabels(args.node_label_prefix, policy) if args.label_nodes else None
-    return RoutingConfig(scheduler_name=args.scheduler_name, class_labels=labels), args.node_label_prefix
+    rules = ClassLabels(args.node_label_prefix, policy)
+    labels = rules if args.label_nodes else None
+    routing = RoutingConfig(scheduler_name=args.scheduler_name, class_labels=labels, node_rules=rules)
+    return routing, args.node_label_prefix
 
 
 def _to_json(item: Checked, label_prefix: str) -> dict[str, Any]:

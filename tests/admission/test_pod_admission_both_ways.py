@@ -88,7 +88,9 @@ async def _serve_webhook(setup: Setup, pki: trustme.CA) -> AsyncIterator[Webhook
     state.nodes.replace([])
     state.runtime_classes.replace(runtime_class_from_api(rc) for rc in CLASSES)
     policy = setup.policy()
-    routing = RoutingConfig(SCHEDULER, own_namespace="runtimeclass-extender", class_labels=setup.labels())
+    routing = RoutingConfig(
+        SCHEDULER, own_namespace="runtimeclass-extender", class_labels=setup.labels(), node_rules=setup.rules()
+    )
     app = create_admission_app(create_app(state=state, policy=policy, routing=routing))
     leaf = pki.issue_cert(SERVER_NAME)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -104,7 +104,8 @@ GVISOR = runtime_class_from_api(
     }
 )
 LABEL = f"{DEFAULT_NODE_LABEL_PREFIX}/gvisor"
-PARAMS = {"spec": {"runtimeClasses": {"gvisor": entry(GVISOR, ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy()))}}}
+RULES = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy())
+PARAMS = {"spec": {"runtimeClasses": {"gvisor": entry(GVISOR, RULES, RULES)}}}
 
 
 def _matches(kind: str, spec: Manifest) -> bool:

@@ -25,15 +25,17 @@ VALUES = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
 CHART_PATH = str(CHART.relative_to(REPO))
 
 
-def _table(text: str, header: str) -> list[list[str]]:
-    """The rows of the Markdown table whose header row starts with ``header``, as cells."""
+def _table(text: str, header: str, *, every: bool = False) -> list[list[str]]:
+    """The rows of the Markdown table whose header row starts with ``header``, as cells
+    (``every``: of every such table, in order)."""
     lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    starts = [i for i, line in enumerate(lines) if line.startswith(header)]
     rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    for start in starts if every else starts[:1]:
+        for line in lines[start + 2 :]:
+            if not line.startswith("|"):
+                break
+            rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
     return rows
 
 
@@ -111,7 +113,7 @@ def _leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def test_the_values_table_is_values_yaml() -> None:
-    rows = _table(HELM_SECTION, "| value | default | what |")
+    rows = _table(HELM_SECTION, "| value | default | what |", every=True)
     documented = {row[0].strip("`"): yaml.safe_load(row[1].strip("`")) for row in rows}
     assert documented == _leaves(VALUES)
 

@@ -44,6 +44,8 @@ SETUP_VALUES = CHART / "ci"
 AUDIT = "components/audit-running-pods"
 MONITORING = "components/monitoring"
 CERT_MANAGER = ("components/admission-webhook/cert-manager", "components/pod-webhook/cert-manager")
+# What alongside admission adds to the base beyond its webhooks and pod admission.
+ALONGSIDE = ("components/autoscaler-status", "components/runtimeclass-admission-plugin")
 
 
 @dataclass(frozen=True)
@@ -153,13 +155,13 @@ WITH_COMPONENTS = [
     Case(
         "no pod webhook",
         "base",
-        ("components/admission-webhook", "components/leader-election"),
+        ("components/admission-webhook", "components/leader-election", *ALONGSIDE),
         {"mode": "alongside-admission", "podAdmission.mode": "none"},
     ),
     Case(
         "no pod webhook, no leader election, cert-manager",
         "base",
-        ("components/admission-webhook", "components/admission-webhook/cert-manager"),
+        ("components/admission-webhook", *ALONGSIDE, "components/admission-webhook/cert-manager"),
         {
             "mode": "alongside-admission",
             "podAdmission.mode": "none",

@@ -102,6 +102,9 @@ REFUSED = [
         "- at '/mode': value must be 'predicate'",
     ),
     ({"tls.enabled": "true", "mode": "alongside-admission"}, "- at '/mode': value must be 'predicate'"),
+    # An autoscaled cluster in predicate mode: its autoscaler cannot see the classes'
+    # rules, and pods of a class would pend for good (docs/autoscaling.md).
+    ({"nodeAutoscaling.enabled": "true"}, "- at '/nodeAutoscaling/enabled': value must be false"),
     (
         {"tls.enabled": "true", "labelNodes.enabled": "true"},
         "- at '/labelNodes/enabled': value must be false",

@@ -18,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from extender import METRIC_PREFIX as PREFIX
 from extender.audit.metrics import AUDITED_PODS, MISPLACED_PODS
 from extender.capture.writer import CaptureWriter
+from extender.cluster.autoscaler_check import AutoscalerCheck
+from extender.cluster.class_labels import ClassLabels
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.node_lookup import LookupStats
 from extender.cluster.state import ClusterState
@@ -514,8 +516,19 @@ async def _exported_names(aiohttp_client: Any, tmp_path: Path) -> set[str]:
     families += list(class_events.collect())
     families += list(_webhook_certificate_registry().collect())
     table = CollectorRegistry()
-    PodAdmissionTable(None, ClusterState(), options=TableOptions(name="t")).register_metrics(table)
+    PodAdmissionTable(
+        None, ClusterState(), options=TableOptions(name="t"), rules=ClassLabels("example.com", load_policy())
+    ).register_metrics(table)
     families += list(table.collect())
+    autoscalers = CollectorRegistry()
+    AutoscalerCheck(
+        None,
+        ClusterState(),
+        ClassLabels("example.com", load_policy()),
+        status_configmap=None,
+        admission_plugin=False,
+    ).register_metrics(autoscalers)
+    families += list(autoscalers.collect())
     runner = CollectorRegistry()
     LeaderRunner(
         [ClassEvents(None, ClusterState(), load_policy(), prefix="example.com")], None

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from extender.labeller.labeller import LabelOptions
+from extender.settings import DEFAULT_STARTUP_TAINT
 from tests.support.apiserver import (
     NODES,
     PODS,
@@ -383,3 +384,78 @@ async def test_a_compare_of_many_nodes_yields_the_loop(
     # The first compare (400 nodes, a slice each 16 nodes) let the ticker run at least
     # once per slice.
     assert compares and compares[0] >= 400 // 16
+
+
+# --- a node group's new node: the startup taint, and labels it cannot claim ------------
+
+STARTUP = {"key": DEFAULT_STARTUP_TAINT, "effect": "NoSchedule"}
+# A NoExecute taint with its timeAdded: what eviction counts from, sent back as it was.
+UNREACHABLE = {
+    "key": "node.kubernetes.io/unreachable",
+    "effect": "NoExecute",
+    "timeAdded": "2026-11-25T10:00:00Z",
+}
+
+
+def taints_of(server: FakeApiServer, name: str) -> list[dict[str, str]]:
+    return list(((server.get(NODES, name) or {}).get("spec") or {}).get("taints") or [])
+
+
+async def test_a_new_node_loses_its_startup_taint_in_the_write_that_labels_it(
+    fake_apiserver: FakeApiServer, replicas: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="extender.labeller")
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "gvisor"}))
+    a = await replicas("a")
+    await eventually(lambda: a.leading, what="a leads")
+    # Registered by its kubelet: the class's node selector, no derived label (a kubelet
+    # cannot set one), the startup taint among others.
+    fake_apiserver.add(
+        NODES, make_node("gvisor-new", labels={"sandbox": "gvisor"}, taints=[UNREACHABLE, STARTUP])
+    )
+    await eventually(lambda: taints_of(fake_apiserver, "gvisor-new") == [UNREACHABLE], what="untainted")
+    assert actual_labels(fake_apiserver)["gvisor-new"] == {f"{PREFIX}/gvisor": "true"}
+    # One write did both: the labels were right the moment the taint went.
+    writes = [
+        r for r in fake_apiserver.requests if r.verb == "patch" and r.path == "/api/v1/nodes/gvisor-new"
+    ]
+    assert len(writes) == 1
+    await eventually(
+        lambda: a.metric("runtimeclass_extender_node_startup_taints_removed_total") == 1, what="counted"
+    )
+    assert any(r.getMessage() == "removed the startup taint" for r in caplog.records)
+
+    # A node no class runs loses the taint too (its labels, none, are right at once).
+    fake_apiserver.add(NODES, make_node("plain-new", taints=[STARTUP]))
+    await eventually(lambda: taints_of(fake_apiserver, "plain-new") == [], what="plain node untainted")
+    assert actual_labels(fake_apiserver)["plain-new"] == {}
+
+
+async def test_the_startup_taint_is_left_alone_when_off(
+    fake_apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "gvisor"}))
+    fake_apiserver.add(NODES, make_node("gvisor-new", labels={"sandbox": "gvisor"}, taints=[STARTUP]))
+    async with replica_set(
+        fake_apiserver, tmp_path, requeue=None, label=replace(FAST, startup_taint="")
+    ) as start:
+        a = await start("a")
+        await eventually(lambda: a.leading, what="a leads")
+        await eventually(in_line(fake_apiserver), what="labelled")
+    assert taints_of(fake_apiserver, "gvisor-new") == [STARTUP]
+
+
+async def test_a_node_claiming_a_class_it_cannot_run_loses_the_label(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    """A node group's template copied a derived label onto a node that does not pass
+    the class's rules (its nodes lack the class's node selector): the labeller owns the
+    prefix and removes the claim; the node's startup taint goes in the same write."""
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "gvisor"}))
+    a = await replicas("a")
+    await eventually(lambda: a.leading, what="a leads")
+    fake_apiserver.add(
+        NODES, make_node("claims-gvisor", labels={f"{PREFIX}/gvisor": "true"}, taints=[STARTUP])
+    )
+    await eventually(lambda: actual_labels(fake_apiserver)["claims-gvisor"] == {}, what="the claim removed")
+    await eventually(lambda: taints_of(fake_apiserver, "claims-gvisor") == [], what="untainted")

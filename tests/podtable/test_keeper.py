@@ -28,7 +28,16 @@ from tests.support.waiting import eventually, stays
 
 FAST = fast_reflector()
 NAME = "runtimeclass-extender"
-GVISOR: dict[str, Any] = {"overhead": {"cpu": "250m", "memory": "64Mi"}}
+OVERHEAD: dict[str, Any] = {"overhead": {"cpu": "250m", "memory": "64Mi"}}
+# Without label-nodes, a class with node rules marks its pods for the autoscalers.
+MARKS: dict[str, Any] = {
+    "podAnnotations": {
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+        "karpenter.sh/do-not-disrupt": "true",
+    },
+    "unlessNodeSelector": {"runtime": "gvisor"},
+}
+GVISOR: dict[str, Any] = {**OVERHEAD, **MARKS}
 
 
 def gvisor(**overrides: Any) -> dict[str, Any]:
@@ -70,12 +79,13 @@ async def running(
     fake_apiserver.register(TABLES)
     conn = await kube.connect(kubeconfig=str(fake_apiserver.write_kubeconfig(tmp_path / "kubeconfig")))
     state = ClusterState()
-    labels = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy()) if label_nodes else None
+    rules = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy())
     keeper = PodAdmissionTable(
         conn.api,
         state,
         options=TableOptions(name=NAME, reflector=FAST, retry_initial=0.02, retry_max=0.2),
-        labels=labels,
+        rules=rules,
+        labels=rules if label_nodes else None,
     )
     registry = CollectorRegistry()
     keeper.register_metrics(registry)
@@ -106,13 +116,13 @@ async def test_a_term_fills_the_table_and_follows_every_class_change(
         RUNTIME_CLASSES, "gvisor", lambda rc: rc.update(overhead={"podFixed": {"cpu": "500m"}})
     )
     await eventually(
-        lambda: entries(fake_apiserver) == {"gvisor": {"overhead": {"cpu": "500m"}}, "runc": {}},
+        lambda: entries(fake_apiserver) == {"gvisor": {"overhead": {"cpu": "500m"}, **MARKS}, "runc": {}},
         what="a change",
     )
     fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("kata"))
     fake_apiserver.delete(RUNTIME_CLASSES, "runc")
     await eventually(
-        lambda: entries(fake_apiserver) == {"gvisor": {"overhead": {"cpu": "500m"}}, "kata": {}},
+        lambda: entries(fake_apiserver) == {"gvisor": {"overhead": {"cpu": "500m"}, **MARKS}, "kata": {}},
         what="add, delete",
     )
     await eventually(lambda: gauge(running, "stale_entries") == 0, what="nothing stale")
@@ -137,12 +147,12 @@ async def test_with_label_nodes_each_class_with_node_rules_names_its_label(
     await eventually(
         lambda: (
             entries(fake_apiserver)
-            == {"gvisor": {**GVISOR, "nodeLabel": DEFAULT_NODE_LABEL_PREFIX + "/gvisor"}, "runc": {}}
+            == {"gvisor": {**OVERHEAD, "nodeLabel": DEFAULT_NODE_LABEL_PREFIX + "/gvisor"}, "runc": {}}
         ),
         what="the labels in the table",
     )
     fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", lambda rc: rc.pop("scheduling"))
-    await eventually(lambda: entries(fake_apiserver) == {"gvisor": GVISOR, "runc": {}}, what="rules gone")
+    await eventually(lambda: entries(fake_apiserver) == {"gvisor": OVERHEAD, "runc": {}}, what="rules gone")
 
 
 async def test_a_deleted_table_is_created_again_and_a_hand_edit_undone(
@@ -202,7 +212,12 @@ async def test_the_gauge_counts_what_differs_while_nobody_writes(
     fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("runc"))
     conn = await kube.connect(kubeconfig=str(fake_apiserver.write_kubeconfig(tmp_path / "kubeconfig")))
     state = ClusterState()
-    keeper = PodAdmissionTable(conn.api, state, options=TableOptions(name=NAME, reflector=FAST))
+    keeper = PodAdmissionTable(
+        conn.api,
+        state,
+        options=TableOptions(name=NAME, reflector=FAST),
+        rules=ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy()),
+    )
     registry = CollectorRegistry()
     keeper.register_metrics(registry)
     watch = asyncio.create_task(ClusterWatch(conn.api, state, options=FAST).run())

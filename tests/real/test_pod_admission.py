@@ -125,7 +125,7 @@ def table_data(plane: ControlPlane) -> dict[str, Any] | None:
 
 def wanted_table(plane: ControlPlane, setup: Setup) -> dict[str, Any]:
     classes = plane.client.get("/apis/node.k8s.io/v1/runtimeclasses")["items"]
-    return table((runtime_class_from_api(rc) for rc in classes), setup.labels())
+    return table((runtime_class_from_api(rc) for rc in classes), setup.labels(), setup.rules())
 
 
 # A pod whose overhead its class refuses: the refusal's words say which way admitted it.

@@ -702,10 +702,11 @@ class ControlPlane:
         cpu: str = "8",
         memory: str = "32Gi",
         pods: str = "110",
+        ready_since: datetime.datetime | None = None,
     ) -> Json:
-        """A Node object with the status a kubelet would report: Ready, with capacity.
-        The not-ready taint the API server gives every new node is removed (no
-        controller-manager does it here)."""
+        """A Node object with the status a kubelet would report: Ready (since
+        ``ready_since``, default now), with capacity. The not-ready taint the API server
+        gives every new node is removed (no controller-manager does it here)."""
         self.apply(
             {
                 "apiVersion": "v1",
@@ -725,7 +726,7 @@ class ControlPlane:
                         "reason": "KubeletReady",
                         "message": "ready",
                         "lastHeartbeatTime": _now(),
-                        "lastTransitionTime": _now(),
+                        "lastTransitionTime": _now(ready_since),
                     }
                 ],
             }
@@ -747,8 +748,8 @@ class ControlPlane:
             self._forwarders[listen] = _Forwarder(listen, target)
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _now(at: datetime.datetime | None = None) -> str:
+    return (at or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # Objects others depend on first: namespaces, then what RBAC and policies name.
@@ -800,6 +801,11 @@ class _Forwarder:
 
     def close(self) -> None:
         self._closed = True
+        # shutdown() first: close() alone leaves a socket another thread is accept()ing
+        # on listening (Linux), and a later Service given the same ClusterIP could not
+        # be forwarded.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._sock.close()
 

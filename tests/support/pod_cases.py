@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.admission.pod_table import API_VERSION, KIND, PLURAL, table
+from extender.admission.pod_table import API_VERSION, AUTOSCALER_ANNOTATIONS, KIND, PLURAL, table
 from extender.cluster.class_labels import ClassLabels, label_key
 from extender.cluster.objects import runtime_class_from_api
 from extender.policy_file import load_policy
@@ -67,6 +67,7 @@ def runtime_class(
     empty_overhead: bool = False,
     node_selector: dict[str, str] | None = None,
     term: str | None = None,
+    tolerations: list[dict[str, str]] | None = None,
 ) -> Manifest:
     obj: Manifest = {
         "apiVersion": "node.k8s.io/v1",
@@ -82,14 +83,39 @@ def runtime_class(
         obj["overhead"] = {}
     if node_selector is not None:
         obj["scheduling"] = {"nodeSelector": node_selector}
+    if tolerations is not None:
+        obj.setdefault("scheduling", {})["tolerations"] = tolerations
     return obj
 
 
 GVISOR_OVERHEAD = {"cpu": "250m", "memory": "64Mi"}
+SANDBOX_TOLERATION = {
+    "key": "sandbox.gke.io/runtime",
+    "operator": "Equal",
+    "value": "gvisor",
+    "effect": "NoSchedule",
+}
+GVISOR_TOLERATIONS = [
+    SANDBOX_TOLERATION,
+    # No effect: the extender honours it for NoSchedule taints, and pods get it so.
+    {"key": "maintenance", "operator": "Exists"},
+    # NoExecute: the pod's own business (the extender never counts a class's).
+    {"key": "evict-me", "operator": "Exists", "effect": "NoExecute"},
+]
+# What a pod of gvisor gets in large-cluster mode (extender/admission/pod_table.py).
+GVISOR_POD_TOLERATIONS = [
+    SANDBOX_TOLERATION,
+    {"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"},
+]
 KATA_OVERHEAD = {"cpu": "250m", "memory": "160Mi"}
 CLASSES = [
-    # Node rules and an overhead.
-    runtime_class("gvisor", overhead=GVISOR_OVERHEAD, node_selector={"sandbox.gke.io/runtime": "gvisor"}),
+    # Node rules, an overhead, and tolerations (as GKE Sandbox taints its nodes).
+    runtime_class(
+        "gvisor",
+        overhead=GVISOR_OVERHEAD,
+        node_selector={"sandbox.gke.io/runtime": "gvisor"},
+        tolerations=GVISOR_TOLERATIONS,
+    ),
     # An overhead, no node rules.
     runtime_class("kata", overhead=KATA_OVERHEAD),
     # Only the node-selector-term annotation.
@@ -133,6 +159,8 @@ class PodCase:
     overhead: dict[str, str] | None = None
     node_selector: dict[str, str] | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, str]] | None = None
     # In large-cluster mode only (a label value that conflicts).
     large_only: bool = False
 
@@ -146,19 +174,31 @@ class PodCase:
             spec["overhead"] = dict(self.overhead)
         if self.node_selector is not None:
             spec["nodeSelector"] = dict(self.node_selector)
+        if self.tolerations is not None:
+            spec["tolerations"] = [dict(t) for t in self.tolerations]
         metadata: Manifest = {"name": self.id, "namespace": self.namespace}
         if self.labels:
             metadata["labels"] = dict(self.labels)
+        if self.annotations:
+            metadata["annotations"] = dict(self.annotations)
         return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 GVISOR_KEY = label_key(DEFAULT_NODE_LABEL_PREFIX, "gvisor")
+GVISOR_SELECTOR = {"sandbox.gke.io/runtime": "gvisor"}
+# A pod that says itself whether cluster-autoscaler may evict it: kept.
+OWN_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true", "team": "a"}
 PODS_TABLE = [
     PodCase("gvisor", "gvisor"),
     PodCase("gvisor-default-scheduler", "gvisor", scheduler="default-scheduler"),
     PodCase("gvisor-own-scheduler", "gvisor", scheduler="my-scheduler"),
     PodCase("gvisor-routed-already", "gvisor", scheduler=SCHEDULER),
     PodCase("gvisor-own-selector", "gvisor", node_selector={"topology.kubernetes.io/zone": "a"}),
+    # The class's own selector in the pod (as the in-tree RuntimeClass plugin merges it,
+    # alongside admission): the autoscalers can see where it may run.
+    PodCase("gvisor-class-selector", "gvisor", node_selector=GVISOR_SELECTOR),
+    PodCase("gvisor-own-annotations", "gvisor", annotations=OWN_ANNOTATIONS),
+    PodCase("gvisor-own-toleration", "gvisor", tolerations=[SANDBOX_TOLERATION]),
     PodCase("gvisor-label-given", "gvisor", node_selector={GVISOR_KEY: "true"}),
     PodCase("gvisor-label-conflict", "gvisor", node_selector={GVISOR_KEY: "false"}, large_only=True),
     PodCase("gvisor-overhead-equal", "gvisor", overhead={"cpu": "0.25", "memory": "67108864"}),
@@ -203,8 +243,12 @@ class Setup:
         finally:
             path.unlink()
 
+    def rules(self) -> ClassLabels:
+        """Which classes have node rules under the setup's policy."""
+        return ClassLabels(DEFAULT_NODE_LABEL_PREFIX, self.policy())
+
     def labels(self) -> ClassLabels | None:
-        return ClassLabels(DEFAULT_NODE_LABEL_PREFIX, self.policy()) if self.label_nodes else None
+        return self.rules() if self.label_nodes else None
 
     def policies_way(self) -> list[Manifest]:
         """What the overlay applies for pod admission, as shipped, with the table as the
@@ -223,7 +267,11 @@ class Setup:
             "apiVersion": API_VERSION,
             "kind": KIND,
             "metadata": {"name": TABLE},
-            "spec": {"runtimeClasses": table((runtime_class_from_api(rc) for rc in CLASSES), self.labels())},
+            "spec": {
+                "runtimeClasses": table(
+                    (runtime_class_from_api(rc) for rc in CLASSES), self.labels(), self.rules()
+                )
+            },
         }
 
     def webhook_way(self) -> list[Manifest]:
@@ -287,6 +335,8 @@ def _pod(
     scheduler: str = SCHEDULER,
     overhead: dict[str, str] | None = None,
     selector: Callable[[Setup], dict[str, str]] = lambda setup: {},
+    annotations: Callable[[Setup], dict[str, str]] = lambda setup: {},
+    tolerations: Callable[[Setup], list[dict[str, str]]] = lambda setup: [],
 ) -> Callable[[Setup, Admitted], None]:
     def check(setup: Setup, admitted: Admitted) -> None:
         spec = spec_of(admitted)
@@ -296,8 +346,34 @@ def _pod(
         assert (have is None) == (overhead is None), have
         assert have is None or overhead is None or resource_lists_equal(have, overhead), have
         assert spec.get("nodeSelector", {}) == selector(setup)
+        assert admitted.pod is not None
+        assert admitted.pod["metadata"].get("annotations", {}) == annotations(setup)
+        # Less the ones the API server gives every pod (DefaultTolerationSeconds).
+        own = [t for t in spec.get("tolerations", []) if t.get("key") not in DEFAULT_TOLERATIONS]
+        assert own == tolerations(setup), own
 
     return check
+
+
+# Added to every pod by kube-apiserver's DefaultTolerationSeconds admission plugin.
+DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _tolerating(*own: dict[str, str]) -> Callable[[Setup], list[dict[str, str]]]:
+    """A gvisor pod's tolerations: its ``own``, and in large-cluster mode its class's it
+    does not carry (as the in-tree plugin merges them: the autoscalers read them)."""
+
+    def tolerations(setup: Setup) -> list[dict[str, str]]:
+        added = [t for t in GVISOR_POD_TOLERATIONS if t not in own] if setup.label_nodes else []
+        return [*own, *added]
+
+    return tolerations
+
+
+def _marked(setup: Setup) -> dict[str, str]:
+    """Without label-nodes, a pod of a class with node rules the autoscalers cannot see
+    in it is marked not to be moved (docs/autoscaling.md)."""
+    return {} if setup.label_nodes else dict(AUTOSCALER_ANNOTATIONS)
 
 
 def _invalid(start: str) -> Callable[[Setup, Admitted], None]:
@@ -337,25 +413,44 @@ def _rules_label(class_name: str) -> Callable[[Setup], dict[str, str]]:
     return lambda setup: _label(setup, class_name) if setup.policy_text else {}
 
 
+def _gvisor(
+    *,
+    overhead: dict[str, str] = GVISOR_OVERHEAD,
+    selector: Callable[[Setup], dict[str, str]] = lambda s: _label(s, "gvisor"),
+    annotations: Callable[[Setup], dict[str, str]] = _marked,
+    tolerations: Callable[[Setup], list[dict[str, str]]] | None = None,
+    scheduler: str = SCHEDULER,
+) -> Callable[[Setup, Admitted], None]:
+    """A pod of gvisor as admitted: its overhead, its label (large-cluster mode) or the
+    autoscalers' annotations (without), its class's tolerations (large-cluster mode)."""
+    return _pod(
+        scheduler=scheduler,
+        overhead=overhead,
+        selector=selector,
+        annotations=annotations,
+        tolerations=tolerations or _tolerating(),
+    )
+
+
 EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
-    "gvisor": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor")),
-    "gvisor-default-scheduler": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor")),
-    "gvisor-own-scheduler": _pod(
-        scheduler="my-scheduler", overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor")
+    "gvisor": _gvisor(),
+    "gvisor-default-scheduler": _gvisor(),
+    "gvisor-own-scheduler": _gvisor(scheduler="my-scheduler"),
+    "gvisor-routed-already": _gvisor(),
+    "gvisor-own-selector": _gvisor(
+        selector=lambda s: {"topology.kubernetes.io/zone": "a", **_label(s, "gvisor")}
     ),
-    "gvisor-routed-already": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, "gvisor")),
-    "gvisor-own-selector": _pod(
-        overhead=GVISOR_OVERHEAD,
-        selector=lambda s: {"topology.kubernetes.io/zone": "a", **_label(s, "gvisor")},
+    "gvisor-class-selector": _gvisor(
+        selector=lambda s: {**GVISOR_SELECTOR, **_label(s, "gvisor")}, annotations=lambda s: {}
     ),
-    "gvisor-label-given": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: {GVISOR_KEY: "true"}),
+    "gvisor-own-toleration": _gvisor(tolerations=_tolerating(SANDBOX_TOLERATION)),
+    "gvisor-own-annotations": _gvisor(annotations=lambda s: {**_marked(s), **OWN_ANNOTATIONS}),
+    "gvisor-label-given": _gvisor(selector=lambda s: {GVISOR_KEY: "true"}),
     "gvisor-label-conflict": _refused(
         f"conflict: RuntimeClass gvisor requires {GVISOR_KEY} = true; pod.spec.nodeSelector[{GVISOR_KEY}] = false"
     ),
     # Equal by value: kept as the pod wrote it.
-    "gvisor-overhead-equal": _pod(
-        overhead={"cpu": "0.25", "memory": "67108864"}, selector=lambda s: _label(s, "gvisor")
-    ),
+    "gvisor-overhead-equal": _gvisor(overhead={"cpu": "0.25", "memory": "67108864"}),
     "gvisor-overhead-differs": _refused(MISMATCH),
     "gvisor-overhead-fewer": _refused(MISMATCH),
     # Not routed, no label; the overhead all the same.
@@ -368,15 +463,17 @@ EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
     "kata-own-scheduler-and-overhead": _pod(
         scheduler="batch", overhead=KATA_OVERHEAD, selector=_rules_label("kata")
     ),
-    "term-only": _pod(selector=lambda s: _label(s, "term-only")),
-    "bad-term": _pod(selector=lambda s: _label(s, "bad-term")),
+    "term-only": _pod(selector=lambda s: _label(s, "term-only"), annotations=_marked),
+    "bad-term": _pod(selector=lambda s: _label(s, "bad-term"), annotations=_marked),
     "plain": _pod(selector=_rules_label("plain")),
     "plain-with-overhead": _refused(WITHOUT),
     "empty-selector": _pod(selector=_rules_label("empty-selector")),
     "empty-overhead-with-overhead": _refused(MISMATCH),
     "empty-overhead": _pod(selector=_rules_label("empty-overhead")),
     # The hashed label: the webhook computes it, and the table names it for the policies.
-    "long-class-name": _pod(overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, LONG)),
+    "long-class-name": _pod(
+        overhead=GVISOR_OVERHEAD, selector=lambda s: _label(s, LONG), annotations=_marked
+    ),
     "long-class-name-opt-out": _pod(scheduler="default-scheduler", overhead=GVISOR_OVERHEAD),
     # Routed, so that the extender keeps it pending until the class exists; nothing else.
     "missing-class": _pod(),

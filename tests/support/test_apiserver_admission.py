@@ -133,7 +133,7 @@ NODE_WRITES: list[tuple[str, str, dict[str, Any], str | None]] = [
         "labels outside the prefix may not change or be removed",
     ),
     ("add-other", "", {"metadata": {"labels": {"zone": "a"}}}, "labels outside the prefix may not be added"),
-    ("taint", "", {"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}, "node spec may not change"),
+    ("taint", "", {"spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]}}, "node spec may not change, but for removing the startup taint"),
     ("status", "/status", {"status": {"phase": "x"}}, "may only update the node object itself"),
 ]
 

@@ -29,7 +29,8 @@ from tests.admission.test_runtimeclasses import BAD_ANNOTATIONS, WARNING_CASES
 from tests.cluster.test_validation import REFUSED
 from tests.support.admission import runtime_class
 from tests.support.apiserver.objects import make_node
-from tests.support.apiserver.server import NODES, FakeApiServer
+from tests.support.apiserver.server import CONFIGMAPS, NODES, FakeApiServer
+from tests.support.autoscaler import status_configmap
 from tests.support.paths import EXAMPLE_CLUSTER, EXAMPLES
 
 ANNOTATION_PATH = f"metadata.annotations[{NODE_SELECTOR_TERM_ANNOTATION}]"
@@ -415,6 +416,36 @@ async def test_live_cluster_gives_the_node_checks(
     assert {"/api/v1/nodes", "/apis/node.k8s.io/v1/runtimeclasses"} <= {
         r.path for r in fake_apiserver.requests
     }
+
+
+async def test_live_cluster_with_cluster_autoscaler_warns_of_the_classes_it_cannot_see(
+    tmp_path: Path,
+    fake_apiserver: FakeApiServer,
+    fake_kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """cluster-autoscaler runs (its status ConfigMap is there): in predicate mode it cannot
+    see a class's rules, in large-cluster mode it can, and alongside admission it sees a
+    class's scheduling.nodeSelector (the plugin merges it) but not the annotation."""
+    fake_apiserver.add(NODES, make_node("sandbox-1", labels={"pool": "sandbox"}))
+    fake_apiserver.add(CONFIGMAPS, status_configmap())
+    manifest = write(tmp_path / "rc.yaml", runtime_class("sandboxed", node_selector={"pool": "sandbox"}))
+    live = ["check", str(manifest), "--kubeconfig", str(fake_kubeconfig)]
+    status = await asyncio.to_thread(main, [*live, "--warnings-as-errors"])
+    out, err = capsys.readouterr()
+    assert status == 1 and out == "runtimeclass/sandboxed valid\n"
+    assert err == (
+        "Warning: cluster-autoscaler (ConfigMap kube-system/cluster-autoscaler-status) runs in this cluster "
+        "and cannot see the node rules of RuntimeClass sandboxed (scheduling.nodeSelector pool=sandbox) in "
+        "its pods: it will add no node for a pending pod of the class when an existing node fits the pod by "
+        "kube-scheduler's own filters; use large-cluster mode (docs/autoscaling.md)\n"
+    )
+    for mode in ("--label-nodes", "--runtimeclass-admission-plugin"):
+        status = await asyncio.to_thread(main, [*live, "--warnings-as-errors", mode])
+        assert status == 0 and capsys.readouterr().err == "", mode
+    # Not looked for: nothing to say.
+    status = await asyncio.to_thread(main, [*live, "--warnings-as-errors", "--cluster-autoscaler-status", ""])
+    assert status == 0 and capsys.readouterr().err == ""
 
 
 async def test_unreachable_cluster_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

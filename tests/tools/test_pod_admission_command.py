@@ -35,8 +35,9 @@ def _pod_policies(overlay: str, policy: Path | None = None) -> list[dict[str, An
         for d in render(overlay)
         if d["metadata"]["name"] in (POD_ADMISSION, "podadmissiontables.runtimeclass-extender.dev")
     ]
-    labels = ClassLabels(PREFIX, load_policy(policy)) if overlay.endswith("large-cluster") else None
-    entries = table((runtime_class_from_api(rc) for rc in SHORT), labels)
+    rules = ClassLabels(PREFIX, load_policy(policy))
+    labels = rules if overlay.endswith("large-cluster") else None
+    entries = table((runtime_class_from_api(rc) for rc in SHORT), labels, rules)
     return [
         *docs,
         {
@@ -93,7 +94,8 @@ async def test_policies_that_do_not_run_are_found_out(
         "(none)",
         "(none)",
         "differs: schedulerName default-scheduler, want runtimeclass-scheduler; "
-        "overhead (none), want cpu=250m,memory=64Mi",
+        "overhead (none), want cpu=250m,memory=64Mi; annotations (none), "
+        "want cluster-autoscaler.kubernetes.io/safe-to-evict=false,karpenter.sh/do-not-disrupt=true",
     ]
     assert "1 of 1 RuntimeClasses admitted otherwise than the pod webhook would admit them" in err
 
@@ -191,6 +193,35 @@ def test_differences_compare_by_value_and_only_the_prefixs_labels() -> None:
     assert differences(want, Admission(None, "denied: no"), label_prefix=PREFIX) == ["refused: denied: no"]
     assert differences(Admission(None, "conflict"), got, label_prefix=PREFIX) == [
         "admitted, but the pod webhook refuses it: conflict"
+    ]
+
+
+def test_differences_compare_the_autoscalers_annotations_and_the_noschedule_tolerations() -> None:
+    toleration = {"key": "sandbox.gke.io/runtime", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"}
+    # DefaultTolerationSeconds (plugin/pkg/admission/defaulttolerationseconds) adds these.
+    server_added = [
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    ]
+    want = Admission(
+        apply_patch(
+            {"metadata": {"annotations": {"team": "a"}}, "spec": {"schedulerName": "s"}},
+            [
+                {"op": "add", "path": "/spec/tolerations", "value": []},
+                {"op": "add", "path": "/spec/tolerations/-", "value": toleration},
+                {"op": "add", "path": "/metadata/annotations/karpenter.sh~1do-not-disrupt", "value": "true"},
+            ],
+        )
+    )
+    assert want.pod is not None and want.pod["spec"]["tolerations"] == [toleration]
+    same = {
+        "metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true", "other": "x"}},
+        "spec": {"schedulerName": "s", "tolerations": [toleration, *server_added]},
+    }
+    assert differences(want, Admission(same), label_prefix=PREFIX) == []
+    bare = {"metadata": {}, "spec": {"schedulerName": "s", "tolerations": server_added}}
+    assert differences(want, Admission(bare), label_prefix=PREFIX) == [
+        "annotations (none), want karpenter.sh/do-not-disrupt=true",
+        "NoSchedule tolerations (none), want sandbox.gke.io/runtime=gvisor:NoSchedule",
     ]
 
 

@@ -1,0 +1,118 @@
+"""The ``node-template`` command against the RuntimeClasses of deploy/examples: which classes a
+node group's nodes run, what its template must carry for the autoscalers, and the snippets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from extender.cli import main
+from extender.tools.commands import kubectl_main
+from tests.support.paths import EXAMPLES
+
+CLASSES = str(EXAMPLES / "runtimeclasses.yaml")
+PREFIX = "runtimeclass.node-restriction.kubernetes.io"
+GVISOR = f"{PREFIX}/gvisor"
+KATA = f"{PREFIX}/kata-containers"
+STARTUP = "startup-taint.cluster-autoscaler.kubernetes.io/runtimeclass-labels"
+# A GKE Sandbox-style node pool: the gvisor class's selector, its taint, Linux.
+SANDBOX = ("--label", "sandbox.gke.io/runtime=gvisor", "--label", "kubernetes.io/os=linux")
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(["node-template", "--cluster-file", CLASSES, *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_a_sandbox_group_runs_gvisor_and_runc_and_needs_their_labels(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run(capsys, *SANDBOX, "--taint", "sandbox.gke.io/runtime=gvisor:NoSchedule")
+    assert status == 0
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:5]}
+    assert rows["gvisor"] == ["yes", f"{GVISOR}=true"]
+    assert rows["runc"] == ["yes", f"{PREFIX}/runc=true"]
+    assert rows["kata-containers"][:2] == ["no", "(needs"]
+    assert rows["windows-hyperv"][0] == "no"
+    assert "Its nodes run 2 of 4 RuntimeClasses." in err
+    assert f"The template must carry, and does not yet: {GVISOR}=true, {PREFIX}/runc=true" in out
+    # The autoscaler reads a pod's own tolerations: gvisor's pods get their class's
+    # toleration at admission, runc's have none.
+    assert "Pods of gvisor must tolerate" not in out
+    assert (
+        "Pods of runc must tolerate in their own spec" in out
+        and "sandbox.gke.io/runtime=gvisor:NoSchedule" in out
+    )
+    # Each provider's way.
+    assert f"k8s.io/cluster-autoscaler/node-template/label/{GVISOR}: true" in out
+    assert f"capacity.cluster-autoscaler.kubernetes.io/labels: {GVISOR}=true,{PREFIX}/runc=true" in out
+    assert f"--register-with-taints={STARTUP}=:NoSchedule" in out
+    karpenter = out.split("# Karpenter NodePool\n")[1].split("\n\n")[0]
+    assert yaml.safe_load(karpenter) == {
+        "spec": {
+            "template": {
+                "metadata": {"labels": {GVISOR: "true", f"{PREFIX}/runc": "true"}},
+                "spec": {"startupTaints": [{"key": STARTUP, "effect": "NoSchedule"}]},
+            }
+        }
+    }
+    assert "the kubelet refuses it" in out
+
+
+def test_a_node_manifest_that_claims_a_class_it_cannot_run_exits_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    node = tmp_path / "template.yaml"
+    node.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": "t",
+                    "labels": {"sandbox.gke.io/runtime": "gvisor", GVISOR: "true", KATA: "true"},
+                },
+            }
+        )
+    )
+    status, out, _ = run(capsys, "--node", str(node), "--provider", "karpenter")
+    assert status == 1
+    assert f"The template must not carry {KATA}: its nodes cannot run that class" in out
+    assert "every label its nodes need" in out  # gvisor's is there; runc's needs kubernetes.io/os
+    assert "# AWS" not in out and "# Karpenter NodePool" in out
+
+
+def test_json_is_one_document_and_the_plugin_has_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    status = kubectl_main(
+        ["node-template", "--cluster-file", CLASSES, *SANDBOX, "-o", "json", "--provider", "aws"]
+    )
+    document = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert document["labels"] == {GVISOR: "true", f"{PREFIX}/runc": "true"}
+    assert document["missing"] == document["labels"] and document["stray"] == []
+    assert [c["name"] for c in document["runtimeClasses"] if c["runs"]] == ["gvisor", "runc"]
+    assert set(document["snippets"]) == {"aws"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ((), "give the template: --node FILE, or its labels with --label KEY=VALUE"),
+        (("--node", "-", "--label", "a=b"), "give either --node or --label/--taint, not both"),
+        (("--label", "a"), "--label a: expected KEY=VALUE"),
+        (
+            ("--label", "a=b", "--taint", "k=v:Sometimes"),
+            "--taint k=v:Sometimes: expected KEY[=VALUE]:EFFECT",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
+    status, _, err = run(capsys, *argv)
+    assert status == 2
+    assert message in err and "Traceback" not in err
