@@ -1585,7 +1585,7 @@ def test_an_overlay_installs_into_another_namespace(overlay: str) -> None:
         if d["kind"].endswith("AdmissionPolicyBinding") and "matchResources" in d["spec"]
     ]
     selectors += [hook["namespaceSelector"] for hook in _pod_webhooks(docs)]
-    assert len(selectors) == 2
+    assert len(selectors) == 3  # the mutating and the validating policy, and the guard
     for namespace_selector in selectors:
         selector = {e["key"]: e for e in namespace_selector["matchExpressions"]}
         assert selector[WEBHOOK_LABEL] == {"key": WEBHOOK_LABEL, "operator": "NotIn", "values": ["ignore"]}

@@ -62,7 +62,10 @@ from tests.support.pod_cases import (
     PodCase,
     Setup,
     agrees_with_the_labeller,
+    guard_refusal,
+    guarded,
     injector_configuration,
+    injector_patch,
     refusal_message,
     spec_of,
 )
@@ -203,6 +206,39 @@ async def test_with_the_extender_stopped_the_policies_still_admit_every_pod(pki:
         await webhook_down.stop()
 
 
+async def test_while_the_table_is_missing_only_the_pods_of_a_class_are_refused(pki: trustme.CA) -> None:
+    """Before the leader's first write (or after the table is deleted) the two policies
+    that read it are skipped (parameterNotFoundAction Allow: the param is looked up
+    before their match conditions, so Deny would refuse every pod of the namespace) and
+    the guard refuses, with words that say why, each pod of a class they would have
+    routed; every other pod is admitted as with the table."""
+    setup = SETUPS[1]
+    webhooks = _serve_webhook(setup, pki)
+    webhook = await anext(webhooks)
+    with_table = await _api_server(setup.policies_way(), webhook)
+    without = await _api_server(setup.policies_way()[1:], webhook)
+    assert setup.policies_way()[0]["kind"] == TABLES.kind
+    try:
+        async with aiohttp.ClientSession() as session:
+            for case in PODS_TABLE:
+                got = await _create(session, without, case.manifest())
+                if guarded(case):
+                    assert case.runtime_class is not None
+                    assert (got.status, got.message) == (422, guard_refusal(case.runtime_class)), case.id
+                elif case.runtime_class and case.namespace == "apps":
+                    # Not the mutating policy's to route: admitted, and given nothing.
+                    assert got.status == 201 and got.pod is not None, case.id
+                    asked = case.manifest()["spec"]
+                    assert got.pod["spec"] == {"schedulerName": "default-scheduler", **asked}, case.id
+                    assert got.pod["metadata"].get("annotations") == (case.annotations or None), case.id
+                else:
+                    assert got == await _create(session, with_table, case.manifest()), case.id
+    finally:
+        await with_table.stop()
+        await without.stop()
+        await webhooks.aclose()
+
+
 # --- what each pod must be (the same both ways, so said once) ------------------------------
 
 
@@ -221,11 +257,7 @@ async def _injector(pki: trustme.CA) -> AsyncIterator[Manifest]:
     async def inject(request: web.Request) -> web.Response:
         review = await request.json()
         pod = review["request"]["object"]
-        patch = []
-        if (pod["metadata"].get("labels") or {}).get("inject-runtimeclass") and not pod["spec"].get(
-            "runtimeClassName"
-        ):
-            patch = [{"op": "add", "path": "/spec/runtimeClassName", "value": "gvisor"}]
+        patch = injector_patch(pod)
         response: Manifest = {"uid": review["request"]["uid"], "allowed": True}
         if patch:
             response |= {
@@ -251,14 +283,16 @@ async def _injector(pki: trustme.CA) -> AsyncIterator[Manifest]:
         await runner.cleanup()
 
 
-async def test_a_class_set_by_a_later_webhook_gets_nothing_either_way(pki: trustme.CA) -> None:
+async def test_a_class_set_by_a_later_webhook_gets_nothing_from_pod_admission(pki: trustme.CA) -> None:
     """A webhook called after pod admission that sets ``runtimeClassName`` (as kata's
     injector does): neither way was invoked for the pod at first (it named no class), and
     the API server evaluates again only what it invoked
     (staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/mutating/dispatcher.go, and
-    the webhook's reinvocation alike), so the pod is left as the injector made it, the
-    same both ways. Keeping the policies for it would cost every pod of the cluster an
-    evaluation; docs/pod-webhook.md says what such a pod gets and what to do."""
+    the webhook's reinvocation alike), so the pod gets nothing from either. Keeping the
+    policies for it would cost every pod of the cluster an evaluation. Left unrouted,
+    the webhook way admits it to default-scheduler, while the policies' guard refuses
+    it, saying why; an injector that also routes the pod (docs/pod-webhook.md) has it
+    admitted both ways, the same."""
     setup = SETUPS[1]
     webhooks = _serve_webhook(setup, pki)
     webhook = await anext(webhooks)
@@ -266,19 +300,27 @@ async def test_a_class_set_by_a_later_webhook_gets_nothing_either_way(pki: trust
     injector = await anext(injectors)
     policies = await _api_server([*setup.policies_way(), copy.deepcopy(injector)], webhook)
     webhook_only = await _api_server([*setup.webhook_way(), copy.deepcopy(injector)], webhook)
-    pod = PodCase("injected", None, labels={"inject-runtimeclass": "gvisor"}).manifest()
+    unrouted = PodCase("injected", None, labels={"inject-runtimeclass": "gvisor"}).manifest()
+    routed = PodCase(
+        "injected-routed", None, labels={"inject-runtimeclass": "gvisor", "inject-scheduler": SCHEDULER}
+    ).manifest()
     try:
         async with aiohttp.ClientSession() as session:
-            by_policy = await _create(session, policies, pod)
-            by_webhook = await _create(session, webhook_only, pod)
-        assert by_policy == by_webhook
-        spec = spec_of(by_policy)
+            refused = await _create(session, policies, unrouted)
+            by_webhook = await _create(session, webhook_only, unrouted)
+            routed_by_policy = await _create(session, policies, routed)
+            routed_by_webhook = await _create(session, webhook_only, routed)
+        assert (refused.status, refused.message) == (422, guard_refusal("gvisor"))
+        spec = spec_of(by_webhook)
         assert spec["runtimeClassName"] == "gvisor"
         assert (spec["schedulerName"], spec.get("overhead"), spec.get("nodeSelector")) == (
             "default-scheduler",
             None,
             None,
         )
+        assert routed_by_policy == routed_by_webhook
+        spec = spec_of(routed_by_policy)
+        assert (spec["runtimeClassName"], spec["schedulerName"], spec.get("overhead")) == ("gvisor", SCHEDULER, None)
     finally:
         await policies.stop()
         await webhook_only.stop()

@@ -4,9 +4,10 @@ What they make of pods is tests/admission/test_pod_admission_both_ways.py's (the
 table through the policies and through the webhook), and on kube-apiserver itself
 tests/real/test_pod_admission.py's. Here: that they are bound as the webhook is scoped
 (the same namespaces left out, pod CREATE only, failing closed inside the API server),
-that each takes the one table as its param, by name, and
+that the two that read the one table take it as their param, by name, and
 what their match conditions let through: nothing for a pod that names no RuntimeClass,
-and for a pod of a class only the mutating policy, unless the pod may be refused.
+and for a pod of a class only the mutating policy, unless the pod may be refused; the
+guard, for a pod of a class that the mutating policy did not route alone.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from tests.support.manifests import OVERLAYS, one, render, render_webhook_way
 
 Manifest = dict[str, Any]
 NAME = "runtimeclass-extender-pod-admission"
+GUARD = "runtimeclass-extender-pod-admission-guard"
 TABLE = "runtimeclass-extender"
 LARGE = render("overlays/large-cluster")
-POD_POLICIES = {("MutatingAdmissionPolicy", NAME), ("ValidatingAdmissionPolicy", NAME)}
+TABLE_POLICIES = {("MutatingAdmissionPolicy", NAME), ("ValidatingAdmissionPolicy", NAME)}
+POD_POLICIES = TABLE_POLICIES | {("ValidatingAdmissionPolicy", GUARD)}
 
 
 def _pod_policies(docs: tuple[Manifest, ...]) -> list[Manifest]:
@@ -39,10 +42,10 @@ def _binding(docs: tuple[Manifest, ...], policy: Manifest) -> Manifest:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_overlay_has_the_two_pod_policies_and_the_webhook_way_none(overlay: str) -> None:
+def test_every_overlay_has_the_three_pod_policies_and_the_webhook_way_none(overlay: str) -> None:
     docs = render(overlay)
     assert {(d["kind"], d["metadata"]["name"]) for d in _pod_policies(docs)} == POD_POLICIES
-    # Every policy the API server evaluates on pods: these two and no other.
+    # Every policy the API server evaluates on pods: these three and no other.
     on_pods = [
         d
         for d in docs
@@ -50,11 +53,15 @@ def test_every_overlay_has_the_two_pod_policies_and_the_webhook_way_none(overlay
         and "pods" in str(d["spec"]["matchConstraints"])
         and d["spec"]["matchConditions"][0]["name"] != "only-the-extender"
     ]
-    assert sorted(d["kind"] for d in on_pods) == ["MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"]
+    assert sorted(d["kind"] for d in on_pods) == [
+        "MutatingAdmissionPolicy",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicy",
+    ]
     assert _pod_policies(render_webhook_way(overlay)) == []
 
 
-@pytest.mark.parametrize("kind", sorted(k for k, _ in POD_POLICIES))
+@pytest.mark.parametrize("kind", sorted(k for k, _ in TABLE_POLICIES))
 def test_each_policy_admits_pod_creates_from_the_table_and_fails_closed(kind: str) -> None:
     policy = one(LARGE, kind, NAME)
     spec = policy["spec"]
@@ -69,8 +76,10 @@ def test_each_policy_admits_pod_creates_from_the_table_and_fails_closed(kind: st
     assert spec["paramKind"] == {"apiVersion": "runtimeclass-extender.dev/v1alpha1", "kind": "PodAdmissionTable"}
     binding = _binding(LARGE, policy)["spec"]
     assert binding["policyName"] == NAME
-    action = "Deny" if kind == "MutatingAdmissionPolicy" else "Allow"
-    assert binding["paramRef"] == {"name": TABLE, "parameterNotFoundAction": action}
+    # Allow: the param is looked up before the match conditions are evaluated, so Deny
+    # would refuse every pod of a bound namespace while the table is missing (the
+    # guard refuses the pods of a class alone).
+    assert binding["paramRef"] == {"name": TABLE, "parameterNotFoundAction": "Allow"}
     crd = one(LARGE, "CustomResourceDefinition", "podadmissiontables.runtimeclass-extender.dev")
     assert crd["spec"]["scope"] == "Cluster"
     if kind == "MutatingAdmissionPolicy":
@@ -108,10 +117,11 @@ RULES = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy())
 PARAMS = {"spec": {"runtimeClasses": {"gvisor": entry(GVISOR, RULES, RULES)}}}
 
 
-def _matches(kind: str, spec: Manifest) -> bool:
-    pod = {"metadata": {"name": "p", "namespace": "apps"}, "spec": {"containers": [{"name": "c"}], **spec}}
-    context = {"object": pod, "params": PARAMS}
-    conditions = one(LARGE, kind, NAME)["spec"]["matchConditions"]
+def _matches(kind: str, spec: Manifest, name: str = NAME, labels: dict[str, str] | None = None) -> bool:
+    metadata = {"name": "p", "namespace": "apps", **({"labels": labels} if labels else {})}
+    pod = {"metadata": metadata, "spec": {"containers": [{"name": "c"}], **spec}}
+    context = {"object": pod, "params": PARAMS if name == NAME else None}
+    conditions = one(LARGE, kind, name)["spec"]["matchConditions"]
     # As the API server evaluates them, with the strings library (split) it has.
     return all(
         execute(compile_expression(c["expression"]), c["expression"], context) is True for c in conditions
@@ -121,10 +131,10 @@ def _matches(kind: str, spec: Manifest) -> bool:
 NO_CLASS: list[Manifest] = [{}, {"runtimeClassName": ""}, {"schedulerName": "default-scheduler"}]
 
 
-@pytest.mark.parametrize("kind", sorted(k for k, _ in POD_POLICIES))
+@pytest.mark.parametrize(("kind", "name"), sorted(POD_POLICIES))
 @pytest.mark.parametrize("spec", NO_CLASS, ids=["none", "empty", "scheduler"])
-def test_a_pod_that_names_no_runtimeclass_evaluates_neither_policy(kind: str, spec: Manifest) -> None:
-    assert _matches(kind, spec) is False
+def test_a_pod_that_names_no_runtimeclass_evaluates_no_policy(kind: str, name: str, spec: Manifest) -> None:
+    assert _matches(kind, spec, name) is False
 
 
 @pytest.mark.parametrize(
@@ -146,3 +156,30 @@ def test_a_pod_that_names_no_runtimeclass_evaluates_neither_policy(kind: str, sp
 def test_a_pod_of_a_class_is_validated_only_where_it_may_be_refused(spec: Manifest, validated: bool) -> None:
     assert _matches("MutatingAdmissionPolicy", spec) is True
     assert _matches("ValidatingAdmissionPolicy", spec) is validated
+
+
+OPTED_OUT = {"runtimeclass-extender.dev/webhook": "ignore"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "labels", "refused"),
+    [
+        # What the mutating policy leaves: routed, or not its to route.
+        ({"runtimeClassName": "gvisor", "schedulerName": "runtimeclass-scheduler"}, None, False),
+        ({"runtimeClassName": "gvisor", "schedulerName": "my-scheduler"}, None, False),
+        ({"runtimeClassName": "gvisor", "schedulerName": "default-scheduler"}, OPTED_OUT, False),
+        # What it would have routed, had it run.
+        ({"runtimeClassName": "gvisor", "schedulerName": "default-scheduler"}, None, True),
+        ({"runtimeClassName": "unknown"}, None, True),
+        ({"runtimeClassName": "gvisor", "schedulerName": ""}, {"runtimeclass-extender.dev/webhook": "x"}, True),
+    ],
+    ids=["routed", "own-scheduler", "opted-out", "unrouted", "unrouted-no-scheduler", "other-label-value"],
+)
+def test_the_guard_refuses_a_pod_of_a_class_the_mutating_policy_did_not_route(
+    spec: Manifest, labels: dict[str, str] | None, refused: bool
+) -> None:
+    assert _matches("ValidatingAdmissionPolicy", spec, GUARD, labels) is refused
+    guard = one(LARGE, "ValidatingAdmissionPolicy", GUARD)
+    binding = _binding(LARGE, guard)["spec"]
+    assert "paramKind" not in guard["spec"] and "paramRef" not in binding
+    assert guard["spec"]["failurePolicy"] == "Fail" and binding["validationActions"] == ["Deny"]

@@ -326,10 +326,8 @@ def _bind_cluster_role(plane: ControlPlane, namespace: str, service_account: str
 
 
 def _wait_for_the_table(plane: ControlPlane, namespace: str) -> None:
-    """Pods are admitted once the leader has written the pod admission table and the
-    API server's policies have seen it: until then the binding finds no param and
-    refuses every pod of a namespace it binds, one that names no class too (the param
-    is collected before the match conditions are evaluated)."""
+    """Pods of a class are routed once the leader has written the pod admission table
+    and the API server's policies have seen it: until then the guard refuses them."""
     path = "/apis/runtimeclass-extender.dev/v1alpha1/podadmissiontables/runtimeclass-extender"
     probe = {
         "apiVersion": "v1",

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.control_plane import ControlPlane, Process, free_port
+from tests.support.control_plane import ControlPlane, Process, free_port, object_path
 
 Manifest = dict[str, Any]
 SCHEDULER_DEPLOYMENT = "runtimeclass-scheduler"
@@ -141,12 +141,22 @@ class Installed:
     def uninstall(self) -> None:
         """Delete what was applied (cluster-scoped objects especially: the next install
         on this control plane starts clean). Namespaced objects go with their kinds'
-        deletions; the namespace itself stays (no controller-manager to finish it)."""
+        deletions; the namespace itself stays (no controller-manager to finish it). Waits
+        until each CustomResourceDefinition is gone: one still terminating would take the
+        next install's copy of it down with it."""
         self.stop_extenders()
         for doc in reversed(self.docs):
             if doc["kind"] in _NOT_APPLIED or doc["kind"] == "Namespace":
                 continue
             self.plane.delete(doc)
+        deadline = time.monotonic() + 60
+        for doc in self.docs:
+            if doc["kind"] != "CustomResourceDefinition":
+                continue
+            while self.plane.client.request("GET", object_path(doc)).status != 404:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"CustomResourceDefinition {doc['metadata']['name']} still there")
+                time.sleep(0.1)
 
 
 def install(

@@ -36,6 +36,19 @@ TABLES = ResourceType("runtimeclass-extender.dev", "v1alpha1", PLURAL, KIND)
 
 # The pod admission policies' name, and the table they read (the keeper's object).
 POD_ADMISSION = "runtimeclass-extender-pod-admission"
+# Refuses a pod of a class the mutating policy did not route (its table missing).
+GUARD = POD_ADMISSION + "-guard"
+
+
+def guard_refusal(runtime_class: str) -> str:
+    """The guard's words for a pod of ``runtime_class`` the mutating policy did not route."""
+    return (
+        f"pod rejected: RuntimeClass {runtime_class} is not routed to runtimeclass-scheduler: the "
+        "MutatingAdmissionPolicy runtimeclass-extender-pod-admission did not run for this pod (its "
+        "PodAdmissionTable runtimeclass-extender is missing, the API server runs no "
+        "MutatingAdmissionPolicy, or a webhook set runtimeClassName after it); see "
+        "runtimeclass-extender check-pod-admission"
+    )
 TABLE = "runtimeclass-extender"
 POLICY_KINDS = (
     "MutatingAdmissionPolicy",
@@ -257,7 +270,7 @@ class Setup:
         wanted = [
             copy.deepcopy(d)
             for d in docs
-            if d["kind"] in POLICY_KINDS and d["metadata"]["name"] == POD_ADMISSION
+            if d["kind"] in POLICY_KINDS and d["metadata"]["name"] in (POD_ADMISSION, GUARD)
         ]
         return [self.table(), *wanted]
 
@@ -308,6 +321,17 @@ def refusal_message(status: Manifest) -> str:
     if "ValidatingAdmissionPolicy '" in message:
         return message.split("' denied request: ", 1)[1]
     return message
+
+
+def guarded(case: PodCase) -> bool:
+    """Whether the guard refuses the case while the table is missing: a pod of a class
+    in a bound namespace that the mutating policy would have routed."""
+    return (
+        bool(case.runtime_class)
+        and case.namespace == "apps"
+        and case.scheduler in (None, "", "default-scheduler")
+        and case.labels != OPT_OUT
+    )
 
 
 # --- what each pod must be (the same both ways, so said once) ------------------------------
@@ -482,6 +506,20 @@ EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
     # Not a valid name: refused by the API server's validation, whatever admits pods.
     "empty-class": _invalid('Pod "empty-class" is invalid: spec.runtimeClassName: Invalid value: ""'),
 }
+
+
+def injector_patch(pod: Manifest) -> list[Manifest]:
+    """What the injector of ``injector_configuration`` patches into ``pod``: as kata's,
+    ``runtimeClassName`` (gvisor) on a pod labelled ``inject-runtimeclass`` that names no
+    class; and, as docs/pod-webhook.md asks of such an injector, the ``schedulerName``
+    its ``inject-scheduler`` label names."""
+    labels = pod["metadata"].get("labels") or {}
+    if not labels.get("inject-runtimeclass") or pod["spec"].get("runtimeClassName"):
+        return []
+    patch = [{"op": "add", "path": "/spec/runtimeClassName", "value": "gvisor"}]
+    if "inject-scheduler" in labels:
+        patch.append({"op": "add", "path": "/spec/schedulerName", "value": labels["inject-scheduler"]})
+    return patch
 
 
 def injector_configuration(url: str, ca_pem: bytes) -> Manifest:
