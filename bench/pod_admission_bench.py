@@ -29,7 +29,7 @@ alike):
   set), answered by the extender's admission listener bound on the webhook Service's
   ClusterIP, as a pod behind kube-proxy is reached;
 - ``policies``: the MutatingAdmissionPolicy and ValidatingAdmissionPolicy as shipped,
-  reading the table;
+  reading the table, and the param-less guard;
 - ``floor``: one MutatingAdmissionPolicy of the same shape as the shipped one (the same
   match, the same param, evaluated for the same pods) whose patch only routes: what the
   API server's own work of invoking one mutating policy that changes the pod costs;
@@ -82,6 +82,7 @@ KINDS = ("class", "no-class")
 NAMESPACE = "bench"
 SCHEDULER = "runtimeclass-scheduler"
 POD_ADMISSION = "runtimeclass-extender-pod-admission"
+GUARD = "runtimeclass-extender-pod-admission-guard"
 FLOOR = "runtimeclass-extender-pod-admission-floor"
 WEBHOOK = "runtimeclass-extender"
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -164,13 +165,16 @@ class Bench:
         # Each mechanism admits the namespaces of the arms it belongs to.
         mutating = self._one(docs, "MutatingAdmissionPolicyBinding", POD_ADMISSION)
         validating = self._one(docs, "ValidatingAdmissionPolicyBinding", POD_ADMISSION)
+        guard = self._one(docs, "ValidatingAdmissionPolicyBinding", GUARD)
         webhook = self._one(docs, "MutatingWebhookConfiguration", WEBHOOK)
         select_arms(mutating["spec"]["matchResources"]["namespaceSelector"], ["policies", "mutating"])
         select_arms(validating["spec"]["matchResources"]["namespaceSelector"], ["policies", "validating"])
+        # The guard refuses pods of a class left unrouted: the policies' own.
+        select_arms(guard["spec"]["matchResources"]["namespaceSelector"], ["policies"])
         select_arms(webhook["webhooks"][0]["namespaceSelector"], ["webhook"])
         floor = floor_policy(self._one(docs, "MutatingAdmissionPolicy", POD_ADMISSION), mutating)
         floor[1]["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][-1]["values"] = ["floor"]
-        edited = {(d["kind"], d["metadata"]["name"]): d for d in (mutating, validating, webhook)}
+        edited = {(d["kind"], d["metadata"]["name"]): d for d in (mutating, validating, guard, webhook)}
         docs = [edited.get((d["kind"], d["metadata"]["name"]), d) for d in docs] + floor
         self.installed = install(plane, docs, on_service_address=True)
         self._wait(self._table_written, "the table written")
