@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/pod_admission_bench.py                        # 1, 3, 20, 100 classes
     .venv/bin/python bench/pod_admission_bench.py --classes 20 --blocks 20
-    .venv/bin/python bench/pod_admission_bench.py --arms none policies mutating validating
+    .venv/bin/python bench/pod_admission_bench.py --arms none policies mutating
     .venv/bin/python bench/pod_admission_bench.py --json results.json
 
 Needs the control plane binaries (``KUBEBUILDER_ASSETS``, as tests/real/ finds them:
@@ -28,13 +28,13 @@ alike):
 - ``webhook``: the pod webhook (its configuration as the extender keeps it, caBundle
   set), answered by the extender's admission listener bound on the webhook Service's
   ClusterIP, as a pod behind kube-proxy is reached;
-- ``policies``: the MutatingAdmissionPolicy and ValidatingAdmissionPolicy as shipped,
-  reading the table, and the param-less guard;
+- ``policies``: the MutatingAdmissionPolicy (reading the table) and the
+  ValidatingAdmissionPolicy (the guard, no param) as shipped;
 - ``floor``: one MutatingAdmissionPolicy of the same shape as the shipped one (the same
   match, the same param, evaluated for the same pods) whose patch only routes: what the
   API server's own work of invoking one mutating policy that changes the pod costs;
-- ``mutating``, ``validating`` (not run by default): the shipped policies one at a time,
-  to see what each costs.
+- ``mutating`` (not run by default): the shipped mutating policy alone, to see what the
+  guard adds.
 
 For pods that name a class (each class in turn) and pods that name none: ``--pods`` pods
 created one after another by one client, the arms taking turns pod by pod (latency p50
@@ -77,7 +77,7 @@ from tests.support.manifests import render
 
 Manifest = dict[str, Any]
 ARMS = ("none", "webhook", "policies", "floor")
-ARMS_ALL = (*ARMS, "mutating", "validating")
+ARMS_ALL = (*ARMS, "mutating")
 KINDS = ("class", "no-class")
 NAMESPACE = "bench"
 SCHEDULER = "runtimeclass-scheduler"
@@ -164,17 +164,15 @@ class Bench:
         docs = render("overlays/large-cluster", "components/pod-webhook")
         # Each mechanism admits the namespaces of the arms it belongs to.
         mutating = self._one(docs, "MutatingAdmissionPolicyBinding", POD_ADMISSION)
-        validating = self._one(docs, "ValidatingAdmissionPolicyBinding", POD_ADMISSION)
         guard = self._one(docs, "ValidatingAdmissionPolicyBinding", GUARD)
         webhook = self._one(docs, "MutatingWebhookConfiguration", WEBHOOK)
         select_arms(mutating["spec"]["matchResources"]["namespaceSelector"], ["policies", "mutating"])
-        select_arms(validating["spec"]["matchResources"]["namespaceSelector"], ["policies", "validating"])
         # The guard refuses pods of a class left unrouted: the policies' own.
         select_arms(guard["spec"]["matchResources"]["namespaceSelector"], ["policies"])
         select_arms(webhook["webhooks"][0]["namespaceSelector"], ["webhook"])
         floor = floor_policy(self._one(docs, "MutatingAdmissionPolicy", POD_ADMISSION), mutating)
         floor[1]["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][-1]["values"] = ["floor"]
-        edited = {(d["kind"], d["metadata"]["name"]): d for d in (mutating, validating, guard, webhook)}
+        edited = {(d["kind"], d["metadata"]["name"]): d for d in (mutating, guard, webhook)}
         docs = [edited.get((d["kind"], d["metadata"]["name"]), d) for d in docs] + floor
         self.installed = install(plane, docs, on_service_address=True)
         self._wait(self._table_written, "the table written")
@@ -227,7 +225,7 @@ class Bench:
         """What ``arm`` must make of a pod (see the module doc)."""
         spec = pod["spec"]
         runtime_class = spec.get("runtimeClassName")
-        if runtime_class is None or arm in ("none", "validating"):
+        if runtime_class is None or arm == "none":
             assert spec["schedulerName"] == "default-scheduler", spec
             assert "overhead" not in spec and "nodeSelector" not in spec, spec
             return

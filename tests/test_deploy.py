@@ -954,9 +954,11 @@ def test_pod_admission_table_rbac_is_least_privilege(overlay: str, way: str) -> 
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
     crd = _one(docs, "CustomResourceDefinition", "podadmissiontables.runtimeclass-extender.dev")
     assert crd["spec"]["scope"] == "Cluster" and crd["spec"]["group"] == group
-    # Both policies read that object, by name.
-    for kind in ("MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"):
-        assert _one(docs, kind, "runtimeclass-extender-pod-admission")["spec"]["paramRef"]["name"] == TABLE
+    # The mutating policy reads that object, by name; the guard reads none.
+    mutating = _one(docs, "MutatingAdmissionPolicyBinding", "runtimeclass-extender-pod-admission")
+    assert mutating["spec"]["paramRef"]["name"] == TABLE
+    guard = _one(docs, "ValidatingAdmissionPolicyBinding", "runtimeclass-extender-pod-admission-guard")
+    assert "paramRef" not in guard["spec"]
     policy = _one(docs, "ValidatingAdmissionPolicy", TABLE_ROLE)
     assert policy["spec"]["matchConditions"][0]["name"] == "only-the-extender"
     assert f"request.name == '{TABLE}'" in str(policy["spec"]["validations"])
@@ -1585,7 +1587,7 @@ def test_an_overlay_installs_into_another_namespace(overlay: str) -> None:
         if d["kind"].endswith("AdmissionPolicyBinding") and "matchResources" in d["spec"]
     ]
     selectors += [hook["namespaceSelector"] for hook in _pod_webhooks(docs)]
-    assert len(selectors) == 3  # the mutating and the validating policy, and the guard
+    assert len(selectors) == 2  # the mutating policy and the guard
     for namespace_selector in selectors:
         selector = {e["key"]: e for e in namespace_selector["matchExpressions"]}
         assert selector[WEBHOOK_LABEL] == {"key": WEBHOOK_LABEL, "operator": "NotIn", "values": ["ignore"]}

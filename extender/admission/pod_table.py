@@ -5,8 +5,9 @@ RuntimeClass, give them their class's Pod Overhead and, in large-cluster mode, t
 class's node-label requirement, inside kube-apiserver. What they read of each class is
 this table, one ``PodAdmissionTable`` object (a cluster-scoped custom resource,
 runtimeclass-extender.dev/v1alpha1) that the extender's leader keeps equal to the
-RuntimeClasses (``extender.podtable``), and that the policies take as their one param,
-by name.
+RuntimeClasses (``extender.podtable``), and that the mutating policy takes as its one
+param, by name (the guard, the validating policy, takes none: it reads what the
+mutating policy wrote into the pod).
 
 Why a table, and not the RuntimeClasses themselves: a policy whose param is "every
 RuntimeClass" is invoked once per class for every pod, so it costs every pod of the

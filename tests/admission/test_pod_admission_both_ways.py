@@ -207,11 +207,12 @@ async def test_with_the_extender_stopped_the_policies_still_admit_every_pod(pki:
 
 
 async def test_while_the_table_is_missing_only_the_pods_of_a_class_are_refused(pki: trustme.CA) -> None:
-    """Before the leader's first write (or after the table is deleted) the two policies
-    that read it are skipped (parameterNotFoundAction Allow: the param is looked up
-    before their match conditions, so Deny would refuse every pod of the namespace) and
-    the guard refuses, with words that say why, each pod of a class they would have
-    routed; every other pod is admitted as with the table."""
+    """Before the leader's first write (or after the table is deleted) the mutating
+    policy is skipped (parameterNotFoundAction Allow: the param is looked up before its
+    match conditions, so Deny would refuse every pod of the namespace) and the guard
+    refuses, with words that say why, each pod of a class it would have routed; a pod
+    of a class it would not have routed is admitted as it came; every other pod as with
+    the table."""
     setup = SETUPS[1]
     webhooks = _serve_webhook(setup, pki)
     webhook = await anext(webhooks)

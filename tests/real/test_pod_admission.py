@@ -215,9 +215,8 @@ def test_with_every_replica_stopped_the_policies_admit_every_pod_as_before(
 def test_while_the_table_is_missing_only_the_pods_of_a_class_are_refused(
     cluster: ControlPlane, tmp_path: Path
 ) -> None:
-    """The table deleted while no replica runs: the two policies that read it are
-    skipped, and the guard refuses each pod of a class they would have routed, saying
-    why. A pod of a class that is routed already, names another scheduler or opts out
+    """The table deleted while no replica runs: the mutating policy is skipped, and the
+    guard refuses each pod of a class it would have routed, saying why. A pod of a class that is routed already, names another scheduler or opts out
     is admitted as it came, without the overhead, label requirement and tolerations of
     its class (the audit reports such a pod once it runs: ``overhead-mismatch``,
     ``selector-mismatch``); every other pod comes out as before. The API
