@@ -33,6 +33,11 @@ alike):
 - ``floor``: one MutatingAdmissionPolicy of the same shape as the shipped one (the same
   match, the same param, evaluated for the same pods) whose patch only routes: what the
   API server's own work of invoking one mutating policy that changes the pod costs;
+- ``same-pod``: the floor's policy with a patch that writes what the shipped policies
+  write into these pods (the scheduler, the class's overhead and node label from the
+  table), as constant operations with no variables and no conditions: the floor for
+  the pod the shipped policies make, whose overhead and node selector cost the API
+  server something of their own after admission (the webhook's pods carry them too);
 - ``mutating`` (not run by default): the shipped mutating policy alone, to see what the
   guard adds.
 
@@ -76,7 +81,7 @@ from tests.support.install import install
 from tests.support.manifests import render
 
 Manifest = dict[str, Any]
-ARMS = ("none", "webhook", "policies", "floor")
+ARMS = ("none", "webhook", "policies", "floor", "same-pod")
 ARMS_ALL = (*ARMS, "mutating")
 KINDS = ("class", "no-class")
 NAMESPACE = "bench"
@@ -84,6 +89,16 @@ SCHEDULER = "runtimeclass-scheduler"
 POD_ADMISSION = "runtimeclass-extender-pod-admission"
 GUARD = "runtimeclass-extender-pod-admission-guard"
 FLOOR = "runtimeclass-extender-pod-admission-floor"
+SAME_POD = "runtimeclass-extender-pod-admission-same-pod"
+# What the shipped policies write into a bench pod (no overhead, no node selector of its
+# own), the table's entry read without a condition.
+_SAME_POD_PATCH = (
+    f"[JSONPatch{{op: 'add', path: '/spec/schedulerName', value: '{SCHEDULER}'}}, "
+    "JSONPatch{op: 'add', path: '/spec/overhead', "
+    "value: params.spec.runtimeClasses[object.spec.runtimeClassName].overhead}, "
+    "JSONPatch{op: 'add', path: '/spec/nodeSelector', "
+    "value: {params.spec.runtimeClasses[object.spec.runtimeClassName].nodeLabel: 'true'}}]"
+)
 WEBHOOK = "runtimeclass-extender"
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 OVERHEAD = {"cpu": "250m", "memory": "64Mi"}
@@ -121,23 +136,25 @@ def pod_body(arm: str, runtime_class: str | None) -> bytes:
     return json.dumps(pod).encode()
 
 
-def floor_policy(policy: Manifest, binding: Manifest) -> list[Manifest]:
-    """The shipped mutating policy's shape (match, param, reinvocation) with a patch that
-    only routes: one constant operation, no variables."""
+def floor_policy(policy: Manifest, binding: Manifest, arm: str) -> list[Manifest]:
+    """The shipped mutating policy's shape (match, param, reinvocation) with a patch of
+    constant operations and no variables: for ``floor`` one that only routes, for
+    ``same-pod`` one that writes what the shipped policies write (see the module doc);
+    bound to the arm's namespace alone."""
+    name = FLOOR if arm == "floor" else SAME_POD
+    expression = (
+        f"[JSONPatch{{op: 'add', path: '/spec/schedulerName', value: '{SCHEDULER}'}}]"
+        if arm == "floor"
+        else _SAME_POD_PATCH
+    )
     floor = copy.deepcopy(policy)
-    floor["metadata"] = {"name": FLOOR}
+    floor["metadata"] = {"name": name}
     floor["spec"]["variables"] = []
-    floor["spec"]["mutations"] = [
-        {
-            "patchType": "JSONPatch",
-            "jsonPatch": {
-                "expression": f"[JSONPatch{{op: 'add', path: '/spec/schedulerName', value: '{SCHEDULER}'}}]"
-            },
-        }
-    ]
+    floor["spec"]["mutations"] = [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}]
     floor_binding = copy.deepcopy(binding)
-    floor_binding["metadata"] = {"name": FLOOR}
-    floor_binding["spec"]["policyName"] = FLOOR
+    floor_binding["metadata"] = {"name": name}
+    floor_binding["spec"]["policyName"] = name
+    floor_binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][-1]["values"] = [arm]
     return [floor, floor_binding]
 
 
@@ -170,8 +187,8 @@ class Bench:
         # The guard refuses pods of a class left unrouted: the policies' own.
         select_arms(guard["spec"]["matchResources"]["namespaceSelector"], ["policies"])
         select_arms(webhook["webhooks"][0]["namespaceSelector"], ["webhook"])
-        floor = floor_policy(self._one(docs, "MutatingAdmissionPolicy", POD_ADMISSION), mutating)
-        floor[1]["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][-1]["values"] = ["floor"]
+        shipped = self._one(docs, "MutatingAdmissionPolicy", POD_ADMISSION)
+        floor = floor_policy(shipped, mutating, "floor") + floor_policy(shipped, mutating, "same-pod")
         edited = {(d["kind"], d["metadata"]["name"]): d for d in (mutating, guard, webhook)}
         docs = [edited.get((d["kind"], d["metadata"]["name"]), d) for d in docs] + floor
         self.installed = install(plane, docs, on_service_address=True)
@@ -338,9 +355,9 @@ def report(results: dict[int, dict[str, Any]], args: argparse.Namespace) -> None
             for arm in args.arms:
                 m = arms[arm][kind]
                 ratios = []
-                for base in ("none", "webhook", "floor"):
+                for base in ("none", "webhook", "floor", "same-pod"):
                     b = arms.get(base, {}).get(kind)
-                    if b is not None and base != arm and not (base == "floor" and arm != "policies"):
+                    if b is not None and base != arm and not (base in ("floor", "same-pod") and arm != "policies"):
                         ratios.append(
                             f"vs {base}: pods/s {m['pods_per_s'] / b['pods_per_s']:.2f}x"
                             f" p50 {m['p50_ms'] / b['p50_ms']:.2f}x p99 {m['p99_ms'] / b['p99_ms']:.2f}x"

@@ -31,7 +31,6 @@ them.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime
 import http.client
@@ -47,7 +46,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,10 +232,6 @@ class Answer:
     @property
     def message(self) -> str:
         return str(self.body.get("message", ""))
-
-    @property
-    def warnings(self) -> list[str]:
-        return [w for w in self.headers.get("warning", "").split(", ") if w]
 
 
 class ApiError(AssertionError):
@@ -821,12 +816,3 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
 
-
-@contextlib.contextmanager
-def running(assets: Assets, **flags: str) -> Iterator[ControlPlane]:
-    with ControlPlane(assets, apiserver_flags=flags) as plane:
-        yield plane
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
