@@ -30,14 +30,15 @@ alike):
   ClusterIP, as a pod behind kube-proxy is reached;
 - ``policies``: the MutatingAdmissionPolicy (reading the table) and the
   ValidatingAdmissionPolicy (the guard, no param) as shipped;
-- ``floor``: one MutatingAdmissionPolicy of the same shape as the shipped one (the same
-  match, the same param, evaluated for the same pods) whose patch only routes: what the
-  API server's own work of invoking one mutating policy that changes the pod costs;
-- ``same-pod``: the floor's policy with a patch that writes what the shipped policies
-  write into these pods (the scheduler, the class's overhead and node label from the
+- ``floor``: two policies of the same shape as the shipped ones, doing nothing useful: a
+  MutatingAdmissionPolicy with the shipped one's match and param, evaluated for the
+  same pods, whose patch only routes, and a ValidatingAdmissionPolicy with the guard's
+  match and no param whose one validation is ``true``: what the API server's own work
+  of invoking the two policies the job needs costs;
+- ``same-pod``: the floor with a mutating patch that writes what the shipped policy
+  writes into these pods (the scheduler, the class's overhead and node label from the
   table), as constant operations with no variables and no conditions: the floor for
-  the pod the shipped policies make, whose overhead and node selector cost the API
-  server something of their own after admission (the webhook's pods carry them too);
+  the pod the shipped policies make (the webhook's pods carry the same fields);
 - ``mutating`` (not run by default): the shipped mutating policy alone, to see what the
   guard adds.
 
@@ -158,6 +159,20 @@ def floor_policy(policy: Manifest, binding: Manifest, arm: str) -> list[Manifest
     return [floor, floor_binding]
 
 
+def floor_guard(guard: Manifest, binding: Manifest, arm: str) -> list[Manifest]:
+    """The guard's shape (match, no param) with one validation that always passes,
+    bound to the arm's namespace alone."""
+    name = f"{GUARD}-{arm}"
+    policy = copy.deepcopy(guard)
+    policy["metadata"] = {"name": name}
+    policy["spec"]["validations"] = [{"expression": "true"}]
+    policy_binding = copy.deepcopy(binding)
+    policy_binding["metadata"] = {"name": name}
+    policy_binding["spec"]["policyName"] = name
+    policy_binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][-1]["values"] = [arm]
+    return [policy, policy_binding]
+
+
 ARM_LABEL = "bench.runtimeclass-extender.dev/arm"
 
 
@@ -188,10 +203,15 @@ class Bench:
         select_arms(guard["spec"]["matchResources"]["namespaceSelector"], ["policies"])
         select_arms(webhook["webhooks"][0]["namespaceSelector"], ["webhook"])
         shipped = self._one(docs, "MutatingAdmissionPolicy", POD_ADMISSION)
-        floor = floor_policy(shipped, mutating, "floor") + floor_policy(shipped, mutating, "same-pod")
+        shipped_guard = self._one(docs, "ValidatingAdmissionPolicy", GUARD)
+        floor = [
+            doc
+            for arm in ("floor", "same-pod")
+            for doc in floor_policy(shipped, mutating, arm) + floor_guard(shipped_guard, guard, arm)
+        ]
         edited = {(d["kind"], d["metadata"]["name"]): d for d in (mutating, guard, webhook)}
-        docs = [edited.get((d["kind"], d["metadata"]["name"]), d) for d in docs] + floor
-        self.installed = install(plane, docs, on_service_address=True)
+        applied = [edited.get((d["kind"], d["metadata"]["name"]), d) for d in docs] + floor
+        self.installed = install(plane, applied, on_service_address=True)
         self._wait(self._table_written, "the table written")
         self._wait(self._ca_bundle_set, "the webhook's caBundle set")
         for arm in self.arms:
