@@ -234,9 +234,24 @@ class Scene:
             lambda: node_of(self.plane, self.namespace, name),
             timeout=within - (time.monotonic() - scaler.started),
             what=f"{name} bound",
-            last=lambda: "\n".join(scaler.lines("Final scale-up plan")[-3:]) or scaler.log()[-2000:],
+            last=lambda: self._why_not_bound(scaler),
         )
         return str(node), time.monotonic() - scaler.started
+
+    def _why_not_bound(self, scaler: Autoscaler) -> str:
+        """What a timeout needs to say: the autoscaler's plans, each node it made (labels,
+        taints), and the extender's last lines."""
+        plans = "\n".join(scaler.lines("Final scale-up plan")[-3:]) or scaler.log()[-2000:]
+        made = []
+        for node in self.plane.client.get("/api/v1/nodes")["items"]:
+            if node["metadata"]["name"] in self.nodes:
+                continue
+            taints = [t["key"] for t in node["spec"].get("taints") or []]
+            made.append(f"{node['metadata']['name']}: labels {node['metadata'].get('labels')}, taints {taints}")
+        extender = ""
+        if self.installed is not None and self.installed.extender.process is not None:
+            extender = self.installed.extender.process.tail(40)
+        return f"{plans}\nnodes made: {made}\nextender:\n{extender}"
 
     def close(self) -> None:
         if self.registration is not None:
