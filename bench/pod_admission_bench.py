@@ -142,35 +142,32 @@ def floor_policy(policy: Manifest, binding: Manifest, arm: str) -> list[Manifest
     constant operations and no variables: for ``floor`` one that only routes, for
     ``same-pod`` one that writes what the shipped policies write (see the module doc);
     bound to the arm's namespace alone."""
-    name = FLOOR if arm == "floor" else SAME_POD
     expression = (
         f"[JSONPatch{{op: 'add', path: '/spec/schedulerName', value: '{SCHEDULER}'}}]"
         if arm == "floor"
         else _SAME_POD_PATCH
     )
-    floor = copy.deepcopy(policy)
-    floor["metadata"] = {"name": name}
-    floor["spec"]["variables"] = []
-    floor["spec"]["mutations"] = [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}]
-    floor_binding = copy.deepcopy(binding)
-    floor_binding["metadata"] = {"name": name}
-    floor_binding["spec"]["policyName"] = name
-    floor_binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][-1]["values"] = [arm]
-    return [floor, floor_binding]
+    spec = {"variables": [], "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": expression}}]}
+    return _for_arm(policy, binding, FLOOR if arm == "floor" else SAME_POD, arm, spec)
 
 
 def floor_guard(guard: Manifest, binding: Manifest, arm: str) -> list[Manifest]:
     """The guard's shape (match, no param) with one validation that always passes,
     bound to the arm's namespace alone."""
-    name = f"{GUARD}-{arm}"
-    policy = copy.deepcopy(guard)
-    policy["metadata"] = {"name": name}
-    policy["spec"]["validations"] = [{"expression": "true"}]
-    policy_binding = copy.deepcopy(binding)
-    policy_binding["metadata"] = {"name": name}
-    policy_binding["spec"]["policyName"] = name
-    policy_binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][-1]["values"] = [arm]
-    return [policy, policy_binding]
+    return _for_arm(guard, binding, f"{GUARD}-{arm}", arm, {"validations": [{"expression": "true"}]})
+
+
+def _for_arm(policy: Manifest, binding: Manifest, name: str, arm: str, spec: Manifest) -> list[Manifest]:
+    """A copy of ``policy`` named ``name`` with ``spec`` over its own, and of its
+    ``binding`` (whose last namespace requirement names the arms) bound to ``arm`` alone."""
+    copied = copy.deepcopy(policy)
+    copied["metadata"] = {"name": name}
+    copied["spec"].update(copy.deepcopy(spec))
+    copied_binding = copy.deepcopy(binding)
+    copied_binding["metadata"] = {"name": name}
+    copied_binding["spec"]["policyName"] = name
+    copied_binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][-1]["values"] = [arm]
+    return [copied, copied_binding]
 
 
 ARM_LABEL = "bench.runtimeclass-extender.dev/arm"

@@ -360,12 +360,16 @@ class NodeLabeller(Controller[str]):
         return Write(content, send_it, detail=(patch, taint))
 
     async def _send(self, name: str, patch: dict[str, str | None]) -> Sent:
+        return await self._patch(name, {"metadata": {"labels": patch}})
+
+    async def _patch(self, name: str, body: dict[str, Any]) -> Sent:
+        """One merge patch of the node."""
         return await send(
             self._api,
             "PATCH",
             NODE,
             path_params={"name": name},
-            body={"metadata": {"labels": patch}},
+            body=body,
             content_type="application/merge-patch+json",
             timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
         )
@@ -389,15 +393,7 @@ class NodeLabeller(Controller[str]):
         body = untainting_patch(current, patch, taint)
         if body is None:
             return Sent(200)
-        return await send(
-            self._api,
-            "PATCH",
-            NODE,
-            path_params={"name": node.name},
-            body=body,
-            content_type="application/merge-patch+json",
-            timeout=timeout,
-        )
+        return await self._patch(node.name, body)
 
     def report(self, key: str, report: Report) -> None:
         result, metrics = report.result, self.metrics

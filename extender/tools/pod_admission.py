@@ -87,8 +87,8 @@ async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix:
                 checked.append(Checked(name, expected, got, found))
             if any(item.differences for item in checked):
                 entries = await _table_entries(api, args.pod_admission_table, timeout)
-                node_rules = routing.node_rules or ClassLabels(label_prefix, load_policy(args.policy_file))
-                wanted = table(state.runtime_classes.values(), routing.class_labels, node_rules)
+                assert routing.node_rules is not None  # _routing sets it
+                wanted = table(state.runtime_classes.values(), routing.class_labels, routing.node_rules)
                 for item in checked:
                     if item.differences:
                         item.differences.extend(
