@@ -366,6 +366,34 @@ async def test_exec_plugin_tokens_are_refreshed_for_long_watches(tmp_path: Path)
         await stop_task(watch_task)
         await connection.api.close()
         await server.stop()
+        await _children_reaped()
+
+
+async def _children_reaped(timeout: float = 10.0) -> None:
+    """Until every run of the credential plugin has been reaped, and the loop has
+    handled the reports: asyncio closes a subprocess's transport when its child
+    watcher reports the exit, and one still open when the test's loop is closed raises,
+    once collected, in whichever test runs then."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while _plugin_children() and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def _plugin_children() -> list[str]:
+    """This process's children named credential-plugin (/proc/PID/stat: the name as
+    the kernel keeps it, 15 characters, then the state and the parent's pid)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, rest = stat.read_text().rsplit(")", 1)
+        except OSError:
+            continue  # exited and reaped meanwhile
+        if name.endswith("(credential-plug") and rest.split()[1] == str(os.getpid()):
+            found.append(stat.parent.name)
+    return found
 
 
 async def test_serve_command_in_live_mode(fake_apiserver: FakeApiServer, fake_kubeconfig: Path) -> None:
