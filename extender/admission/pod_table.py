@@ -19,8 +19,8 @@ that is false for pods naming no class makes it none for them.
 Why a custom resource, and not a ConfigMap: kube-apiserver 1.36 serves a built-in
 paramKind from its shared informer factory and stops that informer for good once no
 binding names the kind (kubernetes/kubernetes#130887): after an uninstall and a
-reinstall every pod of a class would be refused as if the table were missing until
-the API server restarts, or admitted against a table frozen at the old content. A custom
+reinstall every pod of a class would be admitted as if the table were missing until
+the API server restarts, or against a table frozen at the old content. A custom
 resource's param informer is its own, started again when a binding names it again
 (checked on kube-apiserver 1.36.2: tests/real/).
 

@@ -91,9 +91,8 @@ async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix:
                 wanted = table(state.runtime_classes.values(), routing.class_labels, routing.node_rules)
                 for item in checked:
                     if item.differences:
-                        item.differences.extend(
-                            table_notes(entries, wanted, item.runtime_class, args.pod_admission_table)
-                        )
+                        notes = table_notes(entries, wanted, item.runtime_class, args.pod_admission_table)
+                        item.differences.extend(notes or unrouted_notes(item, args.namespace))
             return checked
     except (ClusterUnavailable, UsageError):
         raise
@@ -156,6 +155,20 @@ def table_notes(entries: dict[str, Any] | None, wanted: dict[str, Any], name: st
         which = "missing" if name not in entries else "stale"
         return [f"its entry in the PodAdmissionTable {table_name} is {which} (is an extender leader running?)"]
     return []
+
+
+def unrouted_notes(item: Checked, namespace: str) -> list[str]:
+    """Why a pod the pod webhook routes came back unrouted although its table entry is
+    current: no pod admission of ours ran for it."""
+    if item.got.pod is None or item.expected.pod is None:
+        return []
+    if item.got.pod["spec"].get("schedulerName") == item.expected.pod["spec"].get("schedulerName"):
+        return []
+    return [
+        f"no pod admission of ours ran for this pod in namespace {namespace}: the API server "
+        "does not run the MutatingAdmissionPolicy (its feature gate off), or no binding or "
+        "webhook selects the namespace"
+    ]
 
 
 def _routing(args: argparse.Namespace) -> tuple[RoutingConfig, str]:

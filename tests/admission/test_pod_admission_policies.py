@@ -5,9 +5,9 @@ table through the policies and through the webhook), and on kube-apiserver itsel
 tests/real/test_pod_admission.py's. Here: that they are bound as the webhook is scoped
 (the same namespaces left out, pod CREATE only, failing closed inside the API server),
 that the mutating policy takes the one table as its param, by name, and the guard
-none, and what their match conditions let through: nothing for a pod that names no
-RuntimeClass, and for a pod of a class only the mutating policy; the guard, only a pod
-the mutating policy marked to refuse or did not route.
+none, and what their bindings and match conditions let through: nothing for a pod that
+names no RuntimeClass, and for a pod of a class only the mutating policy; the guard,
+bound by label to the pods the mutating policy marked to refuse, only those.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import runtime_class_from_api
 from extender.policy_file import load_policy
 from extender.settings import DEFAULT_NODE_LABEL_PREFIX
+from tests.support.apiserver.admission_policy import label_selector_matches
 from tests.support.apiserver.cel_env import compile_expression, execute
 from tests.support.manifests import OVERLAYS, one, render, render_webhook_way
 
@@ -73,8 +74,7 @@ def test_the_mutating_policy_admits_pod_creates_from_the_table_and_fails_closed(
     binding = _binding(LARGE, policy)["spec"]
     assert binding["policyName"] == NAME
     # Allow: the param is looked up before the match conditions are evaluated, so Deny
-    # would refuse every pod of a bound namespace while the table is missing (the
-    # guard refuses the pods of a class alone).
+    # would refuse every pod of a bound namespace while the table is missing.
     assert binding["paramRef"] == {"name": TABLE, "parameterNotFoundAction": "Allow"}
     crd = one(LARGE, "CustomResourceDefinition", "podadmissiontables.runtimeclass-extender.dev")
     assert crd["spec"]["scope"] == "Cluster"
@@ -84,12 +84,15 @@ def test_the_mutating_policy_admits_pod_creates_from_the_table_and_fails_closed(
 
 
 def test_the_policies_leave_out_the_namespaces_the_webhook_leaves_out() -> None:
-    """Opt-out namespaces, kube-system and the install's own, as the webhook."""
+    """Opt-out namespaces, kube-system and the install's own, as the webhook; the guard
+    selects, in those, the pods marked to refuse alone."""
     webhook = one(render_webhook_way("overlays/large-cluster"), "MutatingWebhookConfiguration")
     (hook,) = webhook["webhooks"]
+    marked = {"objectSelector": {"matchExpressions": [{"key": REFUSAL, "operator": "Exists"}]}}
     for policy in _pod_policies(LARGE):
         assert _binding(LARGE, policy)["spec"]["matchResources"] == {
-            "namespaceSelector": hook["namespaceSelector"]
+            "namespaceSelector": hook["namespaceSelector"],
+            **(marked if policy["metadata"]["name"] == GUARD else {}),
         }, policy["metadata"]["name"]
 
 
@@ -154,30 +157,47 @@ def test_a_pod_of_a_class_evaluates_the_mutating_policy(spec: Manifest) -> None:
 
 
 OPTED_OUT = {"runtimeclass-extender.dev/webhook": "ignore"}
+MARK = {REFUSAL: "true"}
+WORDS = {REFUSAL: "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"}
+
+
+def _selected_by_the_guard(labels: dict[str, str] | None) -> bool:
+    """Whether the guard's binding selects a pod with ``labels``, as the API server
+    matches an objectSelector: on the labels, before any expression."""
+    binding = _binding(LARGE, one(LARGE, "ValidatingAdmissionPolicy", GUARD))["spec"]
+    return label_selector_matches(binding["matchResources"]["objectSelector"], dict(labels or {}))
 
 
 @pytest.mark.parametrize(
-    ("spec", "labels", "refused"),
+    ("spec", "labels", "annotations", "refused"),
     [
-        # What the mutating policy leaves: routed, or not its to route.
-        ({"runtimeClassName": "gvisor", "schedulerName": "runtimeclass-scheduler"}, None, False),
-        ({"runtimeClassName": "gvisor", "schedulerName": "my-scheduler"}, None, False),
-        ({"runtimeClassName": "gvisor", "schedulerName": "default-scheduler"}, OPTED_OUT, False),
-        # What it would have routed, had it run.
-        ({"runtimeClassName": "gvisor", "schedulerName": "default-scheduler"}, None, True),
-        ({"runtimeClassName": "unknown"}, None, True),
-        ({"runtimeClassName": "gvisor", "schedulerName": ""}, {"runtimeclass-extender.dev/webhook": "x"}, True),
+        # What the mutating policy leaves unmarked: admitted, whatever it is, without the
+        # guard evaluating anything (not even its match conditions).
+        ({"runtimeClassName": "gvisor", "schedulerName": "runtimeclass-scheduler"}, None, None, False),
+        ({"runtimeClassName": "gvisor", "schedulerName": "default-scheduler"}, None, None, False),
+        ({"runtimeClassName": "gvisor", "schedulerName": "default-scheduler"}, OPTED_OUT, None, False),
+        ({}, None, WORDS, False),
+        ({}, {"team": "a"}, None, False),
+        # Marked (a label and the words): refused, with the words.
+        ({"runtimeClassName": "gvisor", "overhead": {"cpu": "1"}}, MARK, WORDS, True),
+        ({"runtimeClassName": "gvisor"}, {**MARK, "team": "a"}, WORDS, True),
     ],
-    ids=["routed", "own-scheduler", "opted-out", "unrouted", "unrouted-no-scheduler", "other-label-value"],
+    ids=["routed", "unrouted", "opted-out", "words-alone", "other-labels", "marked", "marked-among-labels"],
 )
-def test_the_guard_refuses_a_pod_of_a_class_the_mutating_policy_did_not_route(
-    spec: Manifest, labels: dict[str, str] | None, refused: bool
+def test_the_guard_refuses_the_pods_the_mutating_policy_marked_and_no_other(
+    spec: Manifest, labels: dict[str, str] | None, annotations: dict[str, str] | None, refused: bool
 ) -> None:
-    assert _matches("ValidatingAdmissionPolicy", spec, GUARD, labels) is refused
-    # Marked to refuse by the mutating policy: refused, whatever else.
-    marked = {REFUSAL: "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"}
-    assert _matches("ValidatingAdmissionPolicy", spec, GUARD, labels, marked) is True
+    evaluated = _selected_by_the_guard(labels) and _matches(
+        "ValidatingAdmissionPolicy", spec, GUARD, labels, annotations
+    )
+    assert evaluated is refused
     guard = one(LARGE, "ValidatingAdmissionPolicy", GUARD)
+    if refused:
+        (validation,) = guard["spec"]["validations"]
+        context = {"object": {"metadata": {"annotations": annotations}, "spec": spec}}
+        assert execute(compile_expression(validation["expression"]), validation["expression"], context) is False
+        said = execute(compile_expression(validation["messageExpression"]), validation["messageExpression"], context)
+        assert said == WORDS[REFUSAL]
     binding = _binding(LARGE, guard)["spec"]
     assert "paramKind" not in guard["spec"] and "paramRef" not in binding
     assert guard["spec"]["failurePolicy"] == "Fail" and binding["validationActions"] == ["Deny"]

@@ -342,7 +342,8 @@ def _bind_cluster_role(plane: ControlPlane, namespace: str, service_account: str
 
 def _wait_for_the_table(plane: ControlPlane, namespace: str) -> None:
     """Pods of a class are routed once the leader has written the pod admission table
-    and the API server's policies have seen it: until then the guard refuses them."""
+    and the API server's policies have seen it: until then they are admitted as they
+    came, unrouted (docs/pod-webhook.md, "While the table is missing")."""
     path = "/apis/runtimeclass-extender.dev/v1alpha1/podadmissiontables/runtimeclass-extender"
     probe = {
         "apiVersion": "v1",
@@ -356,7 +357,8 @@ def _wait_for_the_table(plane: ControlPlane, namespace: str) -> None:
         if not (answer.ok and "gvisor" in ((answer.body.get("spec") or {}).get("runtimeClasses") or {})):
             return False
         pods = f"/api/v1/namespaces/{namespace}/pods"
-        return plane.client.request("POST", pods, probe, query={"dryRun": "All"}).ok
+        admitted = plane.client.request("POST", pods, probe, query={"dryRun": "All"})
+        return admitted.ok and admitted.body["spec"].get("schedulerName") == "runtimeclass-scheduler"
 
     wait_for(admitted, timeout=60, what="the pod admission table")
 

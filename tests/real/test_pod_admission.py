@@ -56,9 +56,8 @@ from tests.support.pod_cases import (
     Admitted,
     PodCase,
     Setup,
+    admitted_as_it_came,
     agrees_with_the_labeller,
-    guard_refusal,
-    guarded,
     injector_configuration,
     injector_patch,
     refusal_message,
@@ -136,12 +135,9 @@ _PROBE = PodCase("probe", "gvisor", overhead={"cpu": "1"}).manifest()
 
 
 def admitted_by(plane: ControlPlane) -> str:
-    """Which way refused the probe: "policies", "webhook", "guard" (the policies could
-    not route it), or "" (it was admitted)."""
+    """Which way refused the probe: "policies", "webhook", or "" (it was admitted)."""
     answer = plane.client.request("POST", "/api/v1/namespaces/apps/pods", _PROBE, query={"dryRun": "All"})
     message = "" if answer.ok else answer.message
-    if guard_refusal("gvisor") in message:
-        return "guard"
     if "ValidatingAdmissionPolicy" in message:
         return "policies"
     return "webhook" if "admission webhook" in message else message
@@ -212,52 +208,52 @@ def test_with_every_replica_stopped_the_policies_admit_every_pod_as_before(
                 assert 'failed calling webhook "pods.runtimeclass-extender.dev"' in refused.message
 
 
-def test_while_the_table_is_missing_only_the_pods_of_a_class_are_refused(
+def as_it_came(plane: ControlPlane, pod: Manifest) -> Admitted:
+    """``pod`` as the API server admits it without pod admission of ours: created in the
+    namespace every binding and the webhook leave out, said of its own namespace."""
+    namespace = pod["metadata"]["namespace"]
+    elsewhere = json.loads(json.dumps(pod))
+    elsewhere["metadata"]["namespace"] = "opted-out"
+    got = admit(plane, elsewhere)
+    if got.pod is not None:
+        got.pod["metadata"]["namespace"] = namespace
+    return got
+
+
+def test_while_the_table_is_missing_every_pod_is_admitted_as_it_came(
     cluster: ControlPlane, tmp_path: Path
 ) -> None:
-    """The table deleted while no replica runs: the mutating policy is skipped, and the
-    guard refuses each pod of a class it would have routed, saying why. A pod of a class that is routed already, names another scheduler or opts out
-    is admitted as it came, without the overhead, label requirement and tolerations of
-    its class (the audit reports such a pod once it runs: ``overhead-mismatch``,
-    ``selector-mismatch``); every other pod comes out as before. The API
+    """The table deleted while no replica runs: the mutating policy is skipped (the API
     server looks a binding's param up before its match conditions, so with
-    ``parameterNotFoundAction: Deny`` it refused every pod of the namespace. A replica
-    back creates the table again and the policies admit every pod as before."""
+    ``parameterNotFoundAction: Deny`` it would refuse every pod of the namespace),
+    nothing marks a pod for the guard, and every pod is admitted as it came, as without
+    pod admission of ours: a pod of a class without its routing, overhead, label
+    requirement and tolerations (the audit reports such a pod once it runs:
+    ``overhead-mismatch``, ``selector-mismatch``; check-pod-admission says the table is
+    missing). A replica back creates the table again and the policies admit every pod
+    as before."""
     setup = SETUPS[1]
     cases = list(PODS_TABLE)
     with installed(cluster, setup, "policies", tmp_path) as done:
         up = {case.id: admit(cluster, case.manifest()) for case in cases}
         done.stop_extenders()
         assert cluster.client.request("DELETE", f"/apis/{API_VERSION}/{PLURAL}/{TABLE}").ok
-        eventually(lambda: admitted_by(cluster) == "guard", what="the policies skipped")
+        eventually(lambda: admitted_by(cluster) == "", what="the policies skipped")
         for case in cases:
             got = admit(cluster, case.manifest())
-            if guarded(case):
-                assert case.runtime_class is not None
-                assert (got.status, got.message) == (422, guard_refusal(case.runtime_class)), case.id
-            elif case.runtime_class and case.namespace == "apps":
-                # Already routed, for another scheduler, or opted out: admitted as
-                # asked, without what only the table gives.
-                assert got.status == 201 and got.pod is not None, (case.id, got)
-                assert without_the_table(got.pod) == without_the_table(up[case.id].pod), case.id
-                assert got.pod["spec"].get("overhead") == case.manifest()["spec"].get("overhead")
+            if admitted_as_it_came(case):
+                assert got.status == 201 and got == as_it_came(cluster, case.manifest()), (case.id, got)
             else:
                 assert got == up[case.id], case.id
+        result = check_pod_admission(cluster, "--namespace", "apps", "--label-nodes")
+        assert result.returncode == 1, result.stdout + result.stderr
+        gvisor = next(line for line in result.stdout.splitlines() if line.startswith("gvisor "))
+        assert f"the PodAdmissionTable {TABLE} is missing" in gvisor, result.stdout
         done.start_extenders()
         eventually(lambda: table_data(cluster) == wanted_table(cluster, setup), what="the table written again")
         eventually(lambda: admitted_by(cluster) == "policies", what="the policies back")
         for case in cases:
             assert admit(cluster, case.manifest()) == up[case.id], case.id
-
-
-def without_the_table(pod: Manifest | None) -> Manifest:
-    """``pod`` without what the policies take from the table."""
-    assert pod is not None
-    rest = json.loads(json.dumps(pod))
-    rest["metadata"].pop("annotations", None)
-    for field in ("overhead", "nodeSelector", "affinity", "tolerations"):
-        rest["spec"].pop(field, None)
-    return rest
 
 
 def check_pod_admission(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
@@ -295,8 +291,8 @@ def test_check_pod_admission_proves_the_policies_run(
 def test_check_pod_admission_catches_policies_served_but_not_run(assets: Assets, tmp_path: Path) -> None:
     """With the feature gate off, kube-apiserver 1.36 serves MutatingAdmissionPolicy and
     accepts the policies, and runs none of them (the validating ones run: GA since
-    1.30): the guard refuses every pod of a class, and the check says so, class by
-    class."""
+    1.30): pods of a class are admitted as they came, unrouted, and the check says so,
+    class by class, and why (the table is current)."""
     flags = {
         "--disable-admission-plugins": "RuntimeClass",
         "--feature-gates": "MutatingAdmissionPolicy=false",
@@ -309,9 +305,10 @@ def test_check_pod_admission_catches_policies_served_but_not_run(assets: Assets,
         result = check_pod_admission(inert, "--namespace", "apps")
         done.stop_extenders()
     assert result.returncode == 1, result.stdout + result.stderr
-    # Unrouted, the guard refuses each one, and says why.
     gvisor = next(line for line in result.stdout.splitlines() if line.startswith("gvisor "))
-    assert "differs: refused: " in gvisor and guard_refusal("gvisor") in gvisor
+    assert "differs: schedulerName default-scheduler, want runtimeclass-scheduler" in gvisor, gvisor
+    assert "no pod admission of ours ran for this pod in namespace apps" in gvisor, gvisor
+    assert "feature gate off" in gvisor
 
 
 # --- the window: classes that change while no replica runs -----------------------------
@@ -444,9 +441,9 @@ def test_a_class_set_by_a_later_webhook_gets_nothing_from_pod_admission(
 ) -> None:
     """What docs/pod-webhook.md says such a pod gets, on the real chain: neither the
     policies nor the webhook were invoked for it (it named no class at first), and the
-    API server evaluates again only what it invoked. Left unrouted, the webhook way
-    admits it to default-scheduler and the policies' guard refuses it; routed by the
-    injector itself, it is admitted the same both ways."""
+    API server evaluates again only what it invoked. Left unrouted, both ways admit it
+    to default-scheduler as it came; routed by the injector itself, it is admitted the
+    same both ways."""
     setup = SETUPS[1]
     unrouted = PodCase("injected", None, labels={"inject-runtimeclass": "gvisor"}).manifest()
     routed = PodCase(
@@ -462,7 +459,7 @@ def test_a_class_set_by_a_later_webhook_gets_nothing_from_pod_admission(
                     got[way, "routed"] = admit(cluster, routed)
         finally:
             cluster.delete(configuration)
-    assert (got["policies"].status, got["policies"].message) == (422, guard_refusal("gvisor"))
+    assert got["policies"] == got["webhook"]
     spec = spec_of(got["webhook"])
     assert spec["runtimeClassName"] == "gvisor"
     assert (spec["schedulerName"], spec.get("overhead"), spec.get("nodeSelector")) == (

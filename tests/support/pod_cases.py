@@ -36,19 +36,9 @@ TABLES = ResourceType("runtimeclass-extender.dev", "v1alpha1", PLURAL, KIND)
 
 # The pod admission policies' name, and the table they read (the keeper's object).
 POD_ADMISSION = "runtimeclass-extender-pod-admission"
-# Refuses a pod of a class the mutating policy did not route (its table missing).
+# Refuses a pod the mutating policy marked to refuse (and no other pod: its binding
+# selects the marked ones by label).
 GUARD = POD_ADMISSION + "-guard"
-
-
-def guard_refusal(runtime_class: str) -> str:
-    """The guard's words for a pod of ``runtime_class`` the mutating policy did not route."""
-    return (
-        f"pod rejected: RuntimeClass {runtime_class} is not routed to runtimeclass-scheduler: the "
-        "MutatingAdmissionPolicy runtimeclass-extender-pod-admission did not run for this pod (its "
-        "PodAdmissionTable runtimeclass-extender is missing, the API server runs no "
-        "MutatingAdmissionPolicy, or a webhook set runtimeClassName after it); see "
-        "runtimeclass-extender check-pod-admission"
-    )
 TABLE = "runtimeclass-extender"
 POLICY_KINDS = (
     "MutatingAdmissionPolicy",
@@ -323,15 +313,11 @@ def refusal_message(status: Manifest) -> str:
     return message
 
 
-def guarded(case: PodCase) -> bool:
-    """Whether the guard refuses the case while the table is missing: a pod of a class
-    in a bound namespace that the mutating policy would have routed."""
-    return (
-        bool(case.runtime_class)
-        and case.namespace == "apps"
-        and case.scheduler in (None, "", "default-scheduler")
-        and case.labels != OPT_OUT
-    )
+def admitted_as_it_came(case: PodCase) -> bool:
+    """Whether the case is a pod that pod admission would have changed or refused, and
+    that the mutating policy, skipped, leaves as it came: a pod of a class in a bound
+    namespace (``empty-class`` is refused by validation either way)."""
+    return bool(case.runtime_class) and case.namespace == "apps"
 
 
 # --- what each pod must be (the same both ways, so said once) ------------------------------

@@ -95,7 +95,9 @@ async def test_policies_that_do_not_run_are_found_out(
         "(none)",
         "differs: schedulerName default-scheduler, want runtimeclass-scheduler; "
         "overhead (none), want cpu=250m,memory=64Mi; annotations (none), "
-        "want cluster-autoscaler.kubernetes.io/safe-to-evict=false,karpenter.sh/do-not-disrupt=true",
+        "want cluster-autoscaler.kubernetes.io/safe-to-evict=false,karpenter.sh/do-not-disrupt=true; "
+        "no pod admission of ours ran for this pod in namespace default: the API server does not run "
+        "the MutatingAdmissionPolicy (its feature gate off), or no binding or webhook selects the namespace",
     ]
     assert "1 of 1 RuntimeClasses admitted otherwise than the pod webhook would admit them" in err
 
@@ -245,5 +247,6 @@ async def test_a_stale_or_missing_table_is_named(
     classes.delete(TABLES, TABLE)
     status, out, _ = await _run(capsys, *kubeconfig)
     assert status == 1
-    refused = json.loads(out)["results"][0]["differences"]
-    assert refused[-1] == "the PodAdmissionTable runtimeclass-extender is missing (is an extender leader running?)"
+    unrouted = json.loads(out)["results"][0]["differences"]
+    assert unrouted[0] == "schedulerName default-scheduler, want runtimeclass-scheduler"
+    assert unrouted[-1] == "the PodAdmissionTable runtimeclass-extender is missing (is an extender leader running?)"
