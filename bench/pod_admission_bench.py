@@ -3,6 +3,7 @@
     .venv/bin/python bench/pod_admission_bench.py                        # 1, 3, 20, 100 classes
     .venv/bin/python bench/pod_admission_bench.py --classes 20 --blocks 20
     .venv/bin/python bench/pod_admission_bench.py --arms none policies mutating
+    .venv/bin/python bench/pod_admission_bench.py --kinds no-class --pods 5000   # a steadier p99
     .venv/bin/python bench/pod_admission_bench.py --json results.json
 
 Needs the control plane binaries (``KUBEBUILDER_ASSETS``, as tests/real/ finds them:
@@ -29,18 +30,19 @@ alike):
   set), answered by the extender's admission listener bound on the webhook Service's
   ClusterIP, as a pod behind kube-proxy is reached;
 - ``policies``: the MutatingAdmissionPolicy (reading the table) and the
-  ValidatingAdmissionPolicy (the guard, no param) as shipped;
+  ValidatingAdmissionPolicy (the guard, no param, bound to the pods the mutating policy
+  marks to refuse) as shipped;
 - ``floor``: two policies of the same shape as the shipped ones, doing nothing useful: a
   MutatingAdmissionPolicy with the shipped one's match and param, evaluated for the
   same pods, whose patch only routes, and a ValidatingAdmissionPolicy with the guard's
-  match and no param whose one validation is ``true``: what the API server's own work
-  of invoking the two policies the job needs costs;
+  match and binding (so invoked for no pod here) whose one validation is ``true``: what
+  the API server's own work of invoking the policies the job needs costs;
 - ``same-pod``: the floor with a mutating patch that writes what the shipped policy
   writes into these pods (the scheduler, the class's overhead and node label from the
   table), as constant operations with no variables and no conditions: the floor for
   the pod the shipped policies make (the webhook's pods carry the same fields);
 - ``mutating`` (not run by default): the shipped mutating policy alone, to see what the
-  guard adds.
+  guard's binding adds.
 
 For pods that name a class (each class in turn) and pods that name none: ``--pods`` pods
 created one after another by one client, the arms taking turns pod by pod (latency p50
@@ -152,8 +154,8 @@ def floor_policy(policy: Manifest, binding: Manifest, arm: str) -> list[Manifest
 
 
 def floor_guard(guard: Manifest, binding: Manifest, arm: str) -> list[Manifest]:
-    """The guard's shape (match, no param) with one validation that always passes,
-    bound to the arm's namespace alone."""
+    """The guard's shape (match, binding, no param) with one validation that always
+    passes, bound to the arm's namespace alone."""
     return _for_arm(guard, binding, f"{GUARD}-{arm}", arm, {"validations": [{"expression": "true"}]})
 
 
@@ -181,9 +183,12 @@ def select_arms(selector: Manifest, arms: Sequence[str]) -> None:
 
 
 class Bench:
-    def __init__(self, plane: ControlPlane, classes: list[Manifest], arms: Sequence[str]) -> None:
+    def __init__(
+        self, plane: ControlPlane, classes: list[Manifest], arms: Sequence[str], kinds: Sequence[str]
+    ) -> None:
         self.plane = plane
         self.arms = list(arms)
+        self.kinds = list(kinds)
         self.classes = [rc["metadata"]["name"] for rc in classes]
         self.labels = {name: label_key(DEFAULT_NODE_LABEL_PREFIX, name) for name in self.classes}
         self.apiserver_pid = next(p for p in plane.processes if p.name == "kube-apiserver").popen.pid
@@ -303,7 +308,7 @@ class Bench:
 
     def latencies(self, pods: int, warmup: int) -> dict[tuple[str, str], list[float]]:
         """Pods one after another, the arms (and kinds) taking turns pod by pod."""
-        turns = [(arm, kind) for arm in self.arms for kind in KINDS]
+        turns = [(arm, kind) for arm in self.arms for kind in self.kinds]
         bodies = {turn: self.bodies(*turn, warmup + pods) for turn in turns}
         found: dict[tuple[str, str], list[float]] = {turn: [] for turn in turns}
         for i in range(warmup + pods):
@@ -332,10 +337,10 @@ def run(count: int, args: argparse.Namespace) -> dict[str, Any]:
     if assets is None:
         raise SystemExit("no control plane binaries: set KUBEBUILDER_ASSETS (docs/development.md)")
     with ControlPlane(assets, apiserver_flags={"--disable-admission-plugins": "RuntimeClass"}) as plane:
-        bench = Bench(plane, runtime_classes(count), args.arms)
+        bench = Bench(plane, runtime_classes(count), args.arms, args.kinds)
         latencies = bench.latencies(args.pods, args.warmup)
         bench.clean()
-        turns = [(arm, kind) for arm in args.arms for kind in KINDS]
+        turns = [(arm, kind) for arm in args.arms for kind in args.kinds]
         blocks: dict[tuple[str, str], list[tuple[float, float]]] = {turn: [] for turn in turns}
         for b in range(args.blocks):
             start = b % len(turns)
@@ -366,7 +371,7 @@ def report(results: dict[int, dict[str, Any]], args: argparse.Namespace) -> None
         "CPU per pod, medians of the blocks), the arms taking turns block by block"
     )
     for count, arms in results.items():
-        for kind in KINDS:
+        for kind in args.kinds:
             print(f"\n{count} RuntimeClasses, pods {'naming a class' if kind == 'class' else 'naming none'}:")
             print(f"  {'arm':10} {'p50 ms':>8} {'p99 ms':>8} {'pods/s':>8} {'cpu ms/pod':>11}  ratios")
             for arm in args.arms:
@@ -398,6 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--arms", nargs="+", choices=ARMS_ALL, default=list(ARMS))
+    parser.add_argument(
+        "--kinds", nargs="+", choices=KINDS, default=list(KINDS), help="pods naming a class, naming none"
+    )
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     if min(args.classes) < 1 or args.blocks < 1 or args.block < 10 or args.pods < 10 or args.threads < 1:
