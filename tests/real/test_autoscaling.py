@@ -234,13 +234,14 @@ class Scene:
             lambda: node_of(self.plane, self.namespace, name),
             timeout=within - (time.monotonic() - scaler.started),
             what=f"{name} bound",
-            last=lambda: self._why_not_bound(scaler),
+            last=lambda: self._why_not_bound(scaler, name),
         )
         return str(node), time.monotonic() - scaler.started
 
-    def _why_not_bound(self, scaler: Autoscaler) -> str:
+    def _why_not_bound(self, scaler: Autoscaler, name: str) -> str:
         """What a timeout needs to say: the autoscaler's plans, each node it made (labels,
-        taints), and the extender's last lines."""
+        taints), why kube-scheduler last found the pod unschedulable, and the last lines
+        of kube-scheduler and of the extender."""
         plans = "\n".join(scaler.lines("Final scale-up plan")[-3:]) or scaler.log()[-2000:]
         made = []
         for node in self.plane.client.get("/api/v1/nodes")["items"]:
@@ -248,10 +249,17 @@ class Scene:
                 continue
             taints = [t["key"] for t in node["spec"].get("taints") or []]
             made.append(f"{node['metadata']['name']}: labels {node['metadata'].get('labels')}, taints {taints}")
+        pod = self.plane.client.get(f"/api/v1/namespaces/{self.namespace}/pods/{name}")
+        conditions = [c for c in pod.get("status", {}).get("conditions") or [] if c["type"] == "PodScheduled"]
+        unschedulable = [f"{c.get('lastTransitionTime')}: {c.get('message')}" for c in conditions]
+        scheduler = self.scheduler.tail(20) if self.scheduler is not None else ""
         extender = ""
         if self.installed is not None and self.installed.extender.process is not None:
             extender = self.installed.extender.process.tail(40)
-        return f"{plans}\nnodes made: {made}\nextender:\n{extender}"
+        return (
+            f"{plans}\nnodes made: {made}\nPodScheduled: {unschedulable}\n"
+            f"kube-scheduler:\n{scheduler}\nextender:\n{extender}"
+        )
 
     def close(self) -> None:
         if self.registration is not None:
