@@ -35,6 +35,7 @@ import pytest
 import yaml
 
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 
 EXAMPLES = REPO / "deploy" / "examples"
 EXAMPLE_CLUSTER = EXAMPLES / "cluster.yaml"
@@ -360,13 +361,6 @@ def captures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def busy_port() -> Iterator[int]:
     """A loopback port this test holds (bound and listening) while it runs."""
@@ -463,7 +457,7 @@ def test_replay_url_that_is_not_an_extender(tmp_path: Path, captures: Path) -> N
 
 
 def test_replay_url_without_scheme(tmp_path: Path, captures: Path) -> None:
-    done = extender(tmp_path, "replay", str(captures), "--url", f"127.0.0.1:{_free_loopback_port()}")
+    done = extender(tmp_path, "replay", str(captures), "--url", f"127.0.0.1:{free_port()}")
     assert_one_line_error(done, "http://", "https://")
 
 
@@ -812,7 +806,7 @@ def test_error_bodies_have_one_shape(tmp_path: Path) -> None:
 
 def test_not_synced_error_body_has_the_same_shape(tmp_path: Path) -> None:
     """Live mode with an API server that never answers: /explain refuses until synced."""
-    kubeconfig = _kubeconfig_for(tmp_path, f"http://127.0.0.1:{_free_loopback_port()}")
+    kubeconfig = _kubeconfig_for(tmp_path, f"http://127.0.0.1:{free_port()}")
     with serving(tmp_path, "--kubeconfig", str(kubeconfig)) as server:
         answers = {
             "explain: runtimeclass, not synced": http(server.url("/explain/runtimeclasses/gvisor")),
@@ -843,7 +837,7 @@ def _write_inputs(directory: Path, captures: Path, busy: int) -> Inputs:
     node.write_text(
         json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}), encoding="utf-8"
     )
-    kubeconfig = _kubeconfig_for(directory, f"http://127.0.0.1:{_free_loopback_port()}")
+    kubeconfig = _kubeconfig_for(directory, f"http://127.0.0.1:{free_port()}")
     unreadable = directory / "unreadable.yaml"
     unreadable.write_text(EXAMPLE_CLUSTER.read_text(encoding="utf-8"), encoding="utf-8")
     unreadable.chmod(0)
@@ -868,7 +862,7 @@ def _write_inputs(directory: Path, captures: Path, busy: int) -> Inputs:
             "cluster": str(EXAMPLE_CLUSTER),
             "request": str(EXAMPLE_REQUEST),
             "busy_port": str(busy),
-            "closed_port": str(_free_loopback_port()),
+            "closed_port": str(free_port()),
         }
     )
 
@@ -1042,7 +1036,7 @@ def test_readyz_reports_pyprojects_version(tmp_path: Path) -> None:
 
 
 def test_readyz_reports_the_version_before_it_is_ready_too(tmp_path: Path) -> None:
-    kubeconfig = _kubeconfig_for(tmp_path, f"http://127.0.0.1:{_free_loopback_port()}")
+    kubeconfig = _kubeconfig_for(tmp_path, f"http://127.0.0.1:{free_port()}")
     with serving(tmp_path, "--kubeconfig", str(kubeconfig)) as server:
         status, body = http(server.url("/readyz"))
     assert status == 503, body

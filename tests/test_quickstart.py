@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest
 
 from tests.support.docs import fenced_blocks, section
 from tests.support.paths import README, REPO
+from tests.support.ports import free_port
 from tests.support.reference_model import normalise
 
 # Generous: only reached if the server never comes up (the test then fails).
@@ -49,13 +49,6 @@ def parse_quick_start(readme: str) -> QuickStart:
     assert words[0].endswith("runtimeclass-extender") and words[1] == "serve", serve_step
     curl_block = next(block for block in shell if block.lstrip().startswith("curl "))
     return QuickStart(words[1:], shlex.split(curl_block.strip())[1:], json.loads(json_blocks[0]))
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _with_port(args: list[str], port: int) -> list[str]:
@@ -98,7 +91,7 @@ def quick_start() -> QuickStart:
 
 @pytest.fixture
 def port() -> int:
-    return _free_port()
+    return free_port()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -23,6 +22,7 @@ from extender.certificates.authority import new_ca, new_serving, read_bundle
 from extender.certificates.secret import CA_CERT, CA_KEY, MANAGED_BY, MANAGER, TLS_CERT, TLS_KEY
 from extender.leader.gate import ElectionOptions, LeaderGate
 from tests.support.apiserver import SECRETS, FakeApiServer
+from tests.support.ports import free_port
 from tests.support.waiting import eventually, stays
 from tests.support.webhook_certificates import (
     DNS_NAME,
@@ -170,9 +170,7 @@ async def test_a_replica_that_cannot_be_asked_keeps_the_old_ca_in_the_bundles(
             silent = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
             slice_name = add_endpoint_slice(fake_apiserver, "silent", silent.sockets[0].getsockname()[1])
         else:
-            with socket.socket() as closed:
-                closed.bind(("127.0.0.1", 0))
-                port = closed.getsockname()[1]
+            port = free_port()  # nothing listens there
             slice_name = add_endpoint_slice(fake_apiserver, "refused", port)
         old_ca = read_bundle(secret_data(fake_apiserver)[CA_CERT])[0].fingerprint
         fake_apiserver.delete(SECRETS, SECRET, namespace=NAMESPACE)

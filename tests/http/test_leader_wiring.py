@@ -34,8 +34,9 @@ from tests.support.apiserver import (
     make_node,
     make_runtime_class,
 )
-from tests.support.apps import ClientFactory, free_port
+from tests.support.apps import ClientFactory
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 from tests.support.waiting import eventually
 
 GAUGE = "runtimeclass_extender_leader"

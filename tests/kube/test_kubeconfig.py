@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from extender.kube.api import request_json
 from extender.kube.connect import connect
 from tests.support.apiserver import NODES, RUNTIME_CLASSES, FakeApiServer, make_node, make_runtime_class
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 
 EXAMPLE_CLUSTER = REPO / "deploy" / "examples" / "cluster.yaml"
 EXIT_USAGE = 2
@@ -36,17 +36,9 @@ EXIT_USAGE = 2
 COMMAND_TIMEOUT_SECONDS = 30.0
 
 
-def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 # https: kubernetes-asyncio only reads certificate files for an https server, and the
 # checks under test must not depend on that.
-UNREACHABLE_SERVER = f"https://127.0.0.1:{_closed_port()}"
+UNREACHABLE_SERVER = f"https://127.0.0.1:{free_port()}"
 
 
 def kubeconfig(

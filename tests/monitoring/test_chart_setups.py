@@ -50,10 +50,10 @@ from extender.http.admission import POD_PATH as POD_REVIEW_PATH
 from policies.verdict import REASON_LABELS
 from tests.support.admission import body, request, runtime_class
 from tests.support.apiserver import RUNTIME_CLASSES, FakeApiServer
-from tests.support.apps import free_port
 from tests.support.helm import CHART, template
 from tests.support.monitoring import extender_args, installed_dashboard, queries, setup_features
 from tests.support.paths import ADMISSION_DATA
+from tests.support.ports import free_port
 from tests.support.prometheus import (
     STARTUP_SECONDS,
     Target,

@@ -42,9 +42,9 @@ import aiohttp
 from extender.http.admission import PATH as RUNTIMECLASS_REVIEW_PATH
 from extender.http.admission import POD_PATH as POD_REVIEW_PATH
 from tests.support.apiserver import RUNTIME_CLASSES, FakeApiServer
-from tests.support.apps import free_port
 from tests.support.monitoring import SCRAPE_SERIES, alert_rules, dashboard, variables
 from tests.support.paths import ADMISSION_DATA
+from tests.support.ports import free_port
 from tests.support.prometheus import (
     JOB,
     SCHEDULER,

@@ -40,7 +40,7 @@ import trustme
 
 from extender.admission.pod_table import API_VERSION, PLURAL, table
 from extender.cluster.objects import runtime_class_from_api
-from tests.support.control_plane import Assets, ControlPlane, free_port
+from tests.support.control_plane import Assets, ControlPlane
 from tests.support.install import Installed, install
 from tests.support.manifests import render, render_webhook_way
 from tests.support.pod_cases import (
@@ -63,6 +63,7 @@ from tests.support.pod_cases import (
     refusal_message,
     spec_of,
 )
+from tests.support.ports import free_port
 
 Manifest = dict[str, Any]
 AUDIT = "components/audit-running-pods"

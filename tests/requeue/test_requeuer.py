@@ -37,9 +37,9 @@ from extender.requeue.requeuer import RequeueOptions, Requeuer
 from extender.settings import SERVE_SETTINGS
 from extender.tasks import stop as stop_task
 from tests.support.apiserver import PODS, RUNTIME_CLASSES, FakeApiServer, make_pod, make_runtime_class
-from tests.support.apps import free_port
 from tests.support.docs import log_line_shape, page, shown_log_line
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 from tests.support.reflectors import fast_reflector
 from tests.support.waiting import eventually
 

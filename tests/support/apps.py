@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -49,10 +48,3 @@ def make_app(
         state=state, policy=policy or load_policy(), max_body_bytes=max_body_bytes, routing=routing
     )
 
-
-def free_port() -> int:
-    """A loopback port free right now, for a ``serve`` subprocess to listen on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port

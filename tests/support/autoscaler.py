@@ -58,7 +58,8 @@ from typing import Any
 
 import yaml
 
-from tests.support.control_plane import ApiError, ControlPlane, Process, free_port
+from tests.support.control_plane import ApiError, ControlPlane, Process
+from tests.support.ports import free_port
 
 Json = dict[str, Any]
 

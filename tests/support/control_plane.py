@@ -57,6 +57,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
+from tests.support.ports import free_port
+
 # The binaries' version the project was measured with (.ci/run unpacks this one).
 KUBERNETES_VERSION = "v1.36.2"
 ENVTEST_DEFAULT = Path("/usr/local/kubebuilder/bin")
@@ -112,12 +114,6 @@ def find_assets() -> Assets | None:
             etcd = Path(found)
         return Assets(directory, etcd)
     return None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 # ----- certificates --------------------------------------------------------------------

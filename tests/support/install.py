@@ -21,7 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.control_plane import ControlPlane, Process, free_port, object_path
+from tests.support.control_plane import ControlPlane, Process, object_path
+from tests.support.ports import free_port
 
 Manifest = dict[str, Any]
 SCHEDULER_DEPLOYMENT = "runtimeclass-scheduler"

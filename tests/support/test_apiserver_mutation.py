@@ -19,7 +19,6 @@ import base64
 import copy
 import json
 import re
-import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
@@ -47,6 +46,7 @@ from tests.support.apiserver.client import Answer, send_as
 from tests.support.apiserver.json_patch import JsonPatchError, apply_patch
 from tests.support.apiserver.mutating_policy import MutationVerdict, ReinvocationContext, mutate
 from tests.support.paths import ADMISSION_DATA
+from tests.support.ports import free_port
 
 KEY = "runtimeclass.node-restriction.kubernetes.io/"
 CONTAINERS = [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]
@@ -1263,16 +1263,10 @@ async def test_a_patch_that_does_not_apply_is_a_500_whatever_the_failure_policy(
     )
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_an_unreachable_webhook_fails_closed_or_open(
     hooked: FakeApiServer, hook_server: HookServer
 ) -> None:
-    port = closed_port()
+    port = free_port()
     hooked.webhook_addresses[SERVICE] = ("127.0.0.1", port)
     answer = await send(hooked, "POST", "/api/v1/namespaces/apps/pods", pod())
     assert answer.status == 500
