@@ -16,7 +16,14 @@ refusal the queue (``extender.leader.workqueue``) enters this condition:
   added again while held stays held, once;
 - the condition **ends** when any write of the actor is accepted (``Done``): the held
   keys are released, in the order they came, each with its own backoff if it has
-  failed before, at the actor's pace.
+  failed before, at the actor's pace;
+- **a key refused while another key's write was accepted is refused alone**: the
+  refusal was that object's, not the actor's (a node the label policy refuses, a
+  startup taint the node policy does not know). From then on its refusals are its
+  own failures, retried on its own backoff, and hold no other key: before, each of
+  its retries started a new refusal of the actor with it as the probe, and every key
+  arriving meanwhile waited out its backoff, again and again. It is no longer alone
+  once a write of it is accepted, once it has nothing to write, or when the term ends.
 
 The probe's wait grows with the refusal: a sixteenth of how long it has lasted, from
 ``retry_initial`` up to ``refusal_max`` (an exponential backoff of factor 1 + 1/16 once
@@ -51,6 +58,9 @@ class Refusal(Generic[K]):
         # The key whose turn is the probe's (None: the next key whose turn comes).
         self.probe: K | None = None
         self.held: OrderedDict[K, None] = OrderedDict()
+        # The keys refused in this refusal, and those refused alone (see the module doc).
+        self._refused: set[K] = set()
+        self._alone: set[K] = set()
 
     @property
     def active(self) -> bool:
@@ -75,9 +85,15 @@ class Refusal(Generic[K]):
         self.held[key] = None
         return True
 
+    def alone(self, key: K) -> bool:
+        """``key``'s refusals are its own (see the module doc): a refusal of it is a
+        failure of that key, backed off as any other, and begins no refusal."""
+        return key in self._alone
+
     def refused(self, key: K) -> tuple[K, float] | None:
         """``key``'s write was refused: the probe to schedule and its wait, or None
         when ``key`` is held (it was under way when the refusal began)."""
+        self._refused.add(key)
         if self._since is None:
             self._since = self._clock()
             self.probe = key
@@ -95,21 +111,31 @@ class Refusal(Generic[K]):
     def skipped(self, key: K) -> K | None:
         """``key`` ended with nothing to write: if it was the probe, the key to probe
         next, at once (no write was made), or None (the next key whose turn comes)."""
+        self._alone.discard(key)
         if self._since is None or key != self.probe:
             return None
         self.probe = self.held.popitem(last=False)[0] if self.held else None
         return self.probe
 
-    def accepted(self) -> tuple[list[K], float] | None:
-        """A write was accepted: if refused until now, the keys released and how long
-        the refusal lasted; the condition is over."""
+    def accepted(self, key: K) -> tuple[list[K], float] | None:
+        """``key``'s write was accepted: if refused until now, the keys released and
+        how long the refusal lasted; the condition is over, and the keys it refused
+        were refused alone unless ``key`` is one of them."""
+        self._alone.discard(key)
         if self._since is None:
             return None
         released, lasted = list(self.held), self.lasted
-        self.clear()
+        if key not in self._refused:
+            self._alone |= self._refused
+        self._end()
         return released, lasted
 
-    def clear(self) -> None:
+    def _end(self) -> None:
         self._since = None
         self.probe = None
         self.held.clear()
+        self._refused.clear()
+
+    def clear(self) -> None:
+        self._end()
+        self._alone.clear()

@@ -17,7 +17,8 @@ write waits in the queue. What it does:
   ``Failed`` end and every reconcile that raises (a ``CancelledError`` too, unless the
   task itself is being cancelled) is one attempt of the key, whichever path it took; a
   429 pauses the API client's writes (``extender.leader.limits``); a refusal (403, 422)
-  is the actor's condition, said once, one key probing (``extender.leader.refusal``).
+  is the actor's condition, said once, one key probing, unless other keys' writes are
+  accepted meanwhile: then it is that key's alone (``extender.leader.refusal``).
 - **``report`` is contained** as ``reconcile`` is: one that raises is logged with its
   trace and costs nothing else.
 - **It owns the term** (``run``, the actor's ``lead``): a pass when it starts, and
@@ -324,7 +325,7 @@ class WorkQueue(Generic[K]):
             failures = self._backoff.forget(key)
             if result.write is not None:
                 self._damping.succeeded(key, result.write.content, failures)
-            ended = self._refusal.accepted()
+            ended = self._refusal.accepted(key)
             if ended is not None:
                 self._release(*ended)
             return Report(result)
@@ -349,6 +350,14 @@ class WorkQueue(Generic[K]):
         if sent.status == 429 and sent.retry_after is not None:
             # The API server asks the client to slow down, not just this request.
             self.limiter.pause(sent.retry_after, cap=self.options.retry_max)
+        if result.refused and self._refusal.alone(key):
+            # This key's own condition (extender.leader.refusal): backed off alone,
+            # said once per failing streak, holding no other key.
+            self._delay(key, delay)
+            failure = ""
+            if self._backoff.say(key):
+                failure = "forbidden" if sent.status == 403 else "rejected"
+            return Report(result, failure=failure, retry_in=delay)
         if result.refused:
             starting = not self._refusal.active
             probe = self._refusal.refused(key)

@@ -140,3 +140,54 @@ def test_a_refusal_of_one_object_holds_the_others_for_two_probes_only() -> None:
     poisoned = [at for key, at in writes if key == "poison"]
     # Its own backoff (0.5 s doubling), never once per release.
     assert len(poisoned) <= 6, poisoned
+
+
+def test_a_key_refused_alone_while_the_others_are_written_holds_no_key_again() -> None:
+    """One node the admission policy refuses (422, always) among a stream of nodes that
+    each need one write, at the labeller's production settings. Each new failure of that
+    node used to start a new refusal of the whole actor with it as the probe, and the
+    nodes arriving meanwhile waited out its backoff (up to ``retry_max``), over and
+    over. Once a write of another key was accepted during its refusal, the refusal is
+    that key's alone: it backs off alone, and holds nothing again."""
+    added: dict[str, float] = {}
+    written: dict[str, float] = {}
+    poisoned: list[float] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def send(key: str) -> Sent:
+            if key == "poison":
+                poisoned.append(loop.time())
+                return Sent(422, "denied by the node policy")
+            written.setdefault(key, loop.time())
+            return Sent(200)
+
+        async def reconcile(key: str, turn: Turn) -> Result:
+            if key in written:
+                return Unchanged("in_sync")
+            return await turn.write(lambda: Write("v", lambda: send(key)))
+
+        queue: WorkQueue[str] = WorkQueue(LABELLER, clock=loop.time)
+        keys = Keys(["poison"], reconcile, LOG)
+        keys.queue = queue
+        task = asyncio.create_task(queue.run(keys))
+        for index in range(200):  # a node event every 0.1 s for 20 s
+            await asyncio.sleep(0.1)
+            name = f"n{index}"
+            added[name] = loop.time()
+            queue.add(name)
+        await asyncio.sleep(5.0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    run(main())
+    assert set(written) == set(added)
+    waits = {key: written[key] - added[key] for key in added}
+    held = sorted((key for key, wait in waits.items() if wait > 0.05), key=added.__getitem__)
+    # The first refusal holds the nodes that arrive during its two probes (about a
+    # second), and none after it.
+    assert len(held) <= 12, held
+    assert all(added[key] < 1.5 for key in held), [(key, added[key], waits[key]) for key in held]
+    # The refused node itself: on its own backoff (0.5 s doubling), never once per release.
+    assert len(poisoned) <= 8, poisoned
