@@ -285,6 +285,14 @@ def check_rules(request: Any, status: int, data: bytes) -> None:
     assert not set(passing) & (set(failed) | set(unresolvable))
 
 
+# The cluster of the tests that send a request and judge it by the same rules whatever
+# the cluster: each sets it itself, never relying on what a test before left.
+SMALL_CLUSTER = (
+    [{"metadata": {"name": "n0", "labels": {"a": "x"}}}, {"metadata": {"name": "n1"}}],
+    [{"metadata": {"name": "rc-a"}, "handler": "runc", "scheduling": {"nodeSelector": {"a": "x"}}}],
+)
+
+
 def still_serving(client: Http, server: ServerThread) -> None:
     status, _, data = client.post(
         json.dumps({"Pod": {"spec": {}}, "NodeNames": ["fuzz-ok"], "Nodes": None}).encode()
@@ -444,10 +452,7 @@ def broken_bytes(draw: st.DrawFn) -> bytes:
 def test_mutated_requests_get_a_correct_answer_or_a_json_4xx(
     server: ServerThread, client: Http, case: tuple[Any, bytes]
 ) -> None:
-    server.set_cluster(
-        [{"metadata": {"name": "n0", "labels": {"a": "x"}}}, {"metadata": {"name": "n1"}}],
-        [{"metadata": {"name": "rc-a"}, "handler": "runc", "scheduling": {"nodeSelector": {"a": "x"}}}],
-    )
+    server.set_cluster(*SMALL_CLUSTER)
     _, body = case
     status, content_type, data = client.post(body)
     assert content_type.startswith("application/json")
@@ -460,6 +465,7 @@ def test_mutated_requests_get_a_correct_answer_or_a_json_4xx(
 @settings(FUZZ, max_examples=HOSTILE_EXAMPLES)
 @given(body=broken_bytes())
 def test_broken_bytes_get_a_json_4xx(server: ServerThread, client: Http, body: bytes) -> None:
+    server.set_cluster(*SMALL_CLUSTER)
     status, content_type, data = client.post(body)
     assert content_type.startswith("application/json")
     assert status < 500, data[:500]
@@ -476,6 +482,7 @@ def test_broken_bytes_get_a_json_4xx(server: ServerThread, client: Http, body: b
     content_type=st.sampled_from(["text/plain", "application/x-www-form-urlencoded", "", "application/jsonx"])
 )
 def test_wrong_content_types_get_415(server: ServerThread, client: Http, content_type: str) -> None:
+    server.set_cluster(*SMALL_CLUSTER)
     status, _, data = client.post(json.dumps(GOOD_REQUEST).encode(), content_type=content_type)
     assert status == 415 and json.loads(data)["error"]
     still_serving(client, server)

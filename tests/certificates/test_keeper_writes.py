@@ -205,8 +205,11 @@ async def test_the_queue_is_empty_once_the_term_has_ended_and_a_follower_queues_
         await settled(replica, fake_apiserver)
         fake_apiserver.fail_next(1000, status=403, verbs={"patch"}, resource=MUTATING_WEBHOOKS)
         _take_back_mutating_bundle(fake_apiserver)
+        # The key backs off between its attempts: waiting out a delay (counted by len),
+        # not only being reconciled (in flight, which len leaves out).
         await eventually(
-            lambda: len(_bundle_patches(fake_apiserver, "a")) >= 4, what="the patch refused, again"
+            lambda: len(_bundle_patches(fake_apiserver, "a")) >= 4 and len(queue) > 0,
+            what="the patch refused, again, and the key waiting out its backoff",
         )
         assert queue.has(MUTATING) and len(queue) > 0
         await replica.stop_lead()
