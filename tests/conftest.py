@@ -12,8 +12,9 @@ from tests.support.apps import AppFactory
 from tests.support.apps import make_app as _make_app
 from tests.support.paths import KUBE_SCHEDULER_FIXTURES
 
-# The test API server's fixtures: fake_apiserver and fake_kubeconfig.
-pytest_plugins = ["tests.support.apiserver.fixtures"]
+# The test API server's fixtures (fake_apiserver, fake_kubeconfig), and the check that
+# no test leaves a process, port, thread, task or temporary file behind.
+pytest_plugins = ["tests.support.apiserver.fixtures", "tests.support.leaks"]
 
 
 @pytest.fixture
