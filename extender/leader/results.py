@@ -52,10 +52,14 @@ class Unchanged:
 @dataclass(frozen=True)
 class Retry:
     """Not now, and not a failure: the key is reconciled again after ``after`` seconds
-    (None: the key's backoff), e.g. a write damped because it would undo an undoing."""
+    (None: the key's backoff), e.g. a write damped because it would undo an undoing.
+    ``early``: an ``add`` of the key before then reconciles it at once (a wait for the
+    object to change, not a backoff: a startup taint kept while a node may still get
+    its labels)."""
 
     reason: str
     after: float | None = None
+    early: bool = False
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,12 @@ write waits in the queue. What it does:
 - **``busy`` is "waiting or being reconciled"** (or a pass owed): a key in backoff or
   held by a refusal owes nothing a drain could deliver.
 
-``add`` of a key waiting out ``add_after`` cuts that delay short (client-go's ``Add``:
-the key is wanted now); ``add`` of a key in **backoff** does not, unlike client-go
-(where an event during ``AddRateLimited``'s delay reconciles the key at once): the
-reconcile is level-triggered, so the event brings nothing its retry will not read, and
-a stream of events would turn a failing write into a retry per event.
+``add`` of a key waiting out an early ``Retry`` cuts that delay short (client-go's
+``Add`` of a key waiting on ``AddAfter``: the key is wanted now); ``add`` of a key in
+**backoff** does not, unlike client-go (where an event during ``AddRateLimited``'s
+delay reconciles the key at once): the reconcile is level-triggered, so the event
+brings nothing its retry will not read, and a stream of events would turn a failing
+write into a retry per event.
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ class WorkQueue(Generic[K]):
     def add(self, key: K) -> None:
         """Reconcile ``key`` (nothing outside a term). One waiting keeps its place, one
         in backoff or held keeps waiting (module doc), one being reconciled is again
-        after; one waiting out ``add_after`` is wanted now."""
+        after; one waiting out an early ``Retry`` is wanted now."""
         if not self._running or key in self._waiting or key in self._refusal.held:
             return
         if key in self._processing:
@@ -191,13 +192,6 @@ class WorkQueue(Generic[K]):
             handle.cancel()
             del self._delayed[key]
         self._enqueue(key)
-
-    def add_after(self, key: K, delay: float) -> None:
-        """Reconcile ``key`` once ``delay`` seconds have passed: more calls meanwhile, or
-        a key already queued, change nothing (the coalescing of a burst of changes)."""
-        if not self._running or self.has(key):
-            return
-        self._delay(key, delay, backoff=False)
 
     def resync(self, after: float = 0.0, *, owed: bool = True) -> None:
         """Have the actor's pass run within ``after`` seconds (the earliest asked for
@@ -340,7 +334,7 @@ class WorkQueue(Generic[K]):
             delay = result.after
             if delay is None:
                 delay = self._backoff.delay(max(1, self._backoff.failures(key)))
-            self._delay(key, delay)
+            self._delay(key, delay, backoff=not result.early)
             return Report(result, retry_in=delay)
         return self._failed(key, result)
 
@@ -350,28 +344,21 @@ class WorkQueue(Generic[K]):
         if sent.status == 429 and sent.retry_after is not None:
             # The API server asks the client to slow down, not just this request.
             self.limiter.pause(sent.retry_after, cap=self.options.retry_max)
-        if result.refused and self._refusal.alone(key):
-            # This key's own condition (extender.leader.refusal): backed off alone,
-            # said once per failing streak, holding no other key.
-            self._delay(key, delay)
-            failure = ""
-            if self._backoff.say(key):
-                failure = "forbidden" if sent.status == 403 else "rejected"
-            return Report(result, failure=failure, retry_in=delay)
-        if result.refused:
+        refusal = ("forbidden" if sent.status == 403 else "rejected") if result.refused else ""
+        if refusal and not self._refusal.alone(key):
             starting = not self._refusal.active
             probe = self._refusal.refused(key)
             if probe is not None:  # never sooner than the probe's own backoff
                 probe = probe[0], max(probe[1], self._backoff.delay(self._backoff.failures(probe[0])))
                 self._delay(*probe)
-            failure = ""
-            if starting and self._backoff.say(key):
-                failure = "forbidden" if sent.status == 403 else "rejected"
+            failure = refusal if starting and self._backoff.say(key) else ""
             return Report(result, failure=failure, retry_in=probe[1] if probe and probe[0] == key else None)
+        # A failure, or a refusal of this key alone (extender.leader.refusal): its own
+        # backoff, said once per failing streak, holding no other key.
         self._delay(key, delay)
         failure = ""
-        if self._backoff.failures(key) >= self.options.max_attempts and self._backoff.say(key):
-            failure = "retries_exhausted"
+        if (refusal or self._backoff.failures(key) >= self.options.max_attempts) and self._backoff.say(key):
+            failure = refusal or "retries_exhausted"
         return Report(result, failure=failure, retry_in=delay)
 
     def _release(self, keys: list[K], lasted: float) -> None:

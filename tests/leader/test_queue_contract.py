@@ -15,7 +15,7 @@ import pytest
 
 from extender.leader.controller import Controller
 from extender.leader.limits import WriteLimiter
-from extender.leader.results import Failed, Report, Result, Sent, Unchanged, Write
+from extender.leader.results import Failed, Report, Result, Retry, Sent, Unchanged, Write
 from extender.leader.workqueue import WorkQueue, WriteOptions
 from extender.leader.writes import Turn
 from tests.leader.test_workqueue import Desired
@@ -179,36 +179,42 @@ def test_the_pass_never_waits_behind_the_writes() -> None:
     assert len(desired.sent) == 20
 
 
-def test_add_cuts_a_coalescing_delay_short_but_never_a_backoff() -> None:
+def test_add_cuts_an_early_retry_short_but_never_a_backoff() -> None:
     """client-go's ``Add`` of a key waiting on ``AddAfter`` (it waited the whole
-    delay); a key in backoff is not written once per event (module doc)."""
-    desired = Desired(want={"k": "1", "f": "1"}, answers={"f": [Sent(500), Sent(200)]})
+    delay): a key that asked to be retried early (``Retry(early=True)``, a wait for its
+    object to change) is reconciled at once when added meanwhile; a key in backoff is
+    not written once per event (module doc)."""
     at: list[tuple[str, float]] = []
+    waited: set[str] = set()
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        send = desired.send
 
-        async def timed(key: str, content: str) -> Sent:
+        async def reconcile(key: str, turn: Turn) -> Result:
             at.append((key, loop.time()))
-            return await send(key, content)
+            if key == "k" and key not in waited:
+                waited.add(key)
+                return Retry("waiting", after=10.0, early=True)
+            if key == "f" and len([k for k, _ in at if k == "f"]) == 1:
+                return Failed(None, Sent(500, "boom"))
+            return Unchanged("in_sync")
 
-        desired.send = timed  # type: ignore[method-assign]
-        queue = WorkQueue(WriteOptions(retry_initial=10.0, retry_max=10.0), clock=loop.time)
-        desired.queue = queue
-        task = asyncio.create_task(queue.run(desired))
+        queue = _queue(retry_initial=10.0, retry_max=10.0)
+        keys = Keys([], reconcile)
+        keys.queue = queue
+        task = asyncio.create_task(queue.run(keys))
         await asyncio.sleep(0)
-        queue.add_after("k", 10.0)
         queue.add("k")
         queue.add("f")
         await asyncio.sleep(1.0)
+        queue.add("k")  # its object changed: wanted now
         queue.add("f")  # an event while f backs off
         await asyncio.sleep(20.0)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
     run(main())
-    assert at == [("k", 0.0), ("f", 0.0), ("f", 10.0)]
+    assert at == [("k", 0.0), ("f", 0.0), ("k", 1.0), ("f", 10.0)]
 
 
 def test_a_429_pauses_every_actor_over_the_client() -> None:

@@ -531,18 +531,3 @@ async def test_a_reconcile_that_raises_is_logged_and_tried_again_never_dropped(
     assert desired.failures() == 2 and calls == 3
     (record, _) = [r for r in caplog.records if r.getMessage() == "reconcile failed"]
     assert record.exc_info is not None and "boom" in str(record.exc_info[1])
-
-
-async def test_add_after_coalesces_a_burst_into_one_reconcile() -> None:
-    desired = Desired()
-    queue: WorkQueue[str] = WorkQueue(FAST, clock=asyncio.get_running_loop().time)
-    task = await term(queue, desired)
-    for _ in range(50):
-        queue.add_after("pass", 0.02)
-    await asyncio.sleep(0.05)
-    await drained(queue)
-    await ended(task)
-    assert desired.reports == [("pass", "in_sync", "")]
-    # Outside a term it is dropped too.
-    queue.add_after("pass", 0.0)
-    assert not queue.busy
