@@ -71,12 +71,26 @@ from typing import Any, Final
 from extender.cluster.class_labels import ClassLabels
 from policies.objects import RuntimeClassView
 
-__all__ = ["API_VERSION", "AUTOSCALER_ANNOTATIONS", "KIND", "PLURAL", "entry", "pod_tolerations", "table"]
+__all__ = [
+    "API_VERSION",
+    "AUTOSCALER_ANNOTATIONS",
+    "KIND",
+    "PLURAL",
+    "TABLES",
+    "TABLE_PATH",
+    "entries_of",
+    "entry",
+    "pod_tolerations",
+    "table",
+]
 
 GROUP: Final = "runtimeclass-extender.dev"
 API_VERSION: Final = f"{GROUP}/v1alpha1"
 KIND: Final = "PodAdmissionTable"
 PLURAL: Final = "podadmissiontables"
+# The kind's collection (cluster-scoped), and one table in it.
+TABLES: Final = f"/apis/{API_VERSION}/{PLURAL}"
+TABLE_PATH: Final = TABLES + "/{name}"
 # A pod the autoscalers must not move: cluster-autoscaler never removes a node running a
 # pod with the first (FAQ, "What types of pods can prevent CA from removing a node?"),
 # Karpenter never disrupts one with the second (its disruption docs, "Pod-Level
@@ -130,3 +144,13 @@ def table(
 ) -> dict[str, dict[str, Any]]:
     """Every class's entry, by class name: the object's ``spec.runtimeClasses``."""
     return {runtime_class.name: entry(runtime_class, labels, rules) for runtime_class in classes}
+
+
+def entries_of(obj: Any) -> dict[str, dict[str, Any]] | None:
+    """A table object's ``spec.runtimeClasses``, the entries that are objects (None:
+    there is no object; ``{}``: an object without entries)."""
+    if not isinstance(obj, dict):
+        return None
+    spec = obj.get("spec")
+    found = spec.get("runtimeClasses") if isinstance(spec, dict) else None
+    return {str(k): v for k, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {}

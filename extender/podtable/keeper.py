@@ -10,15 +10,17 @@ controller``):
   classes ask for now, and writes the difference. A burst of class events while a write
   is out is one more reconcile after it (the queue's dirty set), never one write per
   event.
-- **Only its entries.** A JSON merge patch of ``spec.runtimeClasses`` naming only the
-  entries that differ (RFC 7386: ``null`` removes an entry or a member of one). Each
-  value is absolute (what the classes ask for now), so a patch computed from an
-  informer that has not yet seen the last write rewrites an entry to the value it has,
-  never to an older one, and needs no resourceVersion precondition (which would turn
-  every such overlap into a 409 and a backoff). A missing object is created, with the
-  component's label; nothing else of it is ever in a request (and an admission policy,
-  deploy/components/pod-admission-policy, refuses anything else from the extender's
-  ServiceAccount).
+- **Only its spec, written whole.** A write is one JSON patch (RFC 6902) that sets
+  ``spec`` to what the classes ask for now, every entry whole. Whatever the informer
+  showed when it was computed (it decides only *whether* to write), the table then
+  says what some version of the classes said: a merge patch of the entries that
+  differ, computed from an informer that had not yet seen the last write, merged into
+  the entries member by member and could leave a value no version of a class ever had
+  (an overhead of the second edit's cpu and the third's memory). No resourceVersion
+  precondition either (which would turn every such overlap into a 409 and a backoff).
+  A missing object is created, with the component's label; nothing else of it is ever
+  in a request (and an admission policy, deploy/components/pod-admission-policy,
+  refuses anything else from the extender's ServiceAccount).
 - **The window it opens.** While no replica runs, the table is as the last leader left
   it: pods of a class created meanwhile are routed and get nothing else, and a class
   changed meanwhile gives its old overhead and label. A new term starts with the table
@@ -44,7 +46,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender import METRIC_PREFIX
-from extender.admission.pod_table import API_VERSION, KIND, PLURAL, table
+from extender.admission.pod_table import API_VERSION, KIND, PLURAL, TABLE_PATH, TABLES, entries_of, table
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.state import ClusterState
 from extender.kube.api import send
@@ -60,8 +62,6 @@ from extender.leader.writes import Turn
 
 log = logging.getLogger("extender.podtable")
 
-TABLES = f"/apis/{API_VERSION}/{PLURAL}"
-TABLE_PATH = TABLES + "/{name}"
 # The one key: the table.
 TABLE = "table"
 # The label of everything the component installs, on the object the keeper creates.
@@ -131,15 +131,6 @@ WRITE_LOG = WriteLog(
 
 
 Entries = dict[str, dict[str, Any]]
-
-
-def entries_of(obj: Mapping[str, Any] | None) -> Entries | None:
-    """A table object's ``spec.runtimeClasses`` (None: there is no object)."""
-    if obj is None:
-        return None
-    spec = obj.get("spec")
-    found = spec.get("runtimeClasses") if isinstance(spec, dict) else None
-    return {str(k): v for k, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {}
 
 
 def merge_patch(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
@@ -276,11 +267,13 @@ class PodAdmissionTable(Controller[str]):
                 partial(self._create, dict(wanted)),
                 detail=Written("create", len(wanted)),
             )
-        patch = merge_patch(entries_of(found.obj) or {}, wanted)
-        if not patch:
+        differs = merge_patch(entries_of(found.obj) or {}, wanted)
+        if not differs:
             return Unchanged("in_sync")
         return Write(
-            ("update", _canonical(patch)), partial(self._patch, patch), detail=Written("update", len(patch))
+            ("update", _canonical(wanted)),
+            partial(self._replace, dict(wanted)),
+            detail=Written("update", len(differs)),
         )
 
     async def _create(self, entries: Entries) -> Sent:
@@ -298,15 +291,17 @@ class PodAdmissionTable(Controller[str]):
             timeout=aiohttp.ClientTimeout(total=options.request_timeout),
         )
 
-    async def _patch(self, patch: dict[str, Any]) -> Sent:
+    async def _replace(self, entries: Entries) -> Sent:
+        """The table's spec, whole ("add" of an object member replaces it: RFC 6902
+        section 4.1), whatever it held (see the module doc)."""
         options = self.options
         return await send(
             self._api,
             "PATCH",
             TABLE_PATH,
             path_params={"name": options.name},
-            body={"spec": {"runtimeClasses": patch}},
-            content_type="application/merge-patch+json",
+            body=[{"op": "add", "path": "/spec", "value": {"runtimeClasses": entries}}],
+            content_type="application/json-patch+json",
             timeout=aiohttp.ClientTimeout(total=options.request_timeout),
         )
 

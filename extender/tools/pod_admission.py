@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from extender.admission.pod_review import NEVER_ROUTED_NAMESPACES, RoutingConfig
-from extender.admission.pod_table import API_VERSION, PLURAL, table
+from extender.admission.pod_table import PLURAL, TABLE_PATH, entries_of, table
 from extender.admission.probe import Admission, differences, expected_admission, probe_pod, summary
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import ObjectError, runtime_class_from_api
@@ -41,7 +41,6 @@ EXIT_AS_EXPECTED: Final = 0
 EXIT_DIFFERENT: Final = 1
 HEADER: Final = ("RUNTIMECLASS", "SCHEDULER", "OVERHEAD", "NODE LABEL", "RESULT")
 RUNTIME_CLASSES: Final = "/apis/node.k8s.io/v1/runtimeclasses"
-TABLES: Final = f"/apis/{API_VERSION}/{PLURAL}"
 # The entries of a table its kind serves but that is not there.
 MISSING: Final = "\0missing"
 PODS: Final = "/api/v1/namespaces/{namespace}/pods"
@@ -135,14 +134,12 @@ async def _table_entries(api: Any, name: str, timeout: Any) -> dict[str, Any] | 
     """The pod admission table's entries; ``{MISSING}`` when its kind is served but it is
     not there; None when it cannot be read (no such kind: the webhook way; no right)."""
     try:
-        answer = await request_json(api, "GET", f"{TABLES}/{{name}}", path_params={"name": name}, timeout=timeout)
+        answer = await request_json(api, "GET", TABLE_PATH, path_params={"name": name}, timeout=timeout)
     except ApiError as exc:
-        if exc.status == 404 and "podadmissiontables" in exc.message:
+        if exc.status == 404 and PLURAL in exc.message:
             return {MISSING: {}}
         return None
-    spec = answer.get("spec") if isinstance(answer, dict) else None
-    found = spec.get("runtimeClasses") if isinstance(spec, dict) else None
-    return dict(found) if isinstance(found, dict) else {}
+    return entries_of(answer) or {}
 
 
 def table_notes(entries: dict[str, Any] | None, wanted: dict[str, Any], name: str, table_name: str) -> list[str]:

@@ -155,6 +155,41 @@ async def test_with_label_nodes_each_class_with_node_rules_names_its_label(
     await eventually(lambda: entries(fake_apiserver) == {"gvisor": OVERHEAD, "runc": {}}, what="rules gone")
 
 
+async def test_no_interleaving_of_writes_leaves_an_entry_no_version_of_its_class_had(
+    fake_apiserver: FakeApiServer, running: Running
+) -> None:
+    """Two edits in a row, the second written from an informer that has not seen the
+    first write (its watch stalled). A merge patch of what differed from that informer
+    merged into the first write, member by member: the table said {cpu: 2, memory: 2Gi}
+    while the class said {cpu: 1, memory: 2Gi}, a value no version of it had."""
+    def overhead(cpu: str, memory: str) -> Any:
+        return lambda rc: rc.update(overhead={"podFixed": {"cpu": cpu, "memory": memory}})
+
+    fake_apiserver.add(TABLES, table_object())
+    fake_apiserver.add(RUNTIME_CLASSES, gvisor(overhead={"podFixed": {"cpu": "1", "memory": "1Gi"}}))
+    await eventually(
+        lambda: running.keeper.current() == entries(fake_apiserver) and "gvisor" in (entries(fake_apiserver) or {}),
+        what="the table written, and seen by the keeper's informer",
+    )
+    fake_apiserver.stall_watches(TABLES)
+    versions = [{"cpu": "1", "memory": "1Gi"}]
+    for cpu, memory in (("2", "2Gi"), ("1", "2Gi")):
+        fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", overhead(cpu, memory))
+        versions.append({"cpu": cpu, "memory": memory})
+        await eventually(
+            lambda: (entries(fake_apiserver) or {}).get("gvisor", {}).get("overhead") == versions[-1],
+            what=f"the table at {versions[-1]}",
+        )
+    # What the table said at each of its writes was what some version of the class said.
+    said = [
+        entry["overhead"]
+        for _, obj, _ in fake_apiserver.changes(TABLES)
+        if (entry := (obj.get("spec") or {}).get("runtimeClasses", {}).get("gvisor")) is not None
+    ]
+    assert said and all(overhead in versions for overhead in said), said
+    fake_apiserver.resume_watches()
+
+
 async def test_a_deleted_table_is_created_again_and_a_hand_edit_undone(
     fake_apiserver: FakeApiServer, running: Running
 ) -> None:

@@ -375,9 +375,35 @@ async def test_namespaced_field_selector_and_merge_patch(
         assert resp.status == 409
         assert_status(orjson.loads(await resp.read()), 409, "Conflict")
     async with http.patch(
-        default_pods + "/p1", data=b"[]", headers={"Content-Type": "application/json-patch+json"}
+        default_pods + "/p1", data=b"{}", headers={"Content-Type": "application/apply-patch+yaml"}
     ) as resp:
         assert resp.status == 415
+
+
+async def test_a_json_patch_applies_whole_or_not_at_all(
+    fake_apiserver: FakeApiServer, http: aiohttp.ClientSession
+) -> None:
+    """RFC 6902 as kube-apiserver applies it (patch.go, applyJSPatch: json-patch v4): an
+    "add" of an existing member replaces it whole; a patch with an operation that does
+    not apply is a 422 and changes nothing; one that is no list of operations a 400."""
+    fake_apiserver.add(PODS, make_pod("p1"))
+    pod = fake_apiserver.url + PODS.collection_path("default") + "/p1"
+    headers = {"Content-Type": "application/json-patch+json"}
+    fake_apiserver.modify(PODS, "p1", {"metadata": {"annotations": {"a": "1", "b": "2"}}})
+    replace = [{"op": "add", "path": "/metadata/annotations", "value": {"a": "3"}}]
+    async with http.patch(pod, data=orjson.dumps(replace), headers=headers) as resp:
+        assert resp.status == 200
+        assert orjson.loads(await resp.read())["metadata"]["annotations"] == {"a": "3"}
+    before = fake_apiserver.get(PODS, "p1", namespace="default")
+    broken = [
+        {"op": "add", "path": "/metadata/labels", "value": {"x": "y"}},
+        {"op": "remove", "path": "/metadata/annotations/missing"},
+    ]
+    async with http.patch(pod, data=orjson.dumps(broken), headers=headers) as resp:
+        assert resp.status == 422
+    assert fake_apiserver.get(PODS, "p1", namespace="default") == before
+    async with http.patch(pod, data=b"{}", headers=headers) as resp:
+        assert resp.status == 400
 
 
 async def test_generic_resource_registration(http: aiohttp.ClientSession) -> None:
