@@ -48,8 +48,10 @@ selector. Opted-out pods and namespaces, as for routing, get no label; nor does 
 whose class is unknown or whose rules select every node.
 
 **The class's tolerations, with ``--label-nodes``**: a pod of a class with tolerations
-gets each of them the extender honours (``pod_tolerations``: NoSchedule ones) that it
-does not carry, as the in-tree RuntimeClass plugin merges them (``setScheduling``), so
+gets each of them the extender honours (``pod_tolerations``: NoSchedule ones) that no
+toleration of its own covers (``covers``: one with no operator for the same value, one
+with ``Exists``, one with no key), as the in-tree RuntimeClass plugin merges them
+(``setScheduling``), so
 that an autoscaler, which judges a node group's taints by a pod's own tolerations, can
 pick a tainted group for it. Not opted-out pods.
 
@@ -369,22 +371,45 @@ def _require_label(pod: _Pod, key: str) -> dict[str, Any]:
 
 
 def _tolerate(pod: _Pod, tolerations: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """The JSONPatch operations adding each of ``tolerations`` the pod does not carry
-    (compared by key, operator, value and effect, an absent field as empty; the whole
-    list where the pod has none)."""
+    """The JSONPatch operations adding each of ``tolerations`` that no toleration of the
+    pod already covers (``covers``; the whole list where the pod has none)."""
     own = pod.spec.tolerations
     if own is None:
         return [{"op": "add", "path": _SPEC_TOLERATIONS, "value": tolerations}] if tolerations else []
-    carried = {_toleration_fields(t) for t in own}
     return [
         {"op": "add", "path": _SPEC_TOLERATIONS + "/-", "value": t}
         for t in tolerations
-        if _toleration_fields(t) not in carried
+        if not any(covers(o, t) for o in own)
     ]
 
 
-def _toleration_fields(toleration: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    return tuple(str(toleration.get(f) or "") for f in ("key", "operator", "value", "effect"))  # type: ignore[return-value]
+def covers(superset: Mapping[str, Any], toleration: Mapping[str, Any]) -> bool:
+    """``superset`` tolerates everything ``toleration`` does, as the in-tree plugin's merge
+    decides it: ``isSuperset`` in pkg/util/tolerations/tolerations.go (MergeTolerations,
+    which the RuntimeClass admission plugin's setScheduling calls). An absent field is
+    empty; an empty key with ``Exists`` covers every key, an empty effect every effect;
+    an ``Equal`` (or empty) operator covers only an ``Equal`` toleration of its value."""
+
+    def field(t: Mapping[str, Any], name: str) -> Any:
+        value = t.get(name)
+        return value if name == "tolerationSeconds" else value or ""
+
+    names = ("key", "operator", "value", "effect", "tolerationSeconds")
+    if all(field(superset, n) == field(toleration, n) for n in names):
+        return True
+    key, operator = field(superset, "key"), field(superset, "operator")
+    if field(toleration, "key") != key and (key != "" or operator != "Exists"):
+        return False
+    effect = field(superset, "effect")
+    if field(toleration, "effect") != effect and effect != "":
+        return False
+    if effect == "NoExecute" and field(superset, "tolerationSeconds") is not None:
+        seconds = field(toleration, "tolerationSeconds")
+        if seconds is None or seconds > field(superset, "tolerationSeconds"):
+            return False
+    if operator in ("Equal", ""):
+        return bool(field(toleration, "operator") == "Equal" and field(toleration, "value") == field(superset, "value"))
+    return bool(operator == "Exists")
 
 
 def _shows(pod: _Pod, selector: Mapping[str, str] | None) -> bool:

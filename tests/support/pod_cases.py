@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +98,8 @@ SANDBOX_TOLERATION = {
     "value": "gvisor",
     "effect": "NoSchedule",
 }
+# SANDBOX_TOLERATION without its operator: the same toleration, for the in-tree merge.
+NO_OPERATOR_TOLERATION = {k: v for k, v in SANDBOX_TOLERATION.items() if k != "operator"}
 GVISOR_TOLERATIONS = [
     SANDBOX_TOLERATION,
     # No effect: the extender honours it for NoSchedule taints, and pods get it so.
@@ -202,6 +204,10 @@ PODS_TABLE = [
     PodCase("gvisor-class-selector", "gvisor", node_selector=GVISOR_SELECTOR),
     PodCase("gvisor-own-annotations", "gvisor", annotations=OWN_ANNOTATIONS),
     PodCase("gvisor-own-toleration", "gvisor", tolerations=[SANDBOX_TOLERATION]),
+    # Covered as the in-tree merge decides it (isSuperset): no operator is Equal's, and
+    # an empty key with Exists tolerates every taint.
+    PodCase("gvisor-toleration-without-operator", "gvisor", tolerations=[NO_OPERATOR_TOLERATION]),
+    PodCase("gvisor-tolerates-every-taint", "gvisor", tolerations=[{"operator": "Exists"}]),
     PodCase("gvisor-label-given", "gvisor", node_selector={GVISOR_KEY: "true"}),
     PodCase("gvisor-label-conflict", "gvisor", node_selector={GVISOR_KEY: "false"}, large_only=True),
     PodCase("gvisor-overhead-equal", "gvisor", overhead={"cpu": "0.25", "memory": "67108864"}),
@@ -369,12 +375,16 @@ def _pod(
 DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
-def _tolerating(*own: dict[str, str]) -> Callable[[Setup], list[dict[str, str]]]:
+def _tolerating(
+    *own: dict[str, str], covering: Sequence[dict[str, str]] = ()
+) -> Callable[[Setup], list[dict[str, str]]]:
     """A gvisor pod's tolerations: its ``own``, and in large-cluster mode its class's it
-    does not carry (as the in-tree plugin merges them: the autoscalers read them)."""
+    does not carry, nor has one ``covering`` (as the in-tree plugin merges them: the
+    autoscalers read them)."""
 
     def tolerations(setup: Setup) -> list[dict[str, str]]:
-        added = [t for t in GVISOR_POD_TOLERATIONS if t not in own] if setup.label_nodes else []
+        skipped = [*own, *covering]
+        added = [t for t in GVISOR_POD_TOLERATIONS if t not in skipped] if setup.label_nodes else []
         return [*own, *added]
 
     return tolerations
@@ -454,6 +464,12 @@ EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
         selector=lambda s: {**GVISOR_SELECTOR, **_label(s, "gvisor")}, annotations=lambda s: {}
     ),
     "gvisor-own-toleration": _gvisor(tolerations=_tolerating(SANDBOX_TOLERATION)),
+    "gvisor-toleration-without-operator": _gvisor(
+        tolerations=_tolerating(NO_OPERATOR_TOLERATION, covering=[SANDBOX_TOLERATION])
+    ),
+    "gvisor-tolerates-every-taint": _gvisor(
+        tolerations=_tolerating({"operator": "Exists"}, covering=GVISOR_POD_TOLERATIONS)
+    ),
     "gvisor-own-annotations": _gvisor(annotations=lambda s: {**_marked(s), **OWN_ANNOTATIONS}),
     "gvisor-label-given": _gvisor(selector=lambda s: {GVISOR_KEY: "true"}),
     "gvisor-label-conflict": _refused(
