@@ -30,7 +30,8 @@ from extender.cluster.state import ClusterState
 from extender.decision_cache import DecisionCache
 from extender.filtering import Decision, decide
 from extender.http.admission import PATH as ADMISSION_PATH
-from extender.http.admission import POD_PATH, AdmissionMetrics, admission_handler, pod_admission_handler
+from extender.http.admission import POD_PATH, admission_handler, pod_admission_handler
+from extender.http.admission_metrics import AdmissionMetrics
 from extender.http.bodies import (
     ClientDisconnected,
     RequestRefused,

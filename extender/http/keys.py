@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from extender.admission import RoutingConfig
+from extender.autoscaling.finder import AutoscalerCheck
 from extender.capture.writer import CaptureWriter
-from extender.cluster.autoscaler_check import AutoscalerCheck
 from extender.cluster.node_lookup import NodeLookup
 from extender.cluster.state import ClusterState
 from extender.decision_cache import DecisionCache
+from extender.http.admission_metrics import AdmissionMetrics
 from extender.http.metrics import Metrics
 from extender.kube.health import SourceStats
 from extender.leader.gate import LeaderGate
@@ -26,7 +27,6 @@ from policies.registry import Policy
 
 if TYPE_CHECKING:
     from extender.certificates.keeper import WebhookCertificates
-    from extender.http.admission import AdmissionMetrics
     from extender.http.sampling import HiddenNodeReports
 
 STATE = web.AppKey("state", ClusterState)

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from extender.autoscaling.finder import AutoscalerCheck
 from extender.capture.writer import CaptureWriter
 from extender.certificates.serving import SwitchingContext
 from extender.cluster.annotations import SelectorErrorLog
-from extender.cluster.autoscaler_check import AutoscalerCheck
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.live import LiveCluster, LiveOptions

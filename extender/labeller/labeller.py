@@ -67,17 +67,17 @@ import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender import METRIC_PREFIX
+from extender.autoscaling.startup_taint import carries, untainting_patch
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.pending_pod_informer import PendingPodInformer
 from extender.cluster.pending_pods import PendingPod
-from extender.cluster.startup_taint import carries, seen_as_read, untainting_patch
 from extender.cluster.state import ClusterState
 from extender.kube.api import ApiError, request_json, send
 from extender.kube.informer import Informer
 from extender.kube.store import Named, Store
 from extender.leader.controller import Controller, WriteLog
 from extender.leader.limits import Sleep, WriteLimiter
-from extender.leader.results import Done, Failed, Report, Result, Sent, Unchanged, Write
+from extender.leader.results import FAILURES, Done, Failed, Report, Result, Sent, Unchanged, Write
 from extender.leader.workqueue import WriteOptions
 from extender.leader.writes import Turn
 from extender.settings import DEFAULT_LABEL_NODES_RATE, DEFAULT_NODE_LABEL_PREFIX, DEFAULT_STARTUP_TAINT
@@ -87,8 +87,6 @@ from policies.registry import Policy
 log = logging.getLogger("extender.labeller")
 
 NODE = "/api/v1/nodes/{name}"
-# Why a label write failed for good (a fixed set, pre-created).
-WRITE_FAIL_REASONS = ("forbidden", "rejected", "retries_exhausted")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,7 +137,7 @@ class LabelMetrics:
             "Node label writes waiting for their turn, for a retry, or in flight.",
             registry=registry,
         ).set_function(lambda: float(pending()))
-        for reason in WRITE_FAIL_REASONS:
+        for reason in FAILURES:
             self.errors.labels(reason)
 
 
@@ -387,8 +385,9 @@ class NodeLabeller(Controller[str]):
             return Sent(exc.status, exc.message, exc.retry_after)
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             return Sent(0, f"{type(exc).__name__}: {exc}")
-        if not seen_as_read(current, node.labels):
-            # The patch was computed from labels the node no longer has: after the watch.
+        if dict((current.get("metadata") or {}).get("labels") or {}) != dict(node.labels):
+            # The patch was computed from labels the node no longer has (the cache is
+            # behind the read): tried again after the watch.
             return Sent(409, "the node changed since the cache saw it")
         body = untainting_patch(current, patch, taint)
         if body is None:

@@ -15,7 +15,11 @@ from dataclasses import dataclass
 
 from extender.kube.answer import Sent
 
-__all__ = ["Done", "Failed", "Report", "Result", "Retry", "Sent", "Unchanged", "Write"]
+__all__ = ["FAILURES", "Done", "Failed", "Report", "Result", "Retry", "Sent", "Unchanged", "Write"]
+
+# Every ``Report.failure`` there is: the reasons an actor's write-error counter is
+# labelled with, each pre-created at 0.
+FAILURES = ("forbidden", "rejected", "retries_exhausted")
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ from extender.kube.store import Named, Store
 from extender.kube.watched import Watched, watched
 from extender.leader.controller import Controller, WriteLog
 from extender.leader.limits import Sleep, WriteLimiter
-from extender.leader.results import Done, Failed, Report, Result, Sent, Unchanged, Write
+from extender.leader.results import FAILURES, Done, Failed, Report, Result, Sent, Unchanged, Write
 from extender.leader.workqueue import WriteOptions
 from extender.leader.writes import Turn
 
@@ -66,7 +66,6 @@ log = logging.getLogger("extender.podtable")
 TABLE = "table"
 # The label of everything the component installs, on the object the keeper creates.
 PART_OF = {"app.kubernetes.io/part-of": "runtimeclass-extender"}
-WRITE_FAIL_REASONS = ("forbidden", "rejected", "retries_exhausted")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +113,7 @@ class TableMetrics:
         ).set_function(lambda: float(entries()))
         for action in ("create", "update"):
             self.writes.labels(action)
-        for reason in WRITE_FAIL_REASONS:
+        for reason in FAILURES:
             self.errors.labels(reason)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender import METRIC_PREFIX
+from extender.leader.results import FAILURES
 
 # Why a nudge was not sent (--requeue-pending-pods); a fixed set.
 REQUEUE_SKIP_REASONS = (
@@ -16,8 +17,6 @@ REQUEUE_SKIP_REASONS = (
     "recreated",  # a new pod of the same name (another uid) took its place
     "superseded",  # a newer change of its RuntimeClass queued a newer nudge first
 )
-# Why a nudge failed: the API server refused it for good, or it kept failing.
-REQUEUE_FAIL_REASONS = ("forbidden", "rejected", "retries_exhausted")
 
 
 class RequeueMetrics:
@@ -65,5 +64,5 @@ class RequeueMetrics:
         queued_gauge.set_function(lambda: float(queued()))
         for reason in REQUEUE_SKIP_REASONS:
             self.skipped.labels(reason)
-        for reason in REQUEUE_FAIL_REASONS:
+        for reason in FAILURES:
             self.failed.labels(reason)

@@ -42,8 +42,8 @@ from typing import Any, Final, Literal
 import orjson
 
 from extender.admission import API_VERSION, KIND, review
-from extender.cluster.autoscaler_check import Forbidden, find_cluster_autoscaler
-from extender.cluster.autoscalers import Found, class_warning, karpenter, unseen
+from extender.autoscaling.autoscalers import Found, class_warning, karpenter, unseen
+from extender.autoscaling.finder import Forbidden, find_cluster_autoscaler
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.file_source import ClusterFileError, document_objects
 from extender.cluster.objects import ObjectError, runtime_class_from_api
@@ -225,7 +225,7 @@ def _print_lines(finding: Finding) -> None:
 
 
 def _autoscalers(args: argparse.Namespace, state: ClusterState) -> Callable[[RuntimeClassView], list[str]]:
-    """The live cluster's node autoscalers (extender.cluster.autoscalers), as a warning
+    """The live cluster's node autoscalers (extender.autoscaling.autoscalers), as a warning
     about each class they cannot see in its pods."""
     found: list[Found] = []
     if args.cluster_autoscaler_status:

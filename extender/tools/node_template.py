@@ -7,7 +7,7 @@ as the kwok provider's templates are written and as ``kubectl get node NAME -o y
 prints a live one), or its labels and taints one by one (``--label``, ``--taint``, as an
 Auto Scaling group's tags or a node pool's settings list them). It prints which classes
 the group's nodes will run and the label each needs in the template, in large-cluster
-mode (``extender.cluster.node_templates`` decides), then the labels written as each
+mode (``extender.autoscaling.node_templates`` decides), then the labels written as each
 provider takes them (``--provider``), with the startup taint its nodes should register
 with (docs/autoscaling.md).
 
@@ -25,8 +25,8 @@ from typing import Any, Final
 
 import orjson
 
+from extender.autoscaling.node_templates import PROVIDERS, TemplateVerdict, judge, snippets
 from extender.cluster.class_labels import ClassLabels
-from extender.cluster.node_templates import PROVIDERS, TemplateVerdict, judge, snippets
 from extender.cluster.objects import ObjectError, node_from_api
 from extender.documents import DocumentError, load_document
 from extender.policy_file import load_policy

@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from extender import METRIC_PREFIX as PREFIX
 from extender.audit.metrics import AUDITED_PODS, MISPLACED_PODS
+from extender.autoscaling.finder import AutoscalerCheck
 from extender.capture.writer import CaptureWriter
-from extender.cluster.autoscaler_check import AutoscalerCheck
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.file_source import load_cluster_file
 from extender.cluster.node_lookup import LookupStats

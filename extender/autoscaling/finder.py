@@ -1,6 +1,6 @@
 """``serve``'s check for node autoscalers that cannot see the RuntimeClasses' rules.
 
-What is checked and why is ``extender.cluster.autoscalers`` (pure). This module looks,
+What is checked and why is ``extender.autoscaling.autoscalers`` (pure). This module looks,
 on every replica (it is a warning, not an action: no Lease needed), once the Nodes and
 RuntimeClasses are listed and then every ``interval`` seconds:
 
@@ -28,7 +28,14 @@ import aiohttp
 from prometheus_client import CollectorRegistry, Gauge
 
 from extender import METRIC_PREFIX
-from extender.cluster.autoscalers import AUTOSCALERS, CLUSTER_AUTOSCALER, Found, karpenter, unseen, warning
+from extender.autoscaling.autoscalers import (
+    AUTOSCALERS,
+    CLUSTER_AUTOSCALER,
+    Found,
+    karpenter,
+    unseen,
+    warning,
+)
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.state import ClusterState
 from extender.kube.api import ApiError, request_json

@@ -1,8 +1,8 @@
-"""extender.cluster.startup_taint: when a node's startup taint goes, and the write that removes it."""
+"""extender.autoscaling.startup_taint: when a node's startup taint goes, and the write that removes it."""
 
 from __future__ import annotations
 
-from extender.cluster.startup_taint import carries, seen_as_read, untainting_patch
+from extender.autoscaling.startup_taint import carries, untainting_patch
 from extender.settings import DEFAULT_STARTUP_TAINT
 from policies.objects import NodeView, Taint
 
@@ -45,8 +45,3 @@ def test_the_last_taint_removed_leaves_none() -> None:
 def test_a_taint_already_gone_leaves_the_labels_alone_or_nothing() -> None:
     assert untainting_patch(node(OTHER), {LABEL: "true"}, KEY) == {"metadata": {"labels": {LABEL: "true"}}}
     assert untainting_patch(node(OTHER), {}, KEY) is None
-
-
-def test_a_patch_waits_for_the_cache_when_the_read_shows_other_labels() -> None:
-    assert seen_as_read(node(labels={"sandbox": "gvisor"}), {"sandbox": "gvisor"})
-    assert not seen_as_read(node(labels={"sandbox": "kata"}), {"sandbox": "gvisor"})

@@ -44,12 +44,6 @@ def without(taints: Iterable[Mapping[str, Any]], key: str) -> list[Mapping[str, 
     return [taint for taint in taints if taint.get("key") != key]
 
 
-def seen_as_read(node: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """The node as just read has the labels a patch was computed from (``labels``, the
-    cache's): else the patch waits for the watch to catch up."""
-    return dict((node.get("metadata") or {}).get("labels") or {}) == dict(labels)
-
-
 def untainting_patch(
     node: Mapping[str, Any], labels: Mapping[str, str | None], key: str
 ) -> dict[str, Any] | None:

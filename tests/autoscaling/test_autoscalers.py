@@ -1,5 +1,5 @@
 """Node autoscalers that cannot see the RuntimeClasses' rules: who is found, which classes
-they miss, and what serve says of it (extender/cluster/autoscalers.py, autoscaler_check.py)."""
+they miss, and what serve says of it (extender/autoscaling/autoscalers.py, autoscaler_check.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.cluster.autoscaler_check import AutoscalerCheck
-from extender.cluster.autoscalers import CLUSTER_AUTOSCALER, KARPENTER, Found, karpenter, unseen, warning
+from extender.autoscaling.autoscalers import CLUSTER_AUTOSCALER, KARPENTER, Found, karpenter, unseen, warning
+from extender.autoscaling.finder import AutoscalerCheck
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import runtime_class_from_api
 from extender.cluster.state import ClusterState

@@ -84,10 +84,8 @@ def warning(
     if not autoscalers or not classes:
         return None
     names = ", ".join(rc.name for rc in classes) + (f" and {more} more" if more else "")
-    who = " and ".join(f"{a.name} ({a.evidence})" for a in autoscalers)
-    runs = "runs" if len(autoscalers) == 1 else "run"
     return (
-        f"{who} {runs} in this cluster and cannot see the node rules of RuntimeClass {names}: it will add no "
+        f"{_who_runs(autoscalers)} in this cluster and cannot see the node rules of RuntimeClass {names}: it will add no "
         "node for their pending pods when an existing node fits them by kube-scheduler's own filters, and "
         "it would move their running pods to any node with room (pod admission marks those pods not to "
         "be moved). Use large-cluster mode (label-nodes), or alongside admission for classes whose rules "
@@ -97,11 +95,15 @@ def warning(
 
 def class_warning(autoscalers: Sequence[Found], runtime_class: RuntimeClassView, rules: ClassLabels) -> str:
     """``check``'s warning for one class an autoscaler found in the cluster cannot see."""
-    who = " and ".join(f"{a.name} ({a.evidence})" for a in autoscalers)
-    runs = "runs" if len(autoscalers) == 1 else "run"
     return (
-        f"{who} {runs} in this cluster and cannot see the node rules of RuntimeClass {runtime_class.name} "
+        f"{_who_runs(autoscalers)} in this cluster and cannot see the node rules of RuntimeClass {runtime_class.name} "
         f"({rules.describe(runtime_class)}) in its pods: it will add no node for a pending pod of the class "
         "when an existing node fits the pod by kube-scheduler's own filters; use large-cluster mode "
         "(docs/autoscaling.md)"
     )
+
+
+def _who_runs(autoscalers: Sequence[Found]) -> str:
+    """"cluster-autoscaler (its status ConfigMap ...) runs", or "... and ... run"."""
+    who = " and ".join(f"{a.name} ({a.evidence})" for a in autoscalers)
+    return f"{who} {'runs' if len(autoscalers) == 1 else 'run'}"

@@ -23,7 +23,7 @@ provider takes it (docs/autoscaling.md).
   in-tree plugin merges them: extender.admission.pod_table), so those are the NoExecute
   taints and the NoSchedule ones the class does not tolerate.
 
-``snippets`` writes the labels (and the startup taint, ``extender.cluster.startup_taint``)
+``snippets`` writes the labels (and the startup taint, ``extender.autoscaling.startup_taint``)
 as each provider takes them. Pure: a node view, classes and a policy in, data out.
 """
 
@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from extender.autoscaling.startup_taint import AUTOSCALER_STARTUP_PREFIX
 from extender.cluster.class_labels import LABEL_VALUE, ClassLabels
-from extender.cluster.startup_taint import AUTOSCALER_STARTUP_PREFIX
 from policies.objects import NodeView, RuntimeClassView, Taint
 from policies.tolerations import tolerated_by_any
 

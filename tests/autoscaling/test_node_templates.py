@@ -1,9 +1,9 @@
-"""extender.cluster.node_templates: a node group's template against the RuntimeClasses."""
+"""extender.autoscaling.node_templates: a node group's template against the RuntimeClasses."""
 
 from __future__ import annotations
 
+from extender.autoscaling.node_templates import judge, placement_taints, snippets
 from extender.cluster.class_labels import ClassLabels
-from extender.cluster.node_templates import judge, placement_taints, snippets
 from extender.cluster.objects import runtime_class_from_api
 from extender.policy_file import load_policy
 from extender.settings import DEFAULT_NODE_LABEL_PREFIX
