@@ -210,6 +210,9 @@ DEFAULT_LABEL_NODES_RATE = 100.0
 # Under the prefix cluster-autoscaler counts as "starting, not ready"
 # (cluster-autoscaler/utils/taints/taints.go StartupTaintPrefix).
 DEFAULT_STARTUP_TAINT = "startup-taint.cluster-autoscaler.kubernetes.io/runtimeclass-labels"
+# How long a new node may wait under it for a label its classes read (kata-deploy sets
+# katacontainers.io/kata-runtime once its DaemonSet pod has run there: tens of seconds).
+DEFAULT_STARTUP_TAINT_GRACE = 60.0
 # cluster-autoscaler's --namespace and --status-config-map-name defaults.
 DEFAULT_CLUSTER_AUTOSCALER_STATUS = "kube-system/cluster-autoscaler-status"
 
@@ -485,6 +488,15 @@ class ServeSettings:
         "RuntimeClass labels are right, so that cluster-autoscaler counts the node as starting "
         "meanwhile rather than adding another; empty: never removed",
         "KEY",
+    )
+    startup_taint_grace: float = _setting(
+        DEFAULT_STARTUP_TAINT_GRACE,
+        _positive_float,
+        "with label-nodes: how long a new node keeps the startup taint while it fits no RuntimeClass "
+        "that a pending pod waits for, though such a pod waits (a label its class reads may come "
+        "after registration: kata-deploy's, node-feature-discovery's); counted from when the Lease "
+        "holder first saw it (docs/autoscaling.md)",
+        "SECONDS",
     )
     runtimeclass_admission_plugin: bool = _setting(
         False,

@@ -56,6 +56,7 @@ def actor_options(settings: ServeSettings) -> ActorOptions:
                 prefix=settings.node_label_prefix,
                 rate=settings.label_nodes_rate,
                 startup_taint=settings.startup_taint,
+                startup_taint_grace=settings.startup_taint_grace,
             )
             if settings.label_nodes
             else None

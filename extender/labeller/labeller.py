@@ -38,15 +38,21 @@ writes them, as a leader actor (``extender.leader.actor``):
   node probing while the others wait, so that 15,000 refused nodes are not 15,000
   retries (each label write wakes every node watcher, kube-scheduler's included).
 
-- **The startup taint** (``extender.cluster.startup_taint``): a node that carries it
+- **The startup taint** (``extender.autoscaling.startup_taint``): a node that carries it
   (a node group's new node, registered with it so that cluster-autoscaler counts the
   node as starting while its labels are missing) has it removed in the write that
-  makes its labels right, or alone when they already are. That write reads the node
-  first (taints are one list, replaced whole by a merge patch: every other taint is
-  sent back as the API server has it) and is conditional on the node's
-  resourceVersion, so a taint someone adds meanwhile is never undone (409: tried
-  again). A node whose labels the cache shows differently than the read is tried
-  again once the watch has caught up.
+  makes its labels right, or alone when they already are, but for one case: while a
+  pending pod of a class with node rules waits, a node that fits none of the classes
+  pending pods wait for keeps it for up to ``startup_taint_grace`` after this leader
+  first saw it, since a label such a class reads may still come (kata-deploy's
+  ``katacontainers.io/kata-runtime``, node-feature-discovery's, set once a DaemonSet
+  pod has run on the node); it is looked at again when the node changes, and when
+  the grace ends. That write reads the node first (taints are one list, replaced
+  whole by a merge patch: every other taint is sent back as the API server has it)
+  and is conditional on the node's resourceVersion, so a taint someone adds meanwhile
+  is never undone (409: tried again). A node whose labels the cache shows differently
+  than the read is tried again once the watch has caught up; a read that finds the
+  taint gone already removes nothing, and counts nothing.
 
 One log line per class change says what it moves ("RuntimeClass gvisor: node labels:
 3 to add, 1 to remove"); counters say what was written.
@@ -77,10 +83,15 @@ from extender.kube.informer import Informer
 from extender.kube.store import Named, Store
 from extender.leader.controller import Controller, WriteLog
 from extender.leader.limits import Sleep, WriteLimiter
-from extender.leader.results import FAILURES, Done, Failed, Report, Result, Sent, Unchanged, Write
+from extender.leader.results import FAILURES, Done, Failed, Report, Result, Retry, Sent, Unchanged, Write
 from extender.leader.workqueue import WriteOptions
 from extender.leader.writes import Turn
-from extender.settings import DEFAULT_LABEL_NODES_RATE, DEFAULT_NODE_LABEL_PREFIX, DEFAULT_STARTUP_TAINT
+from extender.settings import (
+    DEFAULT_LABEL_NODES_RATE,
+    DEFAULT_NODE_LABEL_PREFIX,
+    DEFAULT_STARTUP_TAINT,
+    DEFAULT_STARTUP_TAINT_GRACE,
+)
 from policies.objects import NodeView, RuntimeClassView
 from policies.registry import Policy
 
@@ -92,8 +103,10 @@ NODE = "/api/v1/nodes/{name}"
 @dataclass(frozen=True, kw_only=True)
 class LabelOptions(WriteOptions):
     prefix: str = DEFAULT_NODE_LABEL_PREFIX
-    # The taint removed from a node once its labels are right ("": none).
+    # The taint removed from a node once its labels are right ("": none), and how long a
+    # node may keep it for a label still to come (see the module doc).
     startup_taint: str = DEFAULT_STARTUP_TAINT
+    startup_taint_grace: float = DEFAULT_STARTUP_TAINT_GRACE
     # Node patches per second, bursts, and patches in flight at once; a node's write
     # after a failure is tried again with backoff up to every retry_max (a refusal:
     # one probe, the other nodes held, extender.leader.refusal).
@@ -104,6 +117,17 @@ class LabelOptions(WriteOptions):
     # Longest run of comparing before the loop is handed back, for three times as long
     # (a request waits that long at most behind a slice of a relabel).
     slice_seconds: float = 0.00025
+
+
+@dataclass
+class NodeWrite:
+    """One write of a node (a ``Write``'s detail): the labels it sets (``None``: removes),
+    the startup taint it removes (None: none), and, once sent, whether the taint was
+    removed by it (the read before it may find the taint gone)."""
+
+    labels: dict[str, str | None]
+    taint: str | None
+    untainted: bool = False
 
 
 class LabelMetrics:
@@ -192,6 +216,9 @@ class NodeLabeller(Controller[str]):
         # The last patch computed, with the node and labelled classes it was computed
         # from (a write asks for it before and after its wait for the rate limit).
         self._last_patch: tuple[NodeView, dict[str, RuntimeClassView], dict[str, str | None]] | None = None
+        # When this term first saw each node that still has the startup taint (its grace).
+        self._tainted_since: dict[str, float] = {}
+        self._clock = clock
         for node in state.nodes.values():
             self._carried.update(self.labels.owned(node.labels).keys())
         state.nodes.add_listener(self._node_changed)
@@ -215,6 +242,7 @@ class NodeLabeller(Controller[str]):
     def starting(self) -> None:
         log.info("labelling nodes for RuntimeClasses", extra={"prefix": self.options.prefix})
         self._full, self._moved = True, set()
+        self._tainted_since = {}
 
     # ----- listeners: every change is a key -------------------------------------------
 
@@ -232,6 +260,8 @@ class NodeLabeller(Controller[str]):
                     self._use_changed(key)
         if new is not None:
             self.queue.add(new.name)
+        elif old is not None:
+            self._tainted_since.pop(old.name, None)
 
     def _class_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:
         before = old if isinstance(old, RuntimeClassView) else None
@@ -334,10 +364,10 @@ class NodeLabeller(Controller[str]):
                 },
             )
 
-    def _write(self, name: str) -> Write | Unchanged:
+    def _write(self, name: str) -> Write | Unchanged | Retry:
         """The node's patch as things are now: one merge patch of the labels under the
-        prefix that differ, and the startup taint's removal when the node carries it
-        (the ``detail``: the labels, and the taint or None), or why there is none."""
+        prefix that differ, and the startup taint's removal when the node carries it and
+        may lose it (the ``detail``, a ``NodeWrite``), or why there is none."""
         node: NodeView | None = self.state.nodes.get(name)
         if node is None:
             return Unchanged("node_gone")
@@ -348,14 +378,34 @@ class NodeLabeller(Controller[str]):
         else:
             patch = self.labels.patch(node, labelled)
             self._last_patch = (node, labelled, patch)
-        taint = self.options.startup_taint if carries(node, self.options.startup_taint) else None
+        taint, kept = None, 0.0
+        if carries(node, self.options.startup_taint):
+            kept = self._startup_taint_kept(node, labelled, patch)
+            taint = None if kept > 0 else self.options.startup_taint
         if not patch and taint is None:
-            return Unchanged("in_sync")
+            return Retry("startup_taint_kept", after=kept, early=True) if kept > 0 else Unchanged("in_sync")
         content = frozenset(patch.items()) | ({("taint", taint)} if taint else set())
-        send_it = (
-            partial(self._send_untainting, node, patch, taint) if taint else partial(self._send, name, patch)
-        )
-        return Write(content, send_it, detail=(patch, taint))
+        detail = NodeWrite(patch, taint)
+        send_it = partial(self._send_untainting, node, detail) if taint else partial(self._send, name, patch)
+        return Write(content, send_it, detail=detail)
+
+    def _startup_taint_kept(
+        self, node: NodeView, labelled: dict[str, RuntimeClassView], patch: dict[str, str | None]
+    ) -> float:
+        """How much longer the node keeps its startup taint (0: it loses it now), see the
+        module doc: while it fits none of the classes pending pods wait for, though some
+        wait, within its grace."""
+        now = self._clock()
+        left = self.options.startup_taint_grace - (now - self._tainted_since.setdefault(node.name, now))
+        if left <= 0 or self._pending is None:
+            return 0.0
+        waiting = {pod.runtime_class_name for pod in self._pending.values() if pod.schedulable}
+        waiting &= {runtime_class.name for runtime_class in labelled.values()}
+        if not waiting:
+            return 0.0
+        carried = {**self.labels.owned(node.labels), **patch}
+        fits = {labelled[key].name for key, value in carried.items() if value is not None and key in labelled}
+        return 0.0 if waiting & fits else left
 
     async def _send(self, name: str, patch: dict[str, str | None]) -> Sent:
         return await self._patch(name, {"metadata": {"labels": patch}})
@@ -372,10 +422,13 @@ class NodeLabeller(Controller[str]):
             timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
         )
 
-    async def _send_untainting(self, node: NodeView, patch: dict[str, str | None], taint: str) -> Sent:
+    async def _send_untainting(self, node: NodeView, write: NodeWrite) -> Sent:
         """The labels and the startup taint's removal in one write (see the module doc):
         the node is read first, for its taints as the API server has them; the patch is
-        conditional on that read's resourceVersion."""
+        conditional on that read's resourceVersion. ``write.untainted`` says whether the
+        taint was in it (the read may find it gone already)."""
+        patch, taint = write.labels, write.taint
+        assert taint is not None
         timeout = aiohttp.ClientTimeout(total=self.options.request_timeout)
         try:
             current = await request_json(
@@ -390,25 +443,27 @@ class NodeLabeller(Controller[str]):
             # behind the read): tried again after the watch.
             return Sent(409, "the node changed since the cache saw it")
         body = untainting_patch(current, patch, taint)
+        write.untainted = body is not None and "spec" in body
         if body is None:
             return Sent(200)
         return await self._patch(node.name, body)
 
     def report(self, key: str, report: Report) -> None:
         result, metrics = report.result, self.metrics
-        if isinstance(result, Done) and result.write is not None:
-            detail: tuple[dict[str, str | None], str | None] = result.write.detail  # type: ignore[assignment]
-            patch, taint = detail
-            log.debug(
-                "labelled node",
-                extra={"node": key, "labels": ",".join(f"{k}={v}" for k, v in patch.items())},
-            )
-            if taint is not None:
-                log.info("removed the startup taint", extra={"node": key, "taint": taint})
+        if isinstance(result, Done) and isinstance(write := result.write.detail if result.write else None, NodeWrite):
+            patch = write.labels
+            if patch:
+                log.debug(
+                    "labelled node",
+                    extra={"node": key, "labels": ",".join(f"{k}={v}" for k, v in patch.items())},
+                )
+            if write.untainted:
+                self._tainted_since.pop(key, None)
+                log.info("removed the startup taint", extra={"node": key, "taint": write.taint})
             if metrics is not None:
                 metrics.added.inc(sum(1 for v in patch.values() if v is not None))
                 metrics.removed.inc(sum(1 for v in patch.values() if v is None))
-                if taint is not None:
+                if write.untainted:
                     metrics.untainted.inc()
         elif isinstance(result, Failed):
             WRITE_LOG(key, report)

@@ -97,17 +97,18 @@ class Turn:
         self._pace = pace
         self._damping = damping
 
-    async def write(self, plan: Callable[[], Write | Unchanged]) -> Result:
-        """Make the write ``plan`` asks for now, and say how it ended (module doc)."""
+    async def write(self, plan: Callable[[], Write | Unchanged | Retry]) -> Result:
+        """Make the write ``plan`` asks for now, and say how it ended (module doc); a
+        plan with nothing to write now says so (``Unchanged``, or ``Retry`` later)."""
         wanted = plan()
-        if isinstance(wanted, Unchanged):
+        if not isinstance(wanted, Write):
             return wanted
         delay = self._damping.delay(self._key, wanted.content)
         if delay > 0:
             return Retry("damped", after=delay)
         if await self._pace.wait():
             wanted = plan()  # the wait may have been long
-            if isinstance(wanted, Unchanged):
+            if not isinstance(wanted, Write):
                 return wanted
         sent = await wanted.send()
         if 200 <= sent.status < 300:

@@ -16,6 +16,7 @@ import random
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ from tests.support.apiserver import (
 )
 from tests.support.paths import FIXTURES
 from tests.support.replicas import Start, replica_set
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, stays
 
 PREFIX = "runtimeclass.node-restriction.kubernetes.io"
 FAST = LabelOptions(rate=2000.0, burst=200, concurrency=10, request_timeout=2.0, drain_timeout=1.0)
@@ -459,3 +460,115 @@ async def test_a_node_claiming_a_class_it_cannot_run_loses_the_label(
     )
     await eventually(lambda: actual_labels(fake_apiserver)["claims-gvisor"] == {}, what="the claim removed")
     await eventually(lambda: taints_of(fake_apiserver, "claims-gvisor") == [], what="untainted")
+    assert node_writes(fake_apiserver, "claims-gvisor") == 1
+
+
+KATA = "katacontainers.io/kata-runtime"
+
+
+def node_writes(server: FakeApiServer, name: str) -> int:
+    return sum(1 for r in server.requests if r.verb == "patch" and r.path == f"/api/v1/nodes/{name}")
+
+
+async def test_a_new_node_keeps_its_startup_taint_for_a_label_its_pending_pod_waits_for(
+    fake_apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    """kata-deploy labels a node katacontainers.io/kata-runtime once its DaemonSet pod has
+    run there, after the node registered. A kata pod waits; the new node fits runc (every
+    linux node does) but not kata yet. It lost its startup taint at its first reconcile,
+    and cluster-autoscaler, seeing a ready node the pod cannot use, added another. Now
+    it keeps the taint while it fits none of the classes pending pods wait for, and
+    loses it in the write that labels it when the label comes."""
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("runc", node_selector={"kubernetes.io/os": "linux"}))
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("kata", node_selector={KATA: "true"}))
+    fake_apiserver.add(PODS, make_pod("sandboxed-0", runtime_class="kata"))
+    async with replica_set(
+        fake_apiserver, tmp_path, requeue=None, label=replace(FAST, startup_taint_grace=600.0)
+    ) as start:
+        a = await start("a")
+        await eventually(lambda: a.leading, what="a leads")
+        fake_apiserver.add(NODES, make_node("kata-new", labels={"kubernetes.io/os": "linux"}, taints=[STARTUP]))
+        await eventually(
+            lambda: actual_labels(fake_apiserver)["kata-new"] == {f"{PREFIX}/runc": "true"}, what="runc's label"
+        )
+        await stays(lambda: taints_of(fake_apiserver, "kata-new") == [STARTUP], duration=0.3, what="still tainted")
+        before = node_writes(fake_apiserver, "kata-new")
+        fake_apiserver.modify(NODES, "kata-new", {"metadata": {"labels": {KATA: "true"}}})
+        await eventually(lambda: taints_of(fake_apiserver, "kata-new") == [], what="untainted")
+        assert actual_labels(fake_apiserver)["kata-new"] == {f"{PREFIX}/runc": "true", f"{PREFIX}/kata": "true"}
+        # The label and the taint's removal in one write.
+        assert node_writes(fake_apiserver, "kata-new") == before + 1
+        await eventually(
+            lambda: a.metric("runtimeclass_extender_node_startup_taints_removed_total") == 1, what="counted once"
+        )
+
+
+async def test_a_node_the_label_never_reaches_loses_its_startup_taint_when_its_grace_ends(
+    fake_apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("kata", node_selector={KATA: "true"}))
+    fake_apiserver.add(PODS, make_pod("sandboxed-0", runtime_class="kata"))
+    async with replica_set(
+        fake_apiserver, tmp_path, requeue=None, label=replace(FAST, startup_taint_grace=0.3)
+    ) as start:
+        a = await start("a")
+        await eventually(lambda: a.leading, what="a leads")
+        fake_apiserver.add(NODES, make_node("plain-new", taints=[STARTUP]))
+        await eventually(lambda: taints_of(fake_apiserver, "plain-new") == [], what="untainted after its grace")
+        assert actual_labels(fake_apiserver)["plain-new"] == {}
+
+
+async def test_a_taint_added_between_the_read_and_the_patch_is_kept(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    """The untainting write reads the node, then patches on condition of that read's
+    resourceVersion: a taint added in between makes it a 409, and the next attempt,
+    reading again, sends the new taint back (the docs promise it is never lost)."""
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"sandbox": "gvisor"}))
+    a = await replicas("a")
+    await eventually(lambda: a.leading, what="a leads")
+    added = {"key": "example.com/maintenance", "effect": "NoSchedule"}
+    patched: list[int] = []
+
+    def between(request: Any) -> bool:
+        # As the labeller's first patch of the node arrives, after its read: someone
+        # has just added a taint.
+        if request.verb == "patch" and request.path == "/api/v1/nodes/gvisor-new" and not patched:
+            patched.append(1)
+            fake_apiserver.modify(
+                NODES, "gvisor-new", lambda node: node["spec"].setdefault("taints", []).append(dict(added))
+            )
+        return False
+
+    fake_apiserver.fail_next(1, only_if=between)
+    fake_apiserver.add(NODES, make_node("gvisor-new", labels={"sandbox": "gvisor"}, taints=[STARTUP]))
+    await eventually(lambda: taints_of(fake_apiserver, "gvisor-new") == [added], what="only the startup taint gone")
+    assert actual_labels(fake_apiserver)["gvisor-new"] == {f"{PREFIX}/gvisor": "true"}
+    statuses = [status for request, status in fake_apiserver.answers if request.path == "/api/v1/nodes/gvisor-new" and request.verb == "patch"]
+    assert statuses[0] == 409 and statuses[-1] == 200, statuses
+
+
+async def test_a_taint_gone_by_the_time_of_the_read_is_not_counted_as_removed(
+    fake_apiserver: FakeApiServer, replicas: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Someone else removed the startup taint after the cache saw it: the labeller's
+    read finds it gone and sends nothing. The counter and the log line said a removal
+    all the same."""
+    caplog.set_level(logging.INFO, logger="extender.labeller")
+    a = await replicas("a")
+    await eventually(lambda: a.leading, what="a leads")
+    read: list[int] = []
+
+    def removed_first(request: Any) -> bool:
+        if request.verb == "get" and request.path == "/api/v1/nodes/plain-new" and not read:
+            read.append(1)
+            fake_apiserver.modify(NODES, "plain-new", lambda node: node["spec"].pop("taints"))
+        return False
+
+    fake_apiserver.fail_next(1, only_if=removed_first)
+    fake_apiserver.add(NODES, make_node("plain-new", taints=[STARTUP]))
+    await eventually(lambda: bool(read), what="the labeller's read")
+    await eventually(lambda: not a.labeller.queue.busy, what="the node reconciled")
+    assert node_writes(fake_apiserver, "plain-new") == 0
+    assert a.metric("runtimeclass_extender_node_startup_taints_removed_total") == 0
+    assert not any(r.getMessage() == "removed the startup taint" for r in caplog.records)
