@@ -15,7 +15,10 @@ left:
 - **asyncio tasks** of the test's loop, for a coroutine test (pytest-asyncio cancels
   what is left when it closes the loop, silently: a task a test forgot would hide);
 - **files and directories** new in the temporary directory (``tmp_path`` lives under
-  pytest's own directory there, which is left alone).
+  pytest's own directory there, which is left alone). The session gets a temporary
+  directory of its own (``TMPDIR``, for the processes it starts too), so that what
+  other programs on the machine write to the shared one is never taken for the
+  test's; it is removed after a session that passed.
 
 What a fixture of a wider scope (a module's control plane) starts exists before the test
 begins and is not the test's. Something still ending when the test's fixtures are done
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -136,8 +140,9 @@ def _threads() -> dict[int, str]:
 
 
 def _temporary() -> set[str]:
+    """What the temporary directory holds, less pytest's own directory (``tmp_path``'s)."""
     try:
-        return set(os.listdir(tempfile.gettempdir()))
+        return {name for name in os.listdir(tempfile.gettempdir()) if not name.startswith("pytest-of-")}
     except OSError:
         return set()
 
@@ -212,9 +217,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 names.insert(names.index("_nothing_left_behind") + 1 if "_nothing_left_behind" in names else 0, TASK_FIXTURE)
 
 
+_PRIVATE_PREFIX = "runtimeclass-extender-tests-"
+_PRIVATE = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The session's own temporary directory (see the module doc); those of sessions that
+    # have ended (their process is gone) are removed.
+    shared = Path(tempfile.gettempdir())
+    for old in shared.glob(_PRIVATE_PREFIX + "*"):
+        pid = old.name.removeprefix(_PRIVATE_PREFIX)
+        if pid.isdigit() and not (PROC / pid).exists():
+            shutil.rmtree(old, ignore_errors=True)
+    private = shared / f"{_PRIVATE_PREFIX}{os.getpid()}"
+    private.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = str(private)
+    tempfile.tempdir = str(private)
+    config.stash[_PRIVATE] = private
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     left = _until_empty(lambda: list(_descendants(os.getpid()).items()))
     if left:
         lines = "\n  ".join(f"process {pid}: {command}" for pid, command in left)
         session.config.get_terminal_writer().line(f"\nthe test session left behind:\n  {lines}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif session.exitstatus == pytest.ExitCode.OK and (private := session.config.stash.get(_PRIVATE, None)):
+        shutil.rmtree(private, ignore_errors=True)
