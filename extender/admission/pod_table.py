@@ -75,6 +75,7 @@ __all__ = [
     "API_VERSION",
     "AUTOSCALER_ANNOTATIONS",
     "KIND",
+    "MISSING_CRD_HINT",
     "PLURAL",
     "TABLES",
     "TABLE_PATH",
@@ -91,6 +92,13 @@ PLURAL: Final = "podadmissiontables"
 # The kind's collection (cluster-scoped), and one table in it.
 TABLES: Final = f"/apis/{API_VERSION}/{PLURAL}"
 TABLE_PATH: Final = TABLES + "/{name}"
+# What to do when the API server does not serve the kind (its log line, /readyz,
+# check-pod-admission).
+MISSING_CRD_HINT: Final = (
+    f"install the PodAdmissionTable CustomResourceDefinition {PLURAL}.{GROUP} "
+    "(kubectl apply -f deploy/components/pod-admission-policy/crd.yaml, or helm upgrade with the chart): "
+    "until then pod admission admits the pods of every RuntimeClass as they came"
+)
 # A pod the autoscalers must not move: cluster-autoscaler never removes a node running a
 # pod with the first (FAQ, "What types of pods can prevent CA from removing a node?"),
 # Karpenter never disrupts one with the second (its disruption docs, "Pod-Level

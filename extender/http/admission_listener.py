@@ -44,7 +44,7 @@ from extender.certificates.serving import SwitchingContext
 from extender.http.admission import PATH, POD_PATH, admission_handler, pod_admission_handler
 from extender.http.app import errors_as_json, healthz, readyz
 from extender.http.bodies import refuse_declared_oversize
-from extender.http.keys import MAX_BODY_BYTES, WEBHOOK_CERTIFICATES
+from extender.http.keys import MAX_BODY_BYTES, POD_ADMISSION_TABLE, WEBHOOK_CERTIFICATES
 from extender.http.listen import bind_listener
 from extender.http.tls import TLSFiles, admission_tls_files, server_context
 from extender.settings import ServeSettings
@@ -111,12 +111,18 @@ def create_admission_app(main: web.Application) -> web.Application:
 
 
 async def admission_readyz(request: web.Request) -> web.Response:
-    """``/readyz``, and with self-managed certificates not ready (503) until both
-    caBundles trust the certificate this listener serves. Also the probe port's
-    ``/readyz`` (the pod's readiness: extender.http.probe_listener)."""
+    """``/readyz``, and not ready (503) with self-managed certificates until both
+    caBundles trust the certificate this listener serves, and with pod-admission-table
+    until the table exists: so ``kubectl rollout status`` and ``helm install --wait``
+    end once pod admission works. Also the probe port's ``/readyz`` (the pod's
+    readiness: extender.http.probe_listener)."""
     response = await readyz(request)
+    if response.status != 200:
+        return response
     certificates = request.app.get(WEBHOOK_CERTIFICATES)
-    if certificates is None or response.status != 200 or certificates.trust().trusted:
+    table = request.app.get(POD_ADMISSION_TABLE)
+    untrusted = certificates is not None and not certificates.trust().trusted
+    if not untrusted and (table is None or table.details()["ready"]):
         return response
     body = json.loads(response.text or "{}")
     return web.json_response({**body, "status": "not ready"}, status=503)

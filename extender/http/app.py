@@ -53,6 +53,7 @@ from extender.http.keys import (
     MAX_NODES,
     METRICS,
     NODE_LOOKUP,
+    POD_ADMISSION_TABLE,
     POLICY,
     ROUTING,
     SOURCES,
@@ -64,7 +65,7 @@ from extender.http.keys import (
 )
 from extender.http.metrics import CLIENT_CLOSED_REQUEST, Handler, Metrics, is_replay
 from extender.http.sampling import HiddenNodeReports
-from extender.kube.health import failing_too_long, failure_report, health_report
+from extender.kube.health import failing_too_long, failure_report, health_report, missing_report
 from extender.protocol import ExtenderArgs, pod_instead_of_extender_args
 from extender.settings import (
     DEFAULT_BODY_READ_TIMEOUT,
@@ -272,6 +273,15 @@ async def readyz(request: web.Request) -> web.Response:
     certificates = request.app.get(WEBHOOK_CERTIFICATES)
     if certificates is not None:
         body["webhookCertificate"] = certificates.details()
+    # With pod-admission-table: whether the API server's pod admission finds its table
+    # (a detail here too; 503 on the probe and admission listeners' /readyz).
+    table = request.app.get(POD_ADMISSION_TABLE)
+    if table is not None:
+        body["podAdmissionTable"] = table.details()
+    informers = request.app.get(INFORMERS)
+    missing = [report for stats in informers() if (report := missing_report(stats))] if informers else []
+    if missing:
+        body["notServed"] = missing
     if unsynced:
         return web.json_response({"status": "not ready", "unsynced": unsynced, **body}, status=503)
     return web.json_response({"status": "ready", **body})

@@ -22,6 +22,7 @@ from extender.http.admission_metrics import AdmissionMetrics
 from extender.http.metrics import Metrics
 from extender.kube.health import SourceStats
 from extender.leader.gate import LeaderGate
+from extender.podtable.keeper import PodAdmissionTable
 from extender.tasks import BackgroundTasks
 from policies.registry import Policy
 
@@ -67,3 +68,6 @@ LEADER_GATE = web.AppKey("leader_gate", LeaderGate)
 # Set with webhook-certificate-secret: the self-managed webhook certificates, for
 # /readyz (a detail on the main listener, the status on the admission listener).
 WEBHOOK_CERTIFICATES: web.AppKey[WebhookCertificates] = web.AppKey("webhook_certificates")
+# Set with pod-admission-table: the table the API server's pod admission reads, for
+# /readyz (a detail on the main listener, the status on the probe and admission ones).
+POD_ADMISSION_TABLE = web.AppKey("pod_admission_table", PodAdmissionTable)

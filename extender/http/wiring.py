@@ -43,6 +43,7 @@ from extender.http.keys import (
     LEADER_GATE,
     METRICS,
     NODE_LOOKUP,
+    POD_ADMISSION_TABLE,
     SOURCES,
     TASKS,
     UNHEALTHY_AFTER,
@@ -66,6 +67,7 @@ from extender.http.tls import (
 from extender.kube.health import SourceStats, waiting_report
 from extender.leader.limits import WriteLimiter
 from extender.leader.runner import LeaderRunner
+from extender.podtable.keeper import PodAdmissionTable
 from extender.policy_file import load_policy
 from extender.settings import ServeSettings
 from extender.startup_checks import configuration_warnings
@@ -291,6 +293,9 @@ async def build_app(
             attach_autoscaler_check(app, check)
         if keeper is not None:
             app[WEBHOOK_CERTIFICATES] = keeper
+        table = next((actor for actor in runner.actors if isinstance(actor, PodAdmissionTable)), None)
+        if table is not None:
+            app[POD_ADMISSION_TABLE] = table
     if capture is not None:
         attach_capture(app, capture)
     if tls is not None and ssl_context is not None:

@@ -31,6 +31,11 @@ class SourceStats:
     # Start of the current run of failures; None while the source is healthy.
     failing_since: float | None = None
     last_error: str = ""
+    # The API server does not serve the resource (its LIST answered 404: a
+    # CustomResourceDefinition not installed), and what installs it. Not awaited: the
+    # work that does not need it goes on.
+    missing: bool = False
+    missing_hint: str = ""
 
 
 def failing_too_long(sources: Iterable[SourceStats], *, window: float, now: float) -> list[SourceStats]:
@@ -51,13 +56,23 @@ def failure_report(stats: SourceStats, *, now: float, wall_now: float) -> dict[s
 
 
 def waiting_report(stats: SourceStats) -> str | None:
-    """None once the source's first LIST is in; else what is awaited, with the last
-    error if there is one (a 403 here is the usual reason nothing gets going)."""
-    if stats.synced:
+    """None once the source's first LIST is in, or when the API server does not serve
+    it (nothing to wait for: ``missing_report`` says so); else what is awaited, with the
+    last error if there is one (a 403 here is the usual reason nothing gets going)."""
+    if stats.synced or stats.missing:
         return None
     if stats.last_error:
         return f"{stats.kind}: not listed yet: {stats.last_error}"
     return f"{stats.kind}: not listed yet"
+
+
+def missing_report(stats: SourceStats) -> str | None:
+    """What to tell the operator of a source the API server does not serve (None: it
+    is served)."""
+    if not stats.missing:
+        return None
+    hint = f": {stats.missing_hint}" if stats.missing_hint else ""
+    return f"{stats.kind}: the API server does not serve this resource{hint}"
 
 
 def health_report(stats: SourceStats, *, now: float) -> dict[str, object]:

@@ -81,6 +81,9 @@ class WatchedResource:
     # The store key of a raw object (default: metadata.name). Must equal the converted
     # view's ``name``; namespaced kinds use "namespace/name".
     key: Callable[[Any], str] | None = None
+    # What installs the resource, said when the API server does not serve it (a LIST
+    # answered 404: a CustomResourceDefinition missing).
+    missing_hint: str = ""
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,9 @@ class Reflector:
                     # One re-LIST is normal; a run of them means something is off: back off.
                     if relists_in_a_row > 1:
                         delay = self._backoff.next()
+                elif exc.status == 404 and self.resource_version is None:
+                    delay = self._backoff.next()
+                    self._missing(exc, delay)
                 else:
                     delay = self._backoff.next()
                     if exc.retry_after is not None:
@@ -213,14 +219,39 @@ class Reflector:
             extra={"kind": self.resource.kind, "error": stats.last_error, "retryIn": round(delay, 3)},
         )
 
+    def _missing(self, exc: ApiError, delay: float) -> None:
+        """The LIST answered 404: the API server is there and does not serve the
+        resource (a CustomResourceDefinition not installed), which no retry cures by
+        itself. Said once, with what installs it; listed again with backoff, so that it
+        is picked up once installed."""
+        stats = self.stats
+        stats.last_contact = self._clock()
+        stats.failing_since = None
+        stats.last_error = exc.message or str(exc)
+        if not stats.missing:
+            stats.missing = True
+            stats.missing_hint = self.resource.missing_hint
+            log.warning(
+                "the API server does not serve this resource; the work that needs it waits for it",
+                extra={
+                    "kind": self.resource.kind,
+                    "path": self.resource.path,
+                    "error": stats.last_error,
+                    "hint": self.resource.missing_hint,
+                },
+            )
+
     def _contact(self) -> None:
         """The API server answered: the source is healthy again."""
         now = self._clock()
         self.stats.last_contact = now
         if self.stats.failing_since is not None:
             log.info("API server reachable again", extra={"kind": self.resource.kind})
+        if self.stats.missing:
+            log.info("the API server serves this resource now", extra={"kind": self.resource.kind})
         self.stats.failing_since = None
         self.stats.last_error = ""
+        self.stats.missing = False
 
     # ----- HTTP ---------------------------------------------------------------------
 

@@ -46,10 +46,20 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender import METRIC_PREFIX
-from extender.admission.pod_table import API_VERSION, KIND, PLURAL, TABLE_PATH, TABLES, entries_of, table
+from extender.admission.pod_table import (
+    API_VERSION,
+    KIND,
+    MISSING_CRD_HINT,
+    PLURAL,
+    TABLE_PATH,
+    TABLES,
+    entries_of,
+    table,
+)
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.state import ClusterState
 from extender.kube.api import send
+from extender.kube.health import missing_report
 from extender.kube.informer import Informer
 from extender.kube.reflector import ReflectorOptions, WatchedResource
 from extender.kube.store import Named, Store
@@ -186,7 +196,13 @@ class PodAdmissionTable(Controller[str]):
         self.rules = rules
         self.informer: Informer[Watched] = Informer(
             api,
-            WatchedResource(PLURAL, TABLES, watched, field_selector=f"metadata.name={options.name}"),
+            WatchedResource(
+                PLURAL,
+                TABLES,
+                watched,
+                field_selector=f"metadata.name={options.name}",
+                missing_hint=MISSING_CRD_HINT,
+            ),
             Store("pod-admission-table"),
             options=options.reflector,
         )
@@ -251,6 +267,22 @@ class PodAdmissionTable(Controller[str]):
 
     def entries(self) -> int:
         return len(self.current() or {})
+
+    def details(self) -> dict[str, object]:
+        """For ``/readyz``: whether the API server's pod admission can read the table, as
+        this replica sees it (``ready``: the object exists), and why not. Until it does,
+        the policies admit every pod as it came (docs/pod-webhook.md, "While the table
+        is missing"), so a pod created then is placed as if nothing were installed."""
+        stats = self.informer.stats
+        found: dict[str, object] = {"table": self.options.name, "ready": False}
+        if stats.missing:
+            return {**found, "reason": missing_report(stats)}
+        if not stats.synced:
+            return {**found, "reason": "not listed yet" + (f": {stats.last_error}" if stats.last_error else "")}
+        current = self.current()
+        if current is None:
+            return {**found, "reason": "the table does not exist yet: the extender's leader creates it"}
+        return {**found, "ready": True, "entries": len(current), "stale": self.stale()}
 
     # ----- reconciling --------------------------------------------------------------
 

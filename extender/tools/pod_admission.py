@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from extender.admission.pod_review import NEVER_ROUTED_NAMESPACES, RoutingConfig
-from extender.admission.pod_table import PLURAL, TABLE_PATH, entries_of, table
+from extender.admission.pod_table import MISSING_CRD_HINT, PLURAL, TABLE_PATH, entries_of, table
 from extender.admission.probe import Admission, differences, expected_admission, probe_pod, summary
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import ObjectError, runtime_class_from_api
@@ -41,8 +41,9 @@ EXIT_AS_EXPECTED: Final = 0
 EXIT_DIFFERENT: Final = 1
 HEADER: Final = ("RUNTIMECLASS", "SCHEDULER", "OVERHEAD", "NODE LABEL", "RESULT")
 RUNTIME_CLASSES: Final = "/apis/node.k8s.io/v1/runtimeclasses"
-# The entries of a table its kind serves but that is not there.
+# The entries of a table its kind serves but that is not there, and of a kind not served.
 MISSING: Final = "\0missing"
+NOT_SERVED: Final = "\0not served"
 PODS: Final = "/api/v1/namespaces/{namespace}/pods"
 
 
@@ -138,6 +139,8 @@ async def _table_entries(api: Any, name: str, timeout: Any) -> dict[str, Any] | 
     except ApiError as exc:
         if exc.status == 404 and PLURAL in exc.message:
             return {MISSING: {}}
+        if exc.status == 404:
+            return {NOT_SERVED: {}}
         return None
     return entries_of(answer) or {}
 
@@ -148,6 +151,13 @@ def table_notes(entries: dict[str, Any] | None, wanted: dict[str, Any], name: st
         return []
     if MISSING in entries:
         return [f"the PodAdmissionTable {table_name} is missing (is an extender leader running?)"]
+    if NOT_SERVED in entries:
+        # The webhook way has no table; the policies without their kind admit pods as
+        # they came, and the extender's leader says so.
+        return [
+            "the API server does not serve PodAdmissionTables: if the pod admission policies are installed, "
+            f"{MISSING_CRD_HINT}"
+        ]
     if entries.get(name) != wanted.get(name):
         which = "missing" if name not in entries else "stale"
         return [f"its entry in the PodAdmissionTable {table_name} is {which} (is an extender leader running?)"]

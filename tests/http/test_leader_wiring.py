@@ -18,6 +18,7 @@ from aiohttp import web
 from extender.cli import main
 from extender.cluster.state import ClusterState
 from extender.http.actors import ActorOptions, leader_actors
+from extender.http.probe_listener import create_probe_app
 from extender.http.wiring import build_app
 from extender.labeller.events import EventOptions
 from extender.labeller.labeller import LabelOptions
@@ -36,6 +37,7 @@ from tests.support.apiserver import (
 )
 from tests.support.apps import ClientFactory
 from tests.support.paths import REPO
+from tests.support.pod_cases import TABLES
 from tests.support.ports import free_port
 from tests.support.waiting import eventually
 
@@ -271,3 +273,53 @@ def test_the_actors_over_one_api_client_share_its_write_limiter() -> None:
     assert all(w.queue.limiter is limiter for w in writers)
     limiter.pause(5.0, cap=30.0)
     assert all(w.queue.limiter.paused_for > 4.0 for w in writers)
+
+
+async def test_without_the_table_kind_the_leader_labels_nodes_and_readiness_names_the_crd(
+    fake_apiserver: FakeApiServer,
+    fake_kubeconfig: Path,
+    aiohttp_client: ClientFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An upgrade that skipped the PodAdmissionTable CRD: its LIST answers 404. Every
+    replica logged "cannot reach the API server" and never campaigned (no label, no
+    event, no certificate). Now the missing kind is said once with what installs it,
+    the leader does the work that does not need it (the labels), and the pod's
+    readiness says which CRD is missing until it is installed; then the table is
+    written and the pod is ready."""
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("kata", node_selector={"sandbox": "kata"}))
+    fake_apiserver.add(NODES, make_node("k1", labels={"sandbox": "kata"}))
+    app = await _acting_app(
+        fake_apiserver, fake_kubeconfig, monkeypatch, leader_elect=True, label_nodes=True,
+        pod_admission_table="runtimeclass-extender",
+    )
+    client = await aiohttp_client(app)
+    probes = await aiohttp_client(create_probe_app(app))
+
+    def labelled() -> bool:
+        node = fake_apiserver.get(NODES, "k1") or {}
+        return "runtimeclass.node-restriction.kubernetes.io/kata" in (node["metadata"].get("labels") or {})
+
+    with caplog.at_level("INFO"):
+        await eventually(labelled, what="the derived label, with the table's kind missing")
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and r.__dict__.get("kind") == "podadmissiontables"]
+    assert [r.getMessage() for r in warnings] == [
+        "the API server does not serve this resource; the work that needs it waits for it"
+    ]
+    assert "podadmissiontables.runtimeclass-extender.dev" in warnings[0].__dict__["hint"]
+    response = await probes.get("/readyz")
+    body = await response.json()
+    assert response.status == 503 and not body["podAdmissionTable"]["ready"]
+    assert "CustomResourceDefinition podadmissiontables.runtimeclass-extender.dev" in body["podAdmissionTable"]["reason"]
+    assert body["notServed"] == [body["podAdmissionTable"]["reason"]]
+    # kube-scheduler's /readyz on the main listener reports it, and stays ready.
+    assert (await client.get("/readyz")).status == 200
+
+    fake_apiserver.register(TABLES)  # the CRD installed
+
+    async def ready() -> bool:
+        return (await probes.get("/readyz")).status == 200
+
+    await eventually(ready, what="ready once the table is written", timeout=30.0)
+    assert fake_apiserver.get(TABLES, "runtimeclass-extender") is not None

@@ -1027,18 +1027,43 @@ async def test_what_the_fake_cannot_load_is_refused_whole(fake_apiserver: FakeAp
     apply_configuration[0]["spec"]["mutations"] = [
         {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Object{}"}}
     ]
-    unserved = policy("q", LABEL, param_kind={"apiVersion": "example.com/v1", "kind": "Thing"})
-    unserved[1]["spec"]["paramRef"] = {"name": "x", "parameterNotFoundAction": "Allow"}
     no_action = policy("r", LABEL, param_kind={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass"})
     no_action[1]["spec"]["paramRef"] = {"name": "x"}
     for manifests, refusal in (
         (apply_configuration, "patchType ApplyConfiguration"),
-        (unserved, "paramKind example.com/v1 Thing is not a resource the fake API server serves"),
         (no_action, "spec.paramRef.parameterNotFoundAction: Required value"),
     ):
         with pytest.raises(ValueError, match=re.escape(refusal)):
             fake_apiserver.apply([*route_documents(), *manifests])
         assert not fake_apiserver.admission_policies
+
+
+@pytest.mark.parametrize("failure_policy", ["Fail", "Ignore"])
+async def test_a_policy_whose_param_kind_is_not_served_denies_every_pod_it_matches_or_none(
+    fake_apiserver: FakeApiServer, failure_policy: str
+) -> None:
+    """As kube-apiserver 1.36.2 answered the pod admission policy applied without its
+    CustomResourceDefinition: the policy is accepted, and every request it matches is
+    denied under failurePolicy Fail (the match conditions are never reached), passed
+    over under Ignore."""
+    unserved = policy(
+        "q",
+        LABEL,
+        failure_policy=failure_policy,
+        match_conditions=("has(object.spec.runtimeClassName)",),
+        param_kind={"apiVersion": "example.com/v1", "kind": "Thing"},
+    )
+    unserved[1]["spec"]["paramRef"] = {"name": "x", "parameterNotFoundAction": "Allow"}
+    fake_apiserver.apply([*route_documents(), *unserved])
+    answer = await send(fake_apiserver, "POST", "/api/v1/namespaces/apps/pods", pod())
+    if failure_policy == "Ignore":
+        assert answer.status == 201
+        return
+    assert answer.status == 403
+    assert orjson.loads(answer.body)["message"] == (
+        'policy "q" denied request: failed to configure policy: failed to find resource referenced by '
+        "paramKind: 'example.com/v1, Kind=Thing'"
+    )
 
 
 async def test_a_value_the_fake_cannot_write_is_a_500(fake_apiserver: FakeApiServer) -> None:

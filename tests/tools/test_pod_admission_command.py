@@ -85,7 +85,9 @@ async def test_policies_that_do_not_run_are_found_out(
     classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """What a 1.36 server with MutatingAdmissionPolicy=false does: it accepted the
-    policies, and admits every pod untouched."""
+    policies (and their table, current), and admits every pod untouched."""
+    classes.register(TABLES)
+    classes.add(TABLES, _pod_policies("overlays/predicate-mode")[-1])
     status, out, err = await _run(capsys, "--kubeconfig", str(fake_kubeconfig), "--runtimeclass", "gvisor")
     assert status == 1
     assert out.splitlines()[1].split(None, 4) == [
@@ -250,3 +252,19 @@ async def test_a_stale_or_missing_table_is_named(
     unrouted = json.loads(out)["results"][0]["differences"]
     assert unrouted[0] == "schedulerName default-scheduler, want runtimeclass-scheduler"
     assert unrouted[-1] == "the PodAdmissionTable runtimeclass-extender is missing (is an extender leader running?)"
+
+
+async def test_a_table_kind_the_api_server_does_not_serve_is_named_with_what_installs_it(
+    classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The policies applied without their CustomResourceDefinition (an upgrade that
+    skipped it): their param never exists, so every pod comes back unrouted; the check
+    says which CRD is missing and how to install it."""
+    classes.apply([d for d in _pod_policies("overlays/predicate-mode") if d["kind"] not in ("CustomResourceDefinition", TABLES.kind)])
+    status, out, _ = await _run(capsys, "--kubeconfig", str(fake_kubeconfig), "-o", "json")
+    assert status == 1
+    unrouted = json.loads(out)["results"][0]["differences"]
+    assert unrouted[-1].startswith(
+        "the API server does not serve PodAdmissionTables: if the pod admission policies are installed, "
+        "install the PodAdmissionTable CustomResourceDefinition podadmissiontables.runtimeclass-extender.dev"
+    ), unrouted

@@ -120,6 +120,7 @@ __all__ = [
     "ParamKind",
     "ParamSource",
     "Policies",
+    "PolicyConfigurationError",
     "PolicyError",
     "UnsupportedExpression",
     "Verdict",
@@ -225,6 +226,12 @@ class ParamKind(NamedTuple):
 ParamSource = Callable[[str, str], ParamKind | None]
 
 
+class PolicyConfigurationError(Exception):
+    """The policy itself cannot be configured (its paramKind not served): the generic
+    dispatcher's hook ``ConfigurationError``, answered ``policy "<name>" denied request:
+    failed to configure policy: <error>`` under failurePolicy Fail, skipped under Ignore."""
+
+
 class ParamConfigurationError(Exception):
     """A binding's params cannot be collected (policy_dispatcher.go ``CollectParams``)."""
 
@@ -234,6 +241,8 @@ def collect_params(
     binding_spec: Mapping[str, Any],
     namespace: str,
     source: ParamSource | None,
+    *,
+    mutating: bool = False,
 ) -> list[JsonObj | None]:
     """policy_dispatcher.go ``CollectParams``: the params to evaluate a policy-binding
     with, in order; ``[None]`` without paramKind or paramRef; ``[]`` for none found under
@@ -244,6 +253,13 @@ def collect_params(
         return [None]
     api_version, kind = str(param_kind.get("apiVersion", "")), str(param_kind.get("kind", ""))
     found = source(api_version, kind) if source is not None else None
+    if found is None and source is not None and mutating:
+        # Seen on kube-apiserver 1.36.2 (a PodAdmissionTable policy applied without its
+        # CustomResourceDefinition): every request the policy matches is denied under
+        # failurePolicy Fail, a pod that names no RuntimeClass too.
+        raise PolicyConfigurationError(
+            f"failed to find resource referenced by paramKind: '{api_version}, Kind={kind}'"
+        )
     if found is None:
         raise UnsupportedExpression(
             f"paramKind {api_version} {kind} is not a resource the fake API server serves: "
@@ -316,9 +332,11 @@ class Policies:
         )
 
     def param_kinds(self) -> set[tuple[str, str]]:
-        """(apiVersion, kind) of every loaded policy's paramKind."""
+        """(apiVersion, kind) of every loaded ValidatingAdmissionPolicy's paramKind (a
+        MutatingAdmissionPolicy's that is not served is answered as kube-apiserver
+        answers it: ``PolicyConfigurationError``)."""
         kinds = set()
-        for policy in (*self.policies.values(), *self.mutating_policies.values()):
+        for policy in self.policies.values():
             param_kind = (policy.get("spec") or {}).get("paramKind")
             if param_kind:
                 kinds.add((str(param_kind.get("apiVersion", "")), str(param_kind.get("kind", ""))))

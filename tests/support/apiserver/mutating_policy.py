@@ -75,6 +75,7 @@ from tests.support.apiserver.admission_policy import (
     ParamConfigurationError,
     ParamSource,
     Policies,
+    PolicyConfigurationError,
     admission_request,
     bindings_of,
     collect_params,
@@ -132,7 +133,9 @@ class _PolicyError(NamedTuple):
     fail: bool
 
     def text(self) -> str:
-        # generic.PolicyError.Error().
+        # generic.PolicyError.Error(): a policy-level error names no binding.
+        if not self.binding:
+            return f'policy "{self.policy}" denied request: {self.message}'
         return f"policy '{self.policy}' with binding '{self.binding}' denied request: {self.message}"
 
 
@@ -340,7 +343,10 @@ def mutate(
             if binding_spec.get("matchResources") and not matches(binding_spec["matchResources"], attributes):
                 continue
             try:
-                found = collect_params(spec, binding_spec, attributes.namespace, params)
+                found = collect_params(spec, binding_spec, attributes.namespace, params, mutating=True)
+            except PolicyConfigurationError as exc:
+                errors.append(_PolicyError(policy_name, "", f"failed to configure policy: {exc}", "", fail))
+                break
             except ParamConfigurationError as exc:
                 errors.append(
                     _PolicyError(policy_name, binding_name, f"failed to configure binding: {exc}", "", fail)
