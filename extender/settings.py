@@ -66,6 +66,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError("must be a number, 0 or more") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("must be a number, 0 or more")
+    return value
+
+
 def _label_prefix(text: str) -> str:
     """A label key prefix: a DNS subdomain (validation.IsQualifiedName's prefix part)."""
     # Imported here: the parsers are built for every command, --help included.
@@ -212,7 +222,9 @@ DEFAULT_LABEL_NODES_RATE = 100.0
 DEFAULT_STARTUP_TAINT = "startup-taint.cluster-autoscaler.kubernetes.io/runtimeclass-labels"
 # How long a new node may wait under it for a label its classes read (kata-deploy sets
 # katacontainers.io/kata-runtime once its DaemonSet pod has run there: tens of seconds).
-DEFAULT_STARTUP_TAINT_GRACE = 60.0
+# Off by default: a node no pending pod's class fits would wait out the grace whenever a
+# pod of a class pends, a pod that fits no node at all too.
+DEFAULT_STARTUP_TAINT_GRACE = 0.0
 # cluster-autoscaler's --namespace and --status-config-map-name defaults.
 DEFAULT_CLUSTER_AUTOSCALER_STATUS = "kube-system/cluster-autoscaler-status"
 
@@ -491,11 +503,12 @@ class ServeSettings:
     )
     startup_taint_grace: float = _setting(
         DEFAULT_STARTUP_TAINT_GRACE,
-        _positive_float,
+        _non_negative_float,
         "with label-nodes: how long a new node keeps the startup taint while it fits no RuntimeClass "
         "that a pending pod waits for, though such a pod waits (a label its class reads may come "
         "after registration: kata-deploy's, node-feature-discovery's); counted from when the Lease "
-        "holder first saw it (docs/autoscaling.md)",
+        "holder first saw it; 0: the taint goes as soon as the node's labels are right "
+        "(docs/autoscaling.md)",
         "SECONDS",
     )
     runtimeclass_admission_plugin: bool = _setting(

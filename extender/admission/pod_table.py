@@ -83,6 +83,7 @@ __all__ = [
     "entry",
     "pod_tolerations",
     "table",
+    "table_spec",
 ]
 
 GROUP: Final = "runtimeclass-extender.dev"
@@ -162,3 +163,16 @@ def entries_of(obj: Any) -> dict[str, dict[str, Any]] | None:
     spec = obj.get("spec")
     found = spec.get("runtimeClasses") if isinstance(spec, dict) else None
     return {str(k): v for k, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {}
+
+
+def table_spec(entries: dict[str, dict[str, Any]], *, admission_plugin: bool = False) -> dict[str, Any]:
+    """The table object's ``spec``: the entries, and how the API server admits pods
+    besides the policies. ``runtimeClassAdmissionPlugin``: its RuntimeClass admission
+    plugin runs first (alongside admission, a managed cluster) and sets and checks
+    each pod's overhead from the live class, so the policy leaves the overhead alone:
+    an entry behind an edit of the class's overhead would otherwise refuse every pod of
+    the class ("Pod's Overhead doesn't match")."""
+    spec: dict[str, Any] = {"runtimeClasses": entries}
+    if admission_plugin:
+        spec["runtimeClassAdmissionPlugin"] = True
+    return spec

@@ -64,7 +64,7 @@ def actor_options(settings: ServeSettings) -> ActorOptions:
         # Pods the label rules out hear why from an event: FailedScheduling cannot say.
         events=EventOptions() if settings.label_nodes else None,
         table=(
-            TableOptions(name=settings.pod_admission_table)
+            TableOptions(name=settings.pod_admission_table, admission_plugin=settings.runtimeclass_admission_plugin)
             if settings.pod_admission_table
             else None
         ),

@@ -41,13 +41,13 @@ writes them, as a leader actor (``extender.leader.actor``):
 - **The startup taint** (``extender.autoscaling.startup_taint``): a node that carries it
   (a node group's new node, registered with it so that cluster-autoscaler counts the
   node as starting while its labels are missing) has it removed in the write that
-  makes its labels right, or alone when they already are, but for one case: while a
-  pending pod of a class with node rules waits, a node that fits none of the classes
-  pending pods wait for keeps it for up to ``startup_taint_grace`` after this leader
-  first saw it, since a label such a class reads may still come (kata-deploy's
-  ``katacontainers.io/kata-runtime``, node-feature-discovery's, set once a DaemonSet
-  pod has run on the node); it is looked at again when the node changes, and when
-  the grace ends. That write reads the node first (taints are one list, replaced
+  makes its labels right, or alone when they already are, but for one case, with
+  ``startup_taint_grace`` (off by default): while a pending pod of a class with node
+  rules waits, a node that fits none of the classes pending pods wait for keeps it for
+  up to the grace after this leader first saw it, since a label such a class reads may
+  still come (kata-deploy's ``katacontainers.io/kata-runtime``, node-feature-
+  discovery's, set once a DaemonSet pod has run on the node); it is looked at again
+  when the node changes, and when the grace ends. That write reads the node first (taints are one list, replaced
   whole by a merge patch: every other taint is sent back as the API server has it)
   and is conditional on the node's resourceVersion, so a taint someone adds meanwhile
   is never undone (409: tried again). A node whose labels the cache shows differently

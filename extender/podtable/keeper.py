@@ -55,6 +55,7 @@ from extender.admission.pod_table import (
     TABLES,
     entries_of,
     table,
+    table_spec,
 )
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.state import ClusterState
@@ -83,6 +84,9 @@ class TableOptions(WriteOptions):
     """The table object (cluster-scoped, ``name``), and how the keeper writes it."""
 
     name: str
+    # The API server runs the RuntimeClass admission plugin (extender.admission.pod_table,
+    # table_spec): the policy leaves the overhead to it.
+    admission_plugin: bool = False
     # One object, written when a class changes: no need for more than a few a second.
     rate: float = 5.0
     burst: int = 5
@@ -291,23 +295,24 @@ class PodAdmissionTable(Controller[str]):
 
     def _write(self) -> Write | Unchanged:
         wanted = self.wanted()
+        spec = table_spec(dict(wanted), admission_plugin=self.options.admission_plugin)
         found = self.informer.store.get(self.options.name)
         if found is None:
             return Write(
-                ("create", _canonical(wanted)),
-                partial(self._create, dict(wanted)),
+                ("create", _canonical(spec)),
+                partial(self._create, spec),
                 detail=Written("create", len(wanted)),
             )
-        differs = merge_patch(entries_of(found.obj) or {}, wanted)
-        if not differs:
+        current = found.obj.get("spec") if isinstance(found.obj, dict) else None
+        if not merge_patch(current if isinstance(current, dict) else {}, spec):
             return Unchanged("in_sync")
         return Write(
-            ("update", _canonical(wanted)),
-            partial(self._replace, dict(wanted)),
-            detail=Written("update", len(differs)),
+            ("update", _canonical(spec)),
+            partial(self._replace, spec),
+            detail=Written("update", len(merge_patch(entries_of(found.obj) or {}, wanted))),
         )
 
-    async def _create(self, entries: Entries) -> Sent:
+    async def _create(self, spec: dict[str, Any]) -> Sent:
         options = self.options
         return await send(
             self._api,
@@ -317,12 +322,12 @@ class PodAdmissionTable(Controller[str]):
                 "apiVersion": API_VERSION,
                 "kind": KIND,
                 "metadata": {"name": options.name, "labels": dict(PART_OF)},
-                "spec": {"runtimeClasses": entries},
+                "spec": spec,
             },
             timeout=aiohttp.ClientTimeout(total=options.request_timeout),
         )
 
-    async def _replace(self, entries: Entries) -> Sent:
+    async def _replace(self, spec: dict[str, Any]) -> Sent:
         """The table's spec, whole ("add" of an object member replaces it: RFC 6902
         section 4.1), whatever it held (see the module doc)."""
         options = self.options
@@ -331,7 +336,7 @@ class PodAdmissionTable(Controller[str]):
             "PATCH",
             TABLE_PATH,
             path_params={"name": options.name},
-            body=[{"op": "add", "path": "/spec", "value": {"runtimeClasses": entries}}],
+            body=[{"op": "add", "path": "/spec", "value": spec}],
             content_type="application/json-patch+json",
             timeout=aiohttp.ClientTimeout(total=options.request_timeout),
         )
