@@ -220,6 +220,13 @@ DEFAULT_LABEL_NODES_RATE = 100.0
 # Under the prefix cluster-autoscaler counts as "starting, not ready"
 # (cluster-autoscaler/utils/taints/taints.go StartupTaintPrefix).
 DEFAULT_STARTUP_TAINT = "startup-taint.cluster-autoscaler.kubernetes.io/runtimeclass-labels"
+# Who places the pods of a RuntimeClass (the placement setting).
+PLACEMENT_RUNTIMECLASS_SCHEDULER = "runtimeclass-scheduler"
+PLACEMENT_DEFAULT_SCHEDULER = "default-scheduler"
+# Labels a kubelet cannot add, change or remove while NodeRestriction is on
+# (plugin/pkg/admission/noderestriction/admission.go, getForbiddenLabels): this domain and
+# its subdomains.
+KUBELET_UNWRITABLE_DOMAIN = "node-restriction.kubernetes.io"
 # How long a new node may wait under it for a label its classes read (kata-deploy sets
 # katacontainers.io/kata-runtime once its DaemonSet pod has run there: tens of seconds).
 # Off by default: a node no pending pod's class fits would wait out the grace whenever a
@@ -480,6 +487,16 @@ class ServeSettings:
         "so kube-scheduler narrows to a class's nodes before it samples (live mode only; needs RBAC to patch "
         "nodes)",
     )
+    placement: str = _setting(
+        PLACEMENT_RUNTIMECLASS_SCHEDULER,
+        _choice(PLACEMENT_RUNTIMECLASS_SCHEDULER, PLACEMENT_DEFAULT_SCHEDULER),
+        "who places the pods of a RuntimeClass: runtimeclass-scheduler, the second kube-scheduler with "
+        "the extender in its path (pod admission routes the pods to it); or default-scheduler, with "
+        "label-nodes and pod-admission-table: the cluster's own scheduler, by the node label requirement, "
+        "tolerations and overhead pod admission gives each pod, with no extender call and no second "
+        "scheduler (docs/large-clusters.md)",
+        "PLACEMENT",
+    )
     node_label_prefix: str = _setting(
         DEFAULT_NODE_LABEL_PREFIX,
         _label_prefix,
@@ -608,10 +625,32 @@ class ServeSettings:
             raise SettingsError(
                 "webhook-certificate-secret is set but admission-port is not: set the port to serve the webhooks"
             )
+        if self.placement == PLACEMENT_DEFAULT_SCHEDULER:
+            self._check_default_scheduler_placement()
         if self.cluster_file:
             for rule in _LIVE_CLUSTER_ONLY:
                 if self._given(rule.setting) and not (rule.unless and self._given(rule.unless)):
                     raise SettingsError(f"{rule.setting} needs a live cluster: {rule.why}")
+
+
+    def _check_default_scheduler_placement(self) -> None:
+        """With no extender in the scheduler's path, the pod's label requirement is all
+        that keeps it off nodes that cannot run its class: the labels must be the
+        labeller's alone, and pod admission must give every pod its requirement."""
+        missing = [flag for flag, given in (("--label-nodes", self.label_nodes), ("--pod-admission-table", self.pod_admission_table)) if not given]
+        if missing:
+            raise SettingsError(
+                f"placement default-scheduler needs {' and '.join(missing)}: the default scheduler places the pods "
+                "of a RuntimeClass by the node label pod admission requires of them"
+            )
+        prefix = self.node_label_prefix
+        if prefix != KUBELET_UNWRITABLE_DOMAIN and not prefix.endswith("." + KUBELET_UNWRITABLE_DOMAIN):
+            raise SettingsError(
+                f"placement default-scheduler needs a node-label-prefix that kubelets cannot write "
+                f"({KUBELET_UNWRITABLE_DOMAIN} or a subdomain of it), got {prefix}: with no extender in the "
+                "scheduler's path, a node that sets such a label itself (kubelet --node-labels) would take the "
+                "pods of a class it cannot run (docs/large-clusters.md)"
+            )
 
 
 SERVE_SETTINGS: tuple[Setting, ...] = tuple(

@@ -1566,7 +1566,11 @@ def test_an_overlay_installs_into_another_namespace(overlay: str) -> None:
     settings = _serve_settings(extender)
     assert settings.leader_elect_lease_namespace is None  # POD_NAMESPACE: the pod's
     assert _extender_env(extender, docs)["POD_NAMESPACE"] == "other"
-    assert _scheduler_lease_namespace(docs) == "other"
+    # kube-scheduler's, where one runs (the default-scheduler placement has none).
+    if overlay != "overlays/default-scheduler":
+        assert _scheduler_lease_namespace(docs) == "other"
+    else:
+        assert not [d for d in docs if d["kind"] == "ConfigMap" and "scheduler" in d["metadata"]["name"]]
     user = {"userInfo": {"username": "system:serviceaccount:other:runtimeclass-extender"}}
     # The policies that confine the extender's writes (the pod admission policies admit
     # everyone's pods: their namespaces are below).
@@ -1590,7 +1594,8 @@ def test_an_overlay_installs_into_another_namespace(overlay: str) -> None:
         if d["kind"].endswith("AdmissionPolicyBinding") and "matchResources" in d["spec"]
     ]
     selectors += [hook["namespaceSelector"] for hook in _pod_webhooks(docs)]
-    assert len(selectors) == 2  # the mutating policy and the guard
+    # The mutating policy and the guard (and the default-scheduler placement's own guard).
+    assert len(selectors) == (3 if overlay == "overlays/default-scheduler" else 2)
     for namespace_selector in selectors:
         selector = {e["key"]: e for e in namespace_selector["matchExpressions"]}
         assert selector[WEBHOOK_LABEL] == {"key": WEBHOOK_LABEL, "operator": "NotIn", "values": ["ignore"]}

@@ -72,6 +72,7 @@ from extender.cluster.class_labels import ClassLabels
 from policies.objects import RuntimeClassView
 
 __all__ = [
+    "ADMITTED_ANNOTATION",
     "API_VERSION",
     "AUTOSCALER_ANNOTATIONS",
     "KIND",
@@ -100,6 +101,8 @@ MISSING_CRD_HINT: Final = (
     "(kubectl apply -f deploy/components/pod-admission-policy/crd.yaml, or helm upgrade with the chart): "
     "until then pod admission admits the pods of every RuntimeClass as they came"
 )
+# On a pod of a class the mutating policy admitted, with the default-scheduler placement.
+ADMITTED_ANNOTATION: Final = "runtimeclass-extender.dev/admitted"
 # A pod the autoscalers must not move: cluster-autoscaler never removes a node running a
 # pod with the first (FAQ, "What types of pods can prevent CA from removing a node?"),
 # Karpenter never disrupts one with the second (its disruption docs, "Pod-Level
@@ -165,14 +168,27 @@ def entries_of(obj: Any) -> dict[str, dict[str, Any]] | None:
     return {str(k): v for k, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {}
 
 
-def table_spec(entries: dict[str, dict[str, Any]], *, admission_plugin: bool = False) -> dict[str, Any]:
-    """The table object's ``spec``: the entries, and how the API server admits pods
-    besides the policies. ``runtimeClassAdmissionPlugin``: its RuntimeClass admission
-    plugin runs first (alongside admission, a managed cluster) and sets and checks
-    each pod's overhead from the live class, so the policy leaves the overhead alone:
-    an entry behind an edit of the class's overhead would otherwise refuse every pod of
-    the class ("Pod's Overhead doesn't match")."""
+def table_spec(
+    entries: dict[str, dict[str, Any]], *, admission_plugin: bool = False, default_scheduler: bool = False
+) -> dict[str, Any]:
+    """The table object's ``spec``: the entries, and how the pods of a class are admitted
+    and placed besides.
+
+    - ``runtimeClassAdmissionPlugin``: the API server's RuntimeClass admission plugin
+      runs first (alongside admission, a managed cluster) and sets and checks each pod's
+      overhead from the live class, so the policy leaves the overhead alone: an entry
+      behind an edit of the class's overhead would otherwise refuse every pod of the
+      class ("Pod's Overhead doesn't match").
+    - ``placement: DefaultScheduler`` (``serve --placement default-scheduler``): the
+      cluster's default scheduler places the pods by what admission gives them, with no
+      extender in its path. Pods are not routed; a pod of a class is marked admitted
+      (``ADMITTED_ANNOTATION``) when its class is in the table, and the guard of
+      components/default-scheduler-placement refuses every pod of a class that is not:
+      nothing else would keep it off nodes that cannot run its class. Absent: pods are
+      routed to the RuntimeClass scheduler, whose extender judges them."""
     spec: dict[str, Any] = {"runtimeClasses": entries}
     if admission_plugin:
         spec["runtimeClassAdmissionPlugin"] = True
+    if default_scheduler:
+        spec["placement"] = "DefaultScheduler"
     return spec

@@ -26,7 +26,7 @@ from extender.labeller.labeller import LabelOptions
 from extender.leader.gate import ElectionOptions, LeaderGate, identity
 from extender.podtable.keeper import TableOptions
 from extender.requeue.requeuer import RequeueOptions
-from extender.settings import ServeSettings, SettingsError
+from extender.settings import PLACEMENT_DEFAULT_SCHEDULER, ServeSettings, SettingsError
 from policies.registry import Policy
 
 if TYPE_CHECKING:
@@ -64,7 +64,11 @@ def actor_options(settings: ServeSettings) -> ActorOptions:
         # Pods the label rules out hear why from an event: FailedScheduling cannot say.
         events=EventOptions() if settings.label_nodes else None,
         table=(
-            TableOptions(name=settings.pod_admission_table, admission_plugin=settings.runtimeclass_admission_plugin)
+            TableOptions(
+                name=settings.pod_admission_table,
+                admission_plugin=settings.runtimeclass_admission_plugin,
+                default_scheduler=settings.placement == PLACEMENT_DEFAULT_SCHEDULER,
+            )
             if settings.pod_admission_table
             else None
         ),

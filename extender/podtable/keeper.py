@@ -87,6 +87,8 @@ class TableOptions(WriteOptions):
     # The API server runs the RuntimeClass admission plugin (extender.admission.pod_table,
     # table_spec): the policy leaves the overhead to it.
     admission_plugin: bool = False
+    # The cluster's default scheduler places the pods (table_spec): no routing.
+    default_scheduler: bool = False
     # One object, written when a class changes: no need for more than a few a second.
     rate: float = 5.0
     burst: int = 5
@@ -295,7 +297,10 @@ class PodAdmissionTable(Controller[str]):
 
     def _write(self) -> Write | Unchanged:
         wanted = self.wanted()
-        spec = table_spec(dict(wanted), admission_plugin=self.options.admission_plugin)
+        options = self.options
+        spec = table_spec(
+            dict(wanted), admission_plugin=options.admission_plugin, default_scheduler=options.default_scheduler
+        )
         found = self.informer.store.get(self.options.name)
         if found is None:
             return Write(

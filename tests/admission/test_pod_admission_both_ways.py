@@ -47,12 +47,12 @@ from tests.support.apiserver import (
     MUTATING_WEBHOOKS,
     RUNTIME_CLASSES,
     FakeApiServer,
-    ResourceType,
 )
 from tests.support.pod_cases import (
     CLASSES,
     EXPECTED,
     NAMESPACE_OBJECTS,
+    NAMESPACES,
     PODS_TABLE,
     SCHEDULER,
     SETUPS,
@@ -70,7 +70,6 @@ from tests.support.pod_cases import (
 )
 
 Manifest = dict[str, Any]
-NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace")
 ADMIN_HEADERS = {"Content-Type": "application/json"}
 SERVICE = ("runtimeclass-extender", "runtimeclass-extender-webhook", 443)
 SERVER_NAME = "runtimeclass-extender-webhook.runtimeclass-extender.svc"

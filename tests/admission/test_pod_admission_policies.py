@@ -28,6 +28,7 @@ from tests.support.manifests import OVERLAYS, one, render, render_webhook_way
 Manifest = dict[str, Any]
 NAME = "runtimeclass-extender-pod-admission"
 GUARD = "runtimeclass-extender-pod-admission-guard"
+REQUIRED = "runtimeclass-extender-pod-admission-required"
 TABLE = "runtimeclass-extender"
 LARGE = render("overlays/large-cluster")
 POD_POLICIES = {("MutatingAdmissionPolicy", NAME), ("ValidatingAdmissionPolicy", GUARD)}
@@ -47,7 +48,9 @@ def test_every_overlay_has_the_two_pod_policies_and_the_webhook_way_none(overlay
     docs = render(overlay)
     assert {(d["kind"], d["metadata"]["name"]) for d in _pod_policies(docs)} == POD_POLICIES
     # Every policy the API server evaluates on pods: these two and no other (each one
-    # more costs every pod, one that names no class too: BENCHMARKS.md).
+    # more costs every pod, one that names no class too: BENCHMARKS.md), but for the
+    # default-scheduler placement's guard, which refuses a pod of a class admission did
+    # not admit (nothing else would keep it off nodes that cannot run its class).
     on_pods = [
         d
         for d in docs
@@ -55,7 +58,10 @@ def test_every_overlay_has_the_two_pod_policies_and_the_webhook_way_none(overlay
         and "pods" in str(d["spec"]["matchConstraints"])
         and d["spec"]["matchConditions"][0]["name"] != "only-the-extender"
     ]
-    assert sorted(d["kind"] for d in on_pods) == ["MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"]
+    expected = [("MutatingAdmissionPolicy", NAME), ("ValidatingAdmissionPolicy", GUARD)]
+    if overlay == "overlays/default-scheduler":
+        expected.append(("ValidatingAdmissionPolicy", REQUIRED))
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in on_pods) == sorted(expected)
     assert _pod_policies(render_webhook_way(overlay)) == []
 
 

@@ -26,6 +26,7 @@ OVERLAYS = (
     "overlays/alongside-admission",
     "overlays/large-cluster",
     "overlays/tls",
+    "overlays/default-scheduler",
 )
 
 Manifest = dict[str, Any]

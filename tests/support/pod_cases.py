@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.admission.pod_table import API_VERSION, AUTOSCALER_ANNOTATIONS, KIND, PLURAL, table
+from extender.admission.pod_table import API_VERSION, AUTOSCALER_ANNOTATIONS, KIND, PLURAL, table, table_spec
 from extender.cluster.class_labels import ClassLabels, label_key
 from extender.cluster.objects import runtime_class_from_api
 from extender.policy_file import load_policy
@@ -39,6 +39,9 @@ POD_ADMISSION = "runtimeclass-extender-pod-admission"
 # Refuses a pod the mutating policy marked to refuse (and no other pod: its binding
 # selects the marked ones by label).
 GUARD = POD_ADMISSION + "-guard"
+# The default-scheduler placement's guard: refuses a pod of a class pod admission did
+# not admit (components/default-scheduler-placement).
+REQUIRED = POD_ADMISSION + "-required"
 TABLE = "runtimeclass-extender"
 POLICY_KINDS = (
     "MutatingAdmissionPolicy",
@@ -140,6 +143,8 @@ CLASSES = [
 ]
 # Each with the label the API server gives every namespace (the namespace strategy's
 # kubernetes.io/metadata.name, which the bindings' and the webhook's selectors read).
+# The test API server serves Namespaces for the policies' namespaceSelector.
+NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace")
 NAMESPACE_OBJECTS = [
     {
         "apiVersion": "v1",
@@ -241,6 +246,8 @@ class Setup:
     overlay: str
     label_nodes: bool = False
     policy_text: str | None = None
+    # The default-scheduler placement: the table says so, and its guard is applied.
+    default_scheduler: bool = False
 
     def policy(self) -> Policy:
         if self.policy_text is None:
@@ -266,7 +273,7 @@ class Setup:
         wanted = [
             copy.deepcopy(d)
             for d in docs
-            if d["kind"] in POLICY_KINDS and d["metadata"]["name"] in (POD_ADMISSION, GUARD)
+            if d["kind"] in POLICY_KINDS and d["metadata"]["name"] in (POD_ADMISSION, GUARD, REQUIRED)
         ]
         return [self.table(), *wanted]
 
@@ -276,11 +283,10 @@ class Setup:
             "apiVersion": API_VERSION,
             "kind": KIND,
             "metadata": {"name": TABLE},
-            "spec": {
-                "runtimeClasses": table(
-                    (runtime_class_from_api(rc) for rc in CLASSES), self.labels(), self.rules()
-                )
-            },
+            "spec": table_spec(
+                table((runtime_class_from_api(rc) for rc in CLASSES), self.labels(), self.rules()),
+                default_scheduler=self.default_scheduler,
+            ),
         }
 
     def webhook_way(self) -> list[Manifest]:
@@ -292,6 +298,8 @@ SETUPS = [
     Setup("large-cluster", "overlays/large-cluster", label_nodes=True),
     Setup("large-cluster, runtime-handler policy", "overlays/large-cluster", True, RUNTIME_HANDLER_POLICY),
 ]
+# The policies alone (the pod webhook has no default-scheduler placement).
+DEFAULT_SCHEDULER = Setup("default-scheduler", "overlays/default-scheduler", label_nodes=True, default_scheduler=True)
 
 
 @dataclass(frozen=True)
