@@ -179,10 +179,11 @@ def start_scheduler(
     name: str = "kube-scheduler",
 ) -> Process:
     """kube-scheduler with ``configuration`` as ``service_account`` of ``namespace``;
-    every extender's urlPrefix pointed at ``extender_port`` on loopback."""
+    every extender's urlPrefix pointed at ``extender_port`` on loopback. The
+    configuration's other ``clientConnection`` settings (``qps``, ``burst``) are kept."""
     config = json.loads(json.dumps(configuration))
     kubeconfig = plane.service_account_kubeconfig(namespace, service_account)
-    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    config["clientConnection"] = {**(config.get("clientConnection") or {}), "kubeconfig": str(kubeconfig)}
     config["leaderElection"] = {"leaderElect": False}
     for extender in config.get("extenders") or []:
         assert extender_port is not None, "the configuration calls an extender: give its port"
