@@ -37,6 +37,7 @@ from extender.cluster.pod_fields import (
     pod_identity,
 )
 from extender.kube.store import Store
+from policies.objects import Toleration
 
 # The informer's kind (in /healthz, /readyz and the watch metrics' kind label), as the
 # requeuer's informer always named it.
@@ -58,16 +59,39 @@ class _Metadata(PodMetadataFields, total=False):
 
 
 @with_config(STRICT_FIELDS)
+class _Toleration(TypedDict, total=False):
+    key: str | None
+    operator: str | None
+    value: str | None
+    effect: str | None
+
+
+@with_config(STRICT_FIELDS)
 class _Spec(PodSpecFields, total=False):
     nodeSelector: dict[str, str] | None
     # Non-empty holds the pod back from scheduling; the entries are not read.
     schedulingGates: Any
+    tolerations: list[_Toleration] | None
+
+
+@with_config(STRICT_FIELDS)
+class _Condition(TypedDict, total=False):
+    type: str
+    status: str
+    reason: str | None
+    message: str | None
+
+
+@with_config(STRICT_FIELDS)
+class _Status(TypedDict, total=False):
+    conditions: list[_Condition] | None
 
 
 @with_config(STRICT_FIELDS)
 class _PendingPodFields(TypedDict, total=False):
     metadata: Required[_Metadata]
     spec: _Spec | None
+    status: _Status | None
 
 
 _ADAPTER = TypeAdapter(_PendingPodFields)
@@ -90,6 +114,11 @@ class PendingPod:
     requeued_for: str = ""
     # Its nodeSelector keys under the derived-label prefix (label-nodes).
     required: frozenset[str] = _NONE
+    # Why kube-scheduler last found it unschedulable (its PodScheduled condition's
+    # message while the reason is Unschedulable; "" before a try, or for another reason).
+    unschedulable: str = ""
+    # Its own tolerations (tolerationSeconds left out: it matters to eviction only).
+    tolerations: tuple[Toleration, ...] = ()
     # "namespace/name": stores key objects by ``name``, and pods are unique per
     # namespace. Made once, when the pod is decoded.
     name: str = field(init=False, compare=False)
@@ -128,9 +157,29 @@ def pending_pod_converter(label_prefix: str | None) -> Any:
             # A handful of revisions across thousands of pods: one string each.
             requeued_for=sys.intern((metadata.get("annotations") or {}).get(REVISION_ANNOTATION, "")),
             required=required,
+            unschedulable=_unschedulable(pod.get("status")),
+            tolerations=_tolerations(spec.get("tolerations")),
         )
 
     return convert
+
+
+def _unschedulable(status: _Status | None) -> str:
+    """kube-scheduler's words for why it could not place the pod (pkg/scheduler/
+    schedule_one.go sets PodScheduled False, reason Unschedulable, with the FitError's
+    message): shared, since a burst of alike pods gets alike words."""
+    for condition in (status or {}).get("conditions") or ():
+        scheduled = condition.get("type") == "PodScheduled" and condition.get("status") == "False"
+        if scheduled and condition.get("reason") == "Unschedulable":
+            return sys.intern(condition.get("message") or "")
+    return ""
+
+
+def _tolerations(items: list[_Toleration] | None) -> tuple[Toleration, ...]:
+    return tuple(
+        Toleration(t.get("key") or "", t.get("operator") or "", t.get("value") or "", t.get("effect") or "")
+        for t in items or ()
+    )
 
 
 # Without a label prefix (the requeuer's informer, when it runs alone).

@@ -1,18 +1,30 @@
 """What the pending-pod events say and on which pods: the decisions of ``events.py``, pure.
 
-With ``serve --label-nodes`` a pod of a class requires the class's label, so when the
-class's node rules fit no node (or the class is gone while a pod requires its label)
-kube-scheduler's ``FailedScheduling`` cannot name the class. ``ClassEvents``
-(``extender.labeller.events``) writes one Warning event per such pod; this module
+With ``serve --label-nodes`` a pod of a class requires the class's label, so
+kube-scheduler's NodeAffinity filter rules out every node without it, and
+``FailedScheduling`` counts them as "node(s) didn't match Pod's node affinity/selector":
+it never names the class. ``ClassEvents`` (``extender.labeller.events``) writes one
+Warning event per pending pod of a class that says why, naming the class; this module
 decides, from the stores as they are, which pods are owed one and what it says:
 
+- ``RuntimeClassFitsNoNode``: the class's node rules fit no node at all (written as
+  soon as the pod pends);
+- ``RuntimeClassNotFound``: the class was deleted while the pod requires its label;
+- ``RuntimeClassNodesUnavailable``: nodes can run the class, and kube-scheduler found
+  none of them can take the pod (its PodScheduled condition says Unschedulable): how
+  many nodes can run the class, kube-scheduler's own reasons, and what of the pod
+  keeps it off them that pod admission would have given it (the class's label
+  requirement, its tolerations: a pod admitted before its class was in the table,
+  before the mode, or opted out).
+
 - ``EventDecisions.due_events``: every event owed now, the pending schedulable pods
-  grouped by class and each class checked once (its node rules fit no node, or it was
-  deleted while the pod requires its label);
+  grouped by class and each class checked once;
 - ``EventDecisions.event_due``: the one event a pod is owed now for a class, or None;
-- ``event_name``: one name per pod (by uid) and class revision (the digest of what
+- ``event_name``: one name per pod (by uid), class revision (the digest of what
   decides the class's nodes, ``ClassLabels.rules_key``; ``ABSENT_VERSION`` for a
-  deleted class), so a second write of the same event is answered 409 AlreadyExists.
+  deleted class) and reason, so a second write of the same event is answered 409
+  AlreadyExists: at most one event of each reason per pod and class revision, however
+  kube-scheduler's reasons change meanwhile.
 
 Whether each class fits no node is kept per generation of the node and class stores: a
 pass asks once per class and each event's reconcile asks again, so the nodes are looked
@@ -25,26 +37,39 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from extender.admission.pod_review import covers
+from extender.admission.pod_table import pod_tolerations
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.class_revisions import revision_digest
 from extender.cluster.pending_pods import PendingPod
 from extender.kube.store import Store
-from policies.objects import NodeView, RuntimeClassView
+from policies.objects import NodeView, RuntimeClassView, Toleration
 
-__all__ = ["ABSENT_VERSION", "NOT_FOUND_REASON", "REASON", "Event", "EventDecisions", "event_name"]
+__all__ = [
+    "ABSENT_VERSION",
+    "NOT_FOUND_REASON",
+    "REASON",
+    "UNAVAILABLE_REASON",
+    "Event",
+    "EventDecisions",
+    "event_name",
+]
 
 # events.k8s.io/v1 Event (staging/src/k8s.io/api/events/v1/types.go) and its validation
 # (pkg/apis/core/validation/events.go): reason at most 128 characters, note at most 1 kB.
 REASON = "RuntimeClassFitsNoNode"
 NOT_FOUND_REASON = "RuntimeClassNotFound"
+UNAVAILABLE_REASON = "RuntimeClassNodesUnavailable"
 ABSENT_VERSION = "absent"
 MAX_NOTE = 1024
 MAX_NAME = 253
 
 
-def event_name(pod: PendingPod, class_name: str, class_version: str) -> str:
-    """The event's name: one per pod (by uid) and class revision, a DNS subdomain."""
-    digest = hashlib.sha256(f"{pod.uid}/{class_name}/{class_version}".encode()).hexdigest()[:16]
+def event_name(pod: PendingPod, class_name: str, class_version: str, reason: str = REASON) -> str:
+    """The event's name: one per pod (by uid), class revision and reason, a DNS subdomain
+    (the first two reasons' names are as they always were)."""
+    which = "" if reason in (REASON, NOT_FOUND_REASON) else f"/{reason}"
+    digest = hashlib.sha256(f"{pod.uid}/{class_name}/{class_version}{which}".encode()).hexdigest()[:16]
     suffix = f".runtimeclass-{digest}"
     # The pod's name (a DNS subdomain itself) cut short, without a dangling "-" or "."
     # before the suffix.
@@ -66,7 +91,7 @@ class Event:
 
     @property
     def name(self) -> str:
-        return event_name(self.pod, self.class_name, self.class_version)
+        return event_name(self.pod, self.class_name, self.class_version, self.reason)
 
 
 def _cut(text: str) -> str:
@@ -88,7 +113,7 @@ class EventDecisions:
         self.classes = classes
         self.pods = pods
         self._fits_for: tuple[int, int] | None = None
-        self._fits_none: dict[str, bool] = {}
+        self._fitting: dict[str, int] = {}
 
     def due_events(self) -> list[Event]:
         """Every event owed now (known to exist or not)."""
@@ -98,17 +123,56 @@ class EventDecisions:
                 by_class.setdefault(pod.runtime_class_name, []).append(pod)
         due: list[Event] = []
         for class_name, pods in by_class.items():
-            owed = self._owed(class_name)
-            if owed is not None:
-                due.extend(event for pod in pods if (event := self._event(pod, *owed)) is not None)
+            due.extend(event for pod in pods if (event := self._due(pod, class_name)) is not None)
         return due
 
     def event_due(self, pod: PendingPod, class_name: str) -> Event | None:
         """The event ``pod`` is owed now for ``class_name`` (None: none)."""
         if not pod.schedulable or pod.runtime_class_name != class_name:
             return None
+        return self._due(pod, class_name)
+
+    def _due(self, pod: PendingPod, class_name: str) -> Event | None:
         owed = self._owed(class_name)
-        return None if owed is None else self._event(pod, *owed)
+        if owed is not None:
+            return self._event(pod, *owed)
+        runtime_class = self.classes.get(class_name)
+        if runtime_class is None or not pod.unschedulable:
+            return None
+        return Event(
+            pod,
+            class_name,
+            self.version(runtime_class),
+            self.unavailable_note(runtime_class, pod),
+            UNAVAILABLE_REASON,
+        )
+
+    def unavailable_note(self, runtime_class: RuntimeClassView, pod: PendingPod) -> str:
+        """Nodes run the class, and kube-scheduler found none of them can take ``pod``:
+        how many run it, kube-scheduler's reasons, and what pod admission would have
+        given the pod that it lacks."""
+        total = len(self.nodes)
+        fitting = self._fitting_nodes(runtime_class)
+        labels = self.labels
+        lacks = []
+        if labels.has_node_rules(runtime_class) and labels.key(runtime_class.name) not in pod.required:
+            lacks.append(f"its node label requirement ({labels.key(runtime_class.name)})")
+        own = [_as_api(t) for t in pod.tolerations]
+        missing = [t for t in pod_tolerations(runtime_class) if not any(covers(o, t) for o in own)]
+        if missing:
+            lacks.append("its tolerations (" + ", ".join(str(_as_view(t)) for t in missing) + ")")
+        note = (
+            f'RuntimeClass "{runtime_class.name}": {fitting} of {total} nodes can run it, and kube-scheduler '
+            f"found none of them can take the pod ({_reasons(pod.unschedulable)}; the {total - fitting} "
+            "nodes that cannot run the class are among those that didn't match the pod's node affinity/selector)"
+        )
+        if lacks:
+            note += (
+                "; the pod lacks what pod admission gives a pod of the class: " + " and ".join(lacks) + ": it was "
+                "admitted before its class was in the pod admission table, before the mode was on, or opted "
+                "out (recreate it)"
+            )
+        return _cut(note)
 
     def version(self, runtime_class: RuntimeClassView | None) -> str:
         """The revision of what decides the class's nodes (``ABSENT_VERSION``: deleted)."""
@@ -147,14 +211,42 @@ class EventDecisions:
         return Event(pod, class_name, self.version(runtime_class), note)
 
     def _fits_no_node(self, runtime_class: RuntimeClassView) -> bool:
+        return self.labels.has_node_rules(runtime_class) and self._fitting_nodes(runtime_class) == 0
+
+    def _fitting_nodes(self, runtime_class: RuntimeClassView) -> int:
+        """The nodes whose labels pass the class's node rules, counted once per class
+        until the nodes or the classes change."""
         stamp = (self.nodes.generation, self.classes.generation)
         if stamp != self._fits_for:
-            self._fits_for, self._fits_none = stamp, {}
-        found = self._fits_none.get(runtime_class.name)
+            self._fits_for, self._fitting = stamp, {}
+        found = self._fitting.get(runtime_class.name)
         if found is None:
-            labels = self.labels
-            found = labels.has_node_rules(runtime_class) and not labels.fits_any(
-                runtime_class, self.nodes.values()
-            )
-            self._fits_none[runtime_class.name] = found
+            passes = self.labels.passes
+            found = sum(1 for node in self.nodes.values() if passes(runtime_class, node))
+            self._fitting[runtime_class.name] = found
         return found
+
+
+def _reasons(message: str) -> str:
+    """kube-scheduler's reasons, as its FitError words them (pkg/scheduler/framework/
+    types.go, FitError.Error): "0/N nodes are available: <count> <reason>, ...", then
+    what preemption found; its first sentence, the reasons."""
+    head, found, reasons = message.partition(" nodes are available: ")
+    if not found:
+        return f"kube-scheduler: {message}"
+    return f"kube-scheduler: {head} nodes are available: {reasons.split('. ', 1)[0].rstrip('.')}"
+
+
+def _as_api(toleration: Toleration) -> dict[str, str]:
+    """A toleration view as the API writes it (empty fields left out)."""
+    fields = (("key", toleration.key), ("operator", toleration.operator), ("value", toleration.value))
+    return {name: value for name, value in (*fields, ("effect", toleration.effect)) if value}
+
+
+def _as_view(toleration: dict[str, str]) -> Toleration:
+    return Toleration(
+        toleration.get("key", ""),
+        toleration.get("operator", ""),
+        toleration.get("value", ""),
+        toleration.get("effect", ""),
+    )

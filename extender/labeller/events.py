@@ -1,13 +1,18 @@
-"""Saying why a pod pends when its RuntimeClass fits no node (``serve --label-nodes``).
+"""Saying why a pod of a RuntimeClass pends, naming the class (``serve --label-nodes``).
 
 With the mode on, a pod of a class requires the class's label, so kube-scheduler's
-NodeAffinity filter rules out every node without it before the extender is asked:
-``FailedScheduling`` then reads "node(s) didn't match Pod's node affinity/selector"
-and never names the class. When a class's node rules fit no node at all, this leader
-actor writes one Warning event (``events.k8s.io/v1``) on each pending pod of the
-class, naming it and saying why::
+NodeAffinity filter rules out every node without it before the extender is asked, and
+with the default-scheduler placement no extender is asked at all: ``FailedScheduling``
+then reads "node(s) didn't match Pod's node affinity/selector" and never names the
+class. This leader actor writes one Warning event (``events.k8s.io/v1``) on each
+pending pod of a class that says why, naming the class (what is owed is
+``extender.labeller.event_decisions``): when the class's node rules fit no node::
 
     RuntimeClass "gvisor": 0 of 2000 nodes match scheduling.nodeSelector runtime/pool=b
+
+when nodes run the class and kube-scheduler found none of them can take the pod::
+
+    RuntimeClass "gvisor": 3 of 2000 nodes can run it, and kube-scheduler found none of them can take the pod (kube-scheduler: 0/2000 nodes are available: 3 Insufficient cpu, 1997 node(s) didn't match ...)
 
 and when a pod requires the label of a class that was deleted (no node carries it any
 more), one saying so, as the extender itself says it for a pod it is asked about::
@@ -128,7 +133,7 @@ WRITE_LOG = WriteLog(
 
 
 class ClassEvents(Controller[PodEvent]):
-    """Writes one Warning event per pending pod of a class that fits no node."""
+    """Writes one Warning event per pending pod of a class, and class revision, saying why it pends."""
 
     name = "runtimeclass-events"
 
@@ -178,8 +183,9 @@ class ClassEvents(Controller[PodEvent]):
     def register_metrics(self, registry: CollectorRegistry) -> None:
         self.counter = Counter(
             METRIC_PREFIX + "runtimeclass_events",
-            "Warning events on pending pods whose RuntimeClass fits no node, or was deleted while "
-            "they require its label (label-nodes), by "
+            "Warning events on pending pods of a RuntimeClass, saying why they pend (label-nodes): its "
+            "class fits no node, no node of its class can take it, or its class was deleted while it "
+            "requires its label; by "
             "result: written, existing (written before, by this replica or another), failed.",
             ["result"],
             registry=registry,
@@ -276,7 +282,7 @@ class ClassEvents(Controller[PodEvent]):
             if not existing:
                 event = _event_of(result.write)
                 log.info(
-                    "pending pod's RuntimeClass fits no node",
+                    "pending pod of a RuntimeClass told why",
                     extra={"pod": key.pod, "runtimeClass": event.class_name, "note": event.note},
                 )
         elif isinstance(result, Failed):

@@ -260,3 +260,103 @@ async def test_an_event_says_what_holds_when_it_is_written(
     ]
     await asyncio.sleep(0.3)  # passes after the node's: nothing is written again
     assert posts(fake_apiserver) == 3
+
+
+UNSCHEDULABLE = (
+    "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) didn't match Pod's node affinity/selector. "
+    "no new claims to deallocate, preemption: 0/5 nodes are available: 2 No preemption victims found for "
+    "incoming pod, 3 Preemption is not helpful for scheduling."
+)
+
+
+def unschedulable(pod: dict[str, Any], message: str = UNSCHEDULABLE) -> dict[str, Any]:
+    """The pod as kube-scheduler leaves it after a failed try (schedule_one.go: PodScheduled
+    False, reason Unschedulable, the FitError's message)."""
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}],
+    }
+    return pod
+
+
+def admitted(name: str, **extra: Any) -> dict[str, Any]:
+    """A pod of gvisor as large-cluster admission leaves it: its class's label required,
+    its class's toleration."""
+    pod = make_pod(name, runtime_class="gvisor", tolerations=[SANDBOX_TOLERATION], **extra)
+    pod["spec"]["nodeSelector"] = {f"{PREFIX}/gvisor": "true"}
+    return pod
+
+
+SANDBOX_TOLERATION = {"key": "sandbox", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"}
+
+
+def pool_cluster(server: FakeApiServer) -> None:
+    """Two nodes run gvisor (full), three do not."""
+    for i in range(2):
+        server.add(NODES, make_node(f"g{i}", labels={"pool": "gvisor", "tier": "a", f"{PREFIX}/gvisor": "true"}))
+    for i in range(3):
+        server.add(NODES, make_node(f"p{i}", labels={"pool": "plain"}))
+    rc = make_runtime_class("gvisor", node_selector={"pool": "gvisor"})
+    rc["scheduling"]["tolerations"] = [SANDBOX_TOLERATION]
+    server.add(RUNTIME_CLASSES, rc)
+
+
+async def test_a_pod_no_node_of_its_class_can_take_hears_so_naming_the_class(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    """Nodes can run the class, and none has room: kube-scheduler's FailedScheduling says
+    "3 node(s) didn't match Pod's node affinity/selector" and never names the class. The
+    pod gets one event that does, with how many nodes run it and kube-scheduler's
+    reasons; once kube-scheduler has tried it, and once per class revision."""
+    pool_cluster(fake_apiserver)
+    fake_apiserver.add(PODS, admitted("untried"))
+    fake_apiserver.add(PODS, unschedulable(admitted("full")))
+    a = await replicas("a")
+    await eventually(lambda: len(events(fake_apiserver)) == 1, what="the event")
+    (event,) = events(fake_apiserver)
+    assert event["regarding"]["name"] == "full"  # not "untried": kube-scheduler has not said
+    assert event["reason"] == "RuntimeClassNodesUnavailable" and event["type"] == "Warning"
+    assert event["note"] == (
+        'RuntimeClass "gvisor": 2 of 5 nodes can run it, and kube-scheduler found none of them can take the '
+        "pod (kube-scheduler: 0/5 nodes are available: 2 Insufficient cpu, 3 node(s) didn't match Pod's node "
+        "affinity/selector; the 3 nodes that cannot run the class are among those that didn't match the "
+        "pod's node affinity/selector)"
+    )
+    # kube-scheduler tries again and words it otherwise: no second event.
+    written = posts(fake_apiserver)
+    fake_apiserver.modify(PODS, "full", lambda pod: unschedulable(pod, UNSCHEDULABLE.replace("cpu", "memory")), namespace="default")
+    fake_apiserver.modify(PODS, "untried", lambda pod: unschedulable(pod), namespace="default")
+    await eventually(lambda: len(events(fake_apiserver)) == 2, what="the untried pod's, once tried")
+    assert posts(fake_apiserver) == written + 1
+    # A new revision of the class (what decides its nodes changes; the same nodes): one more.
+    fake_apiserver.modify(RUNTIME_CLASSES, "gvisor", {"scheduling": {"nodeSelector": {"pool": "gvisor", "tier": "a"}}})
+    await eventually(lambda: len(events(fake_apiserver)) == 4, what="one each for the new revision")
+    await eventually(
+        lambda: a.metric("runtimeclass_extender_runtimeclass_events_total", result="written") == 4
+    )
+
+
+async def test_a_pod_admitted_without_its_classs_label_and_tolerations_hears_what_it_lacks(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    """A pod of the class created before its class was in the pod admission table (or
+    before the mode, or opted out): kube-scheduler's in-tree TaintToleration filter keeps
+    it off the class's tainted nodes, and it never reaches the extender for them. Its
+    event says what it lacks, and what to do."""
+    pool_cluster(fake_apiserver)
+    fake_apiserver.add(
+        PODS,
+        unschedulable(
+            make_pod("early", runtime_class="gvisor"),
+            "0/5 nodes are available: 2 node(s) had untolerated taint(s), 3 node(s) didn't match Pod's "
+            "node affinity/selector. preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling.",
+        ),
+    )
+    await replicas("a")
+    await eventually(lambda: len(events(fake_apiserver)) == 1, what="the event")
+    note = events(fake_apiserver)[0]["note"]
+    assert note.endswith(
+        "; the pod lacks what pod admission gives a pod of the class: its node label requirement "
+        f"({PREFIX}/gvisor) and its tolerations (sandbox Equal gvisor:NoSchedule): it was admitted before its "
+        "class was in the pod admission table, before the mode was on, or opted out (recreate it)"
+    ), note
