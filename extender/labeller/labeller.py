@@ -32,6 +32,11 @@ writes them, as a leader actor (``extender.leader.actor``):
 - **Only its prefix.** A JSON merge patch of ``metadata.labels`` naming only keys under
   the prefix: labels of anyone else are never in the request (and an admission policy,
   deploy/components/label-nodes, refuses any other change).
+- **Removals first.** A write that takes a derived label off a node (the node lost a
+  label its class reads; a class edited to another pool) goes to the head of the
+  queue, ahead of a relabel's backlog of additions: until it lands, the node still
+  claims a class it no longer runs, and with the default-scheduler placement nothing
+  else keeps the class's pods off it.
 - **Bounded.** Writes go through the controller's ``WorkQueue``: a rate limit, at most
   ``concurrency`` at once, one reconcile per node at a time, a backoff per node that
   fails, and a refusal (a missing RBAC rule, the admission policy) said once with one
@@ -258,10 +263,21 @@ class NodeLabeller(Controller[str]):
                     self._use_changed(key)
                 elif self._carried[key] == 1 and key in after:
                     self._use_changed(key)
-        if new is not None:
-            self.queue.add(new.name)
+        if isinstance(new, NodeView):
+            self.queue.add(new.name, first=self._removes(new))
         elif old is not None:
             self._tainted_since.pop(old.name, None)
+
+    def _removes(self, node: NodeView) -> bool:
+        """The node carries a derived label it must lose: its write goes first, ahead of a
+        relabel's backlog (with no extender in kube-scheduler's path, a pod may be bound
+        there meanwhile: docs/large-clusters.md, "The window")."""
+        if not self.labels.owned(node.labels):
+            return False
+        labelled = self.labelled()
+        patch = self.labels.patch(node, labelled)
+        self._last_patch = (node, labelled, patch)  # what its write will ask for
+        return any(value is None for value in patch.values())
 
     def _class_changed(self, _kind: str, old: Named | None, new: Named | None) -> None:
         before = old if isinstance(old, RuntimeClassView) else None
@@ -337,7 +353,7 @@ class NodeLabeller(Controller[str]):
             if node is not None:
                 patch = self.labels.patch(node, labelled, keys)
                 if patch or (keys is None and carries(node, self.options.startup_taint)):
-                    self.queue.add(name)
+                    self.queue.add(name, first=any(value is None for value in patch.values()))
                     if class_name is not None and patch:
                         value = patch[self.labels.key(class_name)]
                         adding += value is not None

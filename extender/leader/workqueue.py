@@ -6,9 +6,9 @@ queue calls ``reconcile(key, turn)``, which reads the key's object as it is at i
 turn and returns a ``Result`` (``extender.leader.results``). Nothing computed for a
 write waits in the queue. What it does:
 
-- **One reconcile per key at a time**: a key added while waiting keeps its place, added
-  while being reconciled it is reconciled once more after (client-go's dirty and
-  processing sets), whatever the ``concurrency``.
+- **One reconcile per key at a time**: a key added while waiting keeps its place (or,
+  ``first``, jumps the line), added while being reconciled it is reconciled once more
+  after (client-go's dirty and processing sets), whatever the ``concurrency``.
 - **The pass is first-class** (``resync``): the actor's ``resync()`` adds the keys of
   the objects out of line. A term starts with one; a change that concerns many objects
   asks for one (``resync(after=window)``: the earliest asked for wins). It runs on a
@@ -19,8 +19,7 @@ write waits in the queue. What it does:
   429 pauses the API client's writes (``extender.leader.limits``); a refusal (403, 422)
   is the actor's condition, said once, one key probing, unless other keys' writes are
   accepted meanwhile: then it is that key's alone (``extender.leader.refusal``).
-- **``report`` is contained** as ``reconcile`` is: one that raises is logged with its
-  trace and costs nothing else.
+- **``report`` is contained** as ``reconcile`` is: logged with its trace if it raises.
 - **It owns the term** (``run``, the actor's ``lead``): a pass when it starts, and
   every key, delay, backoff and refusal forgotten when it ends. ``add`` outside a term
   does nothing: followers queue nothing.
@@ -28,11 +27,10 @@ write waits in the queue. What it does:
   held by a refusal owes nothing a drain could deliver.
 
 ``add`` of a key waiting out an early ``Retry`` cuts that delay short (client-go's
-``Add`` of a key waiting on ``AddAfter``: the key is wanted now); ``add`` of a key in
-**backoff** does not, unlike client-go (where an event during ``AddRateLimited``'s
-delay reconciles the key at once): the reconcile is level-triggered, so the event
-brings nothing its retry will not read, and a stream of events would turn a failing
-write into a retry per event.
+``Add`` on ``AddAfter``); of a key in **backoff** it does not, unlike client-go (where
+an event during ``AddRateLimited``'s delay reconciles the key at once): the reconcile
+is level-triggered, so the event brings nothing its retry will not read, and a stream
+of events would turn a failing write into a retry per event.
 """
 
 from __future__ import annotations
@@ -128,11 +126,12 @@ class WorkQueue(Generic[K]):
         )
         self._running = False
         # In line; waiting out a delay (True: a backoff, which ``add`` does not cut
-        # short); being reconciled; added while being reconciled.
+        # short); being reconciled.
         self._waiting: OrderedDict[K, None] = OrderedDict()
         self._delayed: dict[K, tuple[asyncio.TimerHandle, bool]] = {}
         self._processing: set[K] = set()
-        self._dirty: set[K] = set()
+        # Added while being reconciled (True: wanted first, see ``add``).
+        self._dirty: dict[K, bool] = {}
         self._backoff: KeyBackoff[K] = KeyBackoff(initial=options.retry_initial, maximum=options.retry_max)
         self._ready = asyncio.Event()
         # The pass: its timer and when it is due (loop time), whether the one pending
@@ -175,14 +174,16 @@ class WorkQueue(Generic[K]):
             key in self._waiting or key in self._delayed or key in self._processing or key in self._refusal.held
         )
 
-    def add(self, key: K) -> None:
-        """Reconcile ``key`` (nothing outside a term). One waiting keeps its place, one
-        in backoff or held keeps waiting (module doc), one being reconciled is again
-        after; one waiting out an early ``Retry`` is wanted now."""
-        if not self._running or key in self._waiting or key in self._refusal.held:
+    def add(self, key: K, *, first: bool = False) -> None:
+        """Reconcile ``key`` (nothing outside a term). One waiting keeps its place (or,
+        ``first``, goes to the head of the line: a write that must not wait behind a
+        long pass), one in backoff or held keeps waiting (module doc), one being
+        reconciled is again after; one waiting out an early ``Retry`` is wanted now."""
+        if not self._running or key in self._refusal.held:
             return
-        if key in self._processing:
-            self._dirty.add(key)
+        if key in self._waiting:
+            if first:
+                self._waiting.move_to_end(key, last=False)
             return
         delayed = self._delayed.get(key)
         if delayed is not None:
@@ -191,7 +192,7 @@ class WorkQueue(Generic[K]):
                 return
             handle.cancel()
             del self._delayed[key]
-        self._enqueue(key)
+        self._enqueue(key, first=first)
 
     def resync(self, after: float = 0.0, *, owed: bool = True) -> None:
         """Have the actor's pass run within ``after`` seconds (the earliest asked for
@@ -293,8 +294,8 @@ class WorkQueue(Generic[K]):
                 # Synchronous: a CancelledError here is raised, never a cancellation.
                 log.exception("report failed", extra={"queue": self.name, "key": str(key)})
             if key in self._dirty:
-                self._dirty.discard(key)
-                self.add(key)  # its turn again, behind whatever delay the end set
+                # Its turn again, behind whatever delay the end set.
+                self.add(key, first=self._dirty.pop(key))
             # A reconcile that found nothing to write awaited nothing: yield, so that a
             # run of them (a flood of node events) never holds the loop.
             await asyncio.sleep(0)
@@ -375,11 +376,13 @@ class WorkQueue(Generic[K]):
 
     # ----- bookkeeping ----------------------------------------------------------------
 
-    def _enqueue(self, key: K) -> None:
+    def _enqueue(self, key: K, *, first: bool = False) -> None:
         if key in self._processing:
-            self._dirty.add(key)
+            self._dirty[key] = self._dirty.get(key, False) or first
         elif key not in self._waiting:
             self._waiting[key] = None
+            if first:
+                self._waiting.move_to_end(key, last=False)
             self._ready.set()
 
     def _delay(self, key: K, delay: float, *, backoff: bool = True) -> None:

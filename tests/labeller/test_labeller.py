@@ -32,10 +32,11 @@ from tests.support.apiserver import (
     make_runtime_class,
 )
 from tests.support.paths import FIXTURES
-from tests.support.replicas import Start, replica_set
+from tests.support.replicas import FAST_ELECTION, Start, replica_set
 from tests.support.waiting import eventually, stays
 
 PREFIX = "runtimeclass.node-restriction.kubernetes.io"
+SLOW_ELECTION = replace(FAST_ELECTION, lease_duration=15.0, renew_deadline=10.0, retry_period=2.0)
 FAST = LabelOptions(rate=2000.0, burst=200, concurrency=10, request_timeout=2.0, drain_timeout=1.0)
 ADDED = "runtimeclass_extender_node_labels_added_total"
 REMOVED = "runtimeclass_extender_node_labels_removed_total"
@@ -369,7 +370,10 @@ async def test_a_compare_of_many_nodes_yields_the_loop(
 
     task = asyncio.create_task(ticker())
     try:
-        a = await replicas("a", label=replace(FAST, slice_seconds=0.0))
+        # kube-scheduler's election durations: the ticker keeps the loop busy, and a
+        # renewal late by more than the tests' fast deadline (0.6 s) on a loaded machine
+        # would end the term before the labels are in.
+        a = await replicas("a", label=replace(FAST, slice_seconds=0.0), election=SLOW_ELECTION)
         assert a.labeller is not None
         compare = a.labeller._compare
 
@@ -379,7 +383,9 @@ async def test_a_compare_of_many_nodes_yields_the_loop(
             compares.append(ticks - before)
 
         a.labeller._compare = counting  # type: ignore[method-assign]
-        await eventually(in_line(fake_apiserver), timeout=20.0, what="labelled")
+        # 400 writes through the test API server, on a loop the ticker keeps busy: a bound
+        # for a loaded machine, not a speed the test asks for.
+        await eventually(in_line(fake_apiserver), timeout=120.0, what="labelled")
     finally:
         task.cancel()
     # The first compare (400 nodes, a slice each 16 nodes) let the ticker run at least
