@@ -53,6 +53,7 @@ from extender.http.keys import (
     MAX_NODES,
     METRICS,
     NODE_LOOKUP,
+    PLACEMENT,
     POD_ADMISSION_TABLE,
     POLICY,
     ROUTING,
@@ -273,6 +274,9 @@ async def readyz(request: web.Request) -> web.Response:
     certificates = request.app.get(WEBHOOK_CERTIFICATES)
     if certificates is not None:
         body["webhookCertificate"] = certificates.details()
+    placement = request.app.get(PLACEMENT)
+    if placement is not None:
+        body["placement"] = placement
     # With pod-admission-table: whether the API server's pod admission finds its table
     # (a detail here too; 503 on the probe and admission listeners' /readyz).
     table = request.app.get(POD_ADMISSION_TABLE)

@@ -68,6 +68,9 @@ LEADER_GATE = web.AppKey("leader_gate", LeaderGate)
 # Set with webhook-certificate-secret: the self-managed webhook certificates, for
 # /readyz (a detail on the main listener, the status on the admission listener).
 WEBHOOK_CERTIFICATES: web.AppKey[WebhookCertificates] = web.AppKey("webhook_certificates")
+# Set with label-nodes: who places the pods of a RuntimeClass (the placement setting),
+# for /readyz.
+PLACEMENT: web.AppKey[str] = web.AppKey("placement")
 # Set with pod-admission-table: the table the API server's pod admission reads, for
 # /readyz (a detail on the main listener, the status on the probe and admission ones).
 POD_ADMISSION_TABLE = web.AppKey("pod_admission_table", PodAdmissionTable)

@@ -28,7 +28,7 @@ from extender.http.listen import bind_listener
 from extender.http.memory import settle_memory_once_listed
 from extender.http.probe_listener import create_probe_app, probe_socket
 from extender.http.wiring import ServeError, attach_certificate_reloader, build_app
-from extender.settings import ServeSettings
+from extender.settings import PLACEMENT_DEFAULT_SCHEDULER, ServeSettings
 
 __all__ = ["ServeError", "serve"]
 
@@ -112,8 +112,15 @@ async def _serve_until_stopped(
             "scheme": "https" if ssl_context else "http",
             "clientCertificates": bool(settings.client_ca_file),
             "predicates": ",".join(app[POLICY].names),
+            **({"placement": settings.placement} if settings.label_nodes else {}),
         },
     )
+    if settings.placement == PLACEMENT_DEFAULT_SCHEDULER:
+        log.info(
+            "placement default-scheduler: the cluster's default scheduler places the pods of every "
+            "RuntimeClass by the label requirement, tolerations and overhead pod admission gives them; "
+            "no scheduler calls /filter (docs/large-clusters.md)"
+        )
     settling = asyncio.create_task(settle_memory_once_listed(app), name="memory-settle")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -43,6 +43,7 @@ from extender.http.keys import (
     LEADER_GATE,
     METRICS,
     NODE_LOOKUP,
+    PLACEMENT,
     POD_ADMISSION_TABLE,
     SOURCES,
     TASKS,
@@ -293,6 +294,8 @@ async def build_app(
             attach_autoscaler_check(app, check)
         if keeper is not None:
             app[WEBHOOK_CERTIFICATES] = keeper
+        if settings.label_nodes:
+            app[PLACEMENT] = settings.placement
         table = next((actor for actor in runner.actors if isinstance(actor, PodAdmissionTable)), None)
         if table is not None:
             app[POD_ADMISSION_TABLE] = table
