@@ -329,3 +329,35 @@ def test_notes_say_how_to_check_that_the_pod_admission_policies_run() -> None:
     assert "Parts: the RuntimeClass webhook, the pod admission policies," in large
     assert "pod webhook" not in large.split("Parts:", 1)[1].split(";", 1)[0]
     assert "runtimeclass-extender check-pod-admission --namespace default --label-nodes" in large
+
+
+def test_notes_in_the_default_scheduler_placement_check_what_it_runs() -> None:
+    """No kube-scheduler runs: the rollout of the extender alone, its one Lease, the table
+    and a dry-run pod of each class that gets its label requirement and keeps its
+    schedulerName, the default scheduler's events; nothing of runtimeclass-scheduler's."""
+    notes = _notes({**DEFAULT_SCHEDULER, "podAdmission.mode": "policy"})
+    commands = _commands(notes)
+    for needed in (
+        "kubectl -n other rollout status deployment/runtimeclass-scheduler",
+        "kubectl get podadmissiontable runtimeclass-extender -o yaml",
+        "kubectl get events --field-selector reason=RuntimeClassFitsNoNode",
+    ):
+        assert needed in commands, needed
+    assert "no kube-scheduler container runs in this placement" in notes.replace("\n   ", " ")
+    assert "every pod 1/1 ready" in notes and "2/2" not in notes
+    assert (
+        "runtimeclass-extender check-pod-admission --namespace default --label-nodes "
+        "--scheduler-name default-scheduler" in notes
+    )
+    assert "keep schedulerName default-scheduler" in notes.replace("\n   ", " ")
+    assert "runtimeclass-extender-pod-admission-required" in notes
+    assert (
+        "Parts: the RuntimeClass webhook, the pod admission policies, node labels, the placement's guard,"
+        in notes
+    )
+    # Nothing of the second scheduler: its Lease, its events, its image, predicate mode's
+    # API server flag (the RuntimeClass admission plugin may stay on).
+    assert "kube-scheduler's" not in notes and "from runtimeclass-scheduler" not in notes
+    assert "kube-scheduler v1" not in notes and "--disable-admission-plugins" not in notes
+    large = _notes({"labelNodes.enabled": "true"})
+    assert "--scheduler-name" not in large and "2/2 ready" in large
