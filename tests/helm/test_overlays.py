@@ -86,7 +86,30 @@ SHIPPED = [
     Case("alongside-admission", "overlays/alongside-admission", file="alongside-admission-values.yaml"),
     Case("large-cluster", "overlays/large-cluster", file="large-cluster-values.yaml"),
     Case("tls", "overlays/tls", file="tls-values.yaml"),
+    Case("default-scheduler", "overlays/default-scheduler", file="default-scheduler-values.yaml"),
 ]
+# The setups placed by runtimeclass-scheduler, each of which has a copy for an API server
+# without MutatingAdmissionPolicy; the default-scheduler placement has none (the pod
+# webhook has no such placement: the schema and the render refuse it, test_values.py).
+WEBHOOK_WAY = [case for case in SHIPPED if case.overlay != "overlays/default-scheduler"]
+# The default-scheduler placement by its two values (ci/ also sets podAdmission policy).
+DEFAULT_SCHEDULER = {"labelNodes.enabled": "true", "labelNodes.placement": "default-scheduler"}
+PLACEMENT = "components/default-scheduler-placement"
+
+
+def _default_scheduler_with(*opt_in: str) -> tuple[str, ...]:
+    """overlays/default-scheduler's components with ``opt_in`` before the placement's, as
+    an overlay of one's own on deploy/base lists them: the audit and cert-manager patch
+    the extender as the Deployment's second container, and the placement's component
+    leaves it the only one, so on top of overlays/default-scheduler they cannot apply."""
+    directory = DEPLOY / "overlays" / "default-scheduler"
+    spec = yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert spec["resources"] == ["../../base"]
+    *components, last = (str((directory / c).resolve().relative_to(DEPLOY)) for c in spec["components"])
+    assert last == PLACEMENT
+    return (*components, *opt_in, PLACEMENT)
+
+
 IN_ANOTHER_NAMESPACE = [
     Case(f"{case.id} in {OTHER}", case.overlay, file=case.file, namespace=OTHER) for case in SHIPPED
 ]
@@ -141,6 +164,40 @@ WITH_COMPONENTS = [
             "monitoring.enabled": "true",
         },
     ),
+    Case("default-scheduler", "overlays/default-scheduler", values=DEFAULT_SCHEDULER),
+    Case(
+        "default-scheduler + monitoring in other",
+        "overlays/default-scheduler",
+        (MONITORING,),
+        {**DEFAULT_SCHEDULER, "monitoring.enabled": "true"},
+        namespace=OTHER,
+    ),
+    # The audit and cert-manager: overlays/default-scheduler's components on the base,
+    # with them before the placement's (_default_scheduler_with says why).
+    Case(
+        "default-scheduler + audit in other",
+        "base",
+        _default_scheduler_with(AUDIT),
+        {**DEFAULT_SCHEDULER, "auditRunningPods.enabled": "true"},
+        namespace=OTHER,
+    ),
+    Case(
+        "default-scheduler + cert-manager",
+        "base",
+        _default_scheduler_with(*CERT_MANAGER),
+        {**DEFAULT_SCHEDULER, "certManager.enabled": "true"},
+    ),
+    Case(
+        "default-scheduler + audit + cert-manager + monitoring",
+        "base",
+        (*_default_scheduler_with(AUDIT, *CERT_MANAGER), MONITORING),
+        {
+            **DEFAULT_SCHEDULER,
+            "auditRunningPods.enabled": "true",
+            "certManager.enabled": "true",
+            "monitoring.enabled": "true",
+        },
+    ),
     # The overlay appends the requeue flags after its own components' (leader election),
     # the chart has them before: the one case compared with the flags in any order.
     Case(
@@ -184,7 +241,7 @@ POD_ADMISSION = [
             api_versions=(),
             webhook_way=True,
         )
-        for case in SHIPPED
+        for case in WEBHOOK_WAY
     ),
     Case(
         "large-cluster without MutatingAdmissionPolicy in other",
@@ -204,6 +261,20 @@ POD_ADMISSION = [
         "predicate-mode, policy",
         "overlays/predicate-mode",
         values={"podAdmission.mode": "policy"},
+        api_versions=(),
+    ),
+    # The default-scheduler placement's ci/ values name policy: the same on any server.
+    Case(
+        "default-scheduler without MutatingAdmissionPolicy, policy",
+        "overlays/default-scheduler",
+        file="default-scheduler-values.yaml",
+        api_versions=(),
+    ),
+    Case(
+        "default-scheduler, policy, in other",
+        "overlays/default-scheduler",
+        values={**DEFAULT_SCHEDULER, "podAdmission.mode": "policy"},
+        namespace=OTHER,
         api_versions=(),
     ),
     Case(
@@ -395,6 +466,13 @@ def test_the_setups_dashboards_differ_by_their_features() -> None:
     assert "Pending pods and requeue" not in shown({}, "alongside-admission-values.yaml")
     requeueing = shown({"requeuePendingPods.enabled": "true"}, "alongside-admission-values.yaml")
     assert "Pending pods and requeue" in requeueing
+    # The default-scheduler placement: large-cluster mode's panels but requeueing's.
+    assert large - shown({}, "default-scheduler-values.yaml") == {
+        "Pending pods and requeue",
+        "Pending pods and queued nudges",
+        "Nudges sent, skipped and failed",
+    }
+    assert shown({}, "default-scheduler-values.yaml") <= large
     # podAdmission decides the pod webhook: policy alone has none, webhook and both have it.
     assert "Pod reviews" not in predicate
     assert "Pod reviews" in shown({"podAdmission.mode": "webhook"})
@@ -492,6 +570,7 @@ def test_files_holds_the_payloads_the_templates_read() -> None:
         "components/pod-admission-policy/crd.yaml",
         "components/pod-admission-policy/policies.yaml",
         "components/pod-admission-policy/admission-policy.yaml",
+        "components/default-scheduler-placement/guard.yaml",
     }
 
 

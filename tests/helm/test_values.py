@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.helm import CHART, NAMESPACE, differences, refusal, run_helm, template
+from tests.support.helm import CHART, NAMESPACE, SERVER_1_36, differences, refusal, run_helm, template
 from tests.support.manifests import render
 
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+# The default-scheduler placement (deploy/overlays/default-scheduler) by its two values.
+DEFAULT_SCHEDULER = {"labelNodes.enabled": "true", "labelNodes.placement": "default-scheduler"}
 SCHEMA = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
 # Maps whose keys are the user's (Kubernetes quantities, labels), not the chart's.
 FREE_MAPS = {"scheduler.resources", "extender.resources", "monitoring.labels", "certManager.issuerRef"}
@@ -91,6 +93,10 @@ REFUSED = [
         "- at '/certManager/issuerRef': properties 'name' required",
     ),
     ({"monitoring.labels.release": "1"}, "- at '/monitoring/labels/release': got number, want string"),
+    (
+        {"labelNodes.placement": "kube-scheduler"},
+        "- at '/labelNodes/placement': value must be one of 'runtimeclass-scheduler', 'default-scheduler'",
+    ),
     ({"tls": "null"}, "- at '': missing property 'tls'"),
     # Combinations no overlay ships.
     (
@@ -111,6 +117,22 @@ REFUSED = [
     ),
     (
         {"leaderElection.enabled": "false", "certManager.enabled": "true"},
+        "- at '/requeuePendingPods/enabled': value must be false",
+    ),
+    # The default-scheduler placement: the node labels place the pods, and only the pod
+    # admission policies give them their requirement; no kube-scheduler runs, for tls to
+    # talk to or requeueing to nudge pods for.
+    ({"labelNodes.placement": "default-scheduler"}, "- at '/labelNodes/enabled': value must be true"),
+    *(
+        (
+            {**DEFAULT_SCHEDULER, "podAdmission.mode": mode},
+            "- at '/podAdmission/mode': value must be one of 'auto', 'policy'",
+        )
+        for mode in ("webhook", "both", "none")
+    ),
+    ({**DEFAULT_SCHEDULER, "tls.enabled": "true"}, "- at '/tls/enabled': value must be false"),
+    (
+        {**DEFAULT_SCHEDULER, "requeuePendingPods.enabled": "true"},
         "- at '/requeuePendingPods/enabled': value must be false",
     ),
     (
@@ -176,6 +198,39 @@ def test_requeueing_follows_the_mode_unless_it_is_set() -> None:
     assert not _requeueing({"requeuePendingPods.enabled": "false"})
     assert _requeueing({"mode": "alongside-admission", "requeuePendingPods.enabled": "true"})
     assert _requeueing({"requeuePendingPods.enabled": "null"})
+
+
+def test_the_default_scheduler_placement_does_not_requeue() -> None:
+    """overlays/default-scheduler has no requeueing (no pod waits for runtimeclass-scheduler):
+    null leaves it off, as false does."""
+    assert not _requeueing(DEFAULT_SCHEDULER)
+    assert not _requeueing({**DEFAULT_SCHEDULER, "requeuePendingPods.enabled": "false"})
+    assert _requeueing({"labelNodes.enabled": "true"})
+
+
+DEFAULT_SCHEDULER_NEEDS_POLICIES = (
+    "labelNodes.placement=default-scheduler needs the pod admission policies, and "
+    "podAdmission.mode auto chose the pod webhook"
+)
+
+
+def test_the_default_scheduler_placement_fails_where_auto_would_choose_the_webhook() -> None:
+    """What the schema cannot see: auto on an API server without MutatingAdmissionPolicy
+    (helm template without --api-versions is one) would choose the pod webhook, which has
+    no default-scheduler placement; the render fails, saying what to do. With the
+    policies named, or on a 1.36 server, it renders them."""
+    error = refusal(DEFAULT_SCHEDULER)
+    assert DEFAULT_SCHEDULER_NEEDS_POLICIES in error, error
+    assert "--api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" in error
+    assert "podAdmission.mode=policy" in error
+    assert "keep labelNodes.placement=runtimeclass-scheduler" in error
+    for docs in (
+        template(DEFAULT_SCHEDULER, api_versions=SERVER_1_36),
+        template({**DEFAULT_SCHEDULER, "podAdmission.mode": "policy"}, api_versions=()),
+    ):
+        kinds = {d["kind"] for d in docs}
+        assert "MutatingAdmissionPolicy" in kinds and "MutatingWebhookConfiguration" not in kinds
+        assert "--placement=default-scheduler" in _extender_args(docs)
 
 
 def test_predicate_mode_without_requeueing_leaves_out_the_component_and_nothing_else() -> None:
@@ -274,3 +329,35 @@ def test_notes_say_how_to_check_that_the_pod_admission_policies_run() -> None:
     assert "Parts: the RuntimeClass webhook, the pod admission policies," in large
     assert "pod webhook" not in large.split("Parts:", 1)[1].split(";", 1)[0]
     assert "runtimeclass-extender check-pod-admission --namespace default --label-nodes" in large
+
+
+def test_notes_in_the_default_scheduler_placement_check_what_it_runs() -> None:
+    """No kube-scheduler runs: the rollout of the extender alone, its one Lease, the table
+    and a dry-run pod of each class that gets its label requirement and keeps its
+    schedulerName, the default scheduler's events; nothing of runtimeclass-scheduler's."""
+    notes = _notes({**DEFAULT_SCHEDULER, "podAdmission.mode": "policy"})
+    commands = _commands(notes)
+    for needed in (
+        "kubectl -n other rollout status deployment/runtimeclass-scheduler",
+        "kubectl get podadmissiontable runtimeclass-extender -o yaml",
+        "kubectl get events --field-selector reason=RuntimeClassFitsNoNode",
+    ):
+        assert needed in commands, needed
+    assert "no kube-scheduler container runs in this placement" in notes.replace("\n   ", " ")
+    assert "every pod 1/1 ready" in notes and "2/2" not in notes
+    assert (
+        "runtimeclass-extender check-pod-admission --namespace default --label-nodes "
+        "--scheduler-name default-scheduler" in notes
+    )
+    assert "keep schedulerName default-scheduler" in notes.replace("\n   ", " ")
+    assert "runtimeclass-extender-pod-admission-required" in notes
+    assert (
+        "Parts: the RuntimeClass webhook, the pod admission policies, node labels, the placement's guard,"
+        in notes
+    )
+    # Nothing of the second scheduler: its Lease, its events, its image, predicate mode's
+    # API server flag (the RuntimeClass admission plugin may stay on).
+    assert "kube-scheduler's" not in notes and "from runtimeclass-scheduler" not in notes
+    assert "kube-scheduler v1" not in notes and "--disable-admission-plugins" not in notes
+    large = _notes({"labelNodes.enabled": "true"})
+    assert "--scheduler-name" not in large and "2/2 ready" in large

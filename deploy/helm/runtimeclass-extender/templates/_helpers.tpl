@@ -7,14 +7,27 @@ app.kubernetes.io/part-of: runtimeclass-extender
 {{- end }}
 
 {{/*
+"true" in the default-scheduler placement (labelNodes.placement, overlays/default-scheduler):
+the cluster's own scheduler places the pods, and components/default-scheduler-placement
+leaves out kube-scheduler's container, configuration, ServiceAccount and RBAC and the
+extender's token Secret, runs the pod as the extender's ServiceAccount and adds its guard.
+values.schema.json admits it only with labelNodes and the pod admission policies.
+*/}}
+{{- define "runtimeclass-extender.defaultScheduler" -}}
+{{- if eq .Values.labelNodes.placement "default-scheduler" }}true{{ end -}}
+{{- end }}
+
+{{/*
 "true" when pending pods are requeued, "" when not: requeuePendingPods.enabled, or when
 it is null the mode's default (on in predicate mode, as overlays/predicate-mode, tls and
-large-cluster have it; off alongside admission, as overlays/alongside-admission).
+large-cluster have it; off alongside admission, as overlays/alongside-admission, and in
+the default-scheduler placement, as overlays/default-scheduler, where no pod waits for
+runtimeclass-scheduler).
 */}}
 {{- define "runtimeclass-extender.requeue" -}}
 {{- $enabled := .Values.requeuePendingPods.enabled -}}
 {{- if kindIs "invalid" $enabled -}}
-{{- $enabled = eq .Values.mode "predicate" -}}
+{{- $enabled = and (eq .Values.mode "predicate") (not (include "runtimeclass-extender.defaultScheduler" .)) -}}
 {{- end -}}
 {{- if $enabled }}true{{ end -}}
 {{- end }}
@@ -79,11 +92,17 @@ How pods that name a RuntimeClass are admitted (docs/pod-webhook.md): podAdmissi
 or for "auto" policy where the API server serves admissionregistration.k8s.io/v1
 MutatingAdmissionPolicy (Kubernetes 1.36), else webhook. helm install and upgrade read
 what the cluster serves; helm template knows only what --api-versions tells it.
+
+The default-scheduler placement needs the policies (the schema refuses webhook, both and
+none there); auto choosing the webhook, which only the schema cannot see, fails the render.
 */}}
 {{- define "runtimeclass-extender.podAdmission" -}}
 {{- $mode := .Values.podAdmission.mode -}}
 {{- if eq $mode "auto" -}}
 {{- $mode = ternary "policy" "webhook" (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") -}}
+{{- end -}}
+{{- if and (include "runtimeclass-extender.defaultScheduler" .) (ne $mode "policy") -}}
+{{- fail "labelNodes.placement=default-scheduler needs the pod admission policies, and podAdmission.mode auto chose the pod webhook: the API server does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36), and the pod webhook has no default-scheduler placement. On a 1.36 API server, helm template (and a GitOps tool) needs --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy, or set podAdmission.mode=policy; on an older one, keep labelNodes.placement=runtimeclass-scheduler" -}}
 {{- end -}}
 {{- $mode -}}
 {{- end }}
