@@ -76,7 +76,9 @@ def test_config_values_of_yaml_types_are_parsed_like_text(tmp_path: Path) -> Non
 
 
 def _non_default_value(setting: Any) -> str:
-    for candidate in ("/tmp/somewhere", "1", "2", "json", "debug", "true", "127.0.0.1", "autoscaling/status"):
+    for candidate in (
+        "/tmp/somewhere", "1", "2", "json", "debug", "true", "127.0.0.1", "autoscaling/status", "default-scheduler"
+    ):
         try:
             if setting.parse(candidate) != setting.default:
                 return candidate

@@ -28,13 +28,15 @@ from typing import Any, Final
 import orjson
 
 from extender.admission.pod_review import RoutingConfig, review_pod
-from extender.admission.pod_table import AUTOSCALER_ANNOTATIONS
+from extender.admission.pod_table import ADMITTED_ANNOTATION, AUTOSCALER_ANNOTATIONS
 from extender.admission.reviews import API_VERSION, KIND
 from extender.cluster.state import ClusterState
 from extender.kube.defaults import DEFAULT_SCHEDULER
 from policies.quantity import QuantityError, resource_lists_equal
 
-_AUTOSCALER_KEYS: Final = frozenset(key for key, _ in AUTOSCALER_ANNOTATIONS)
+# The annotations pod admission sets: the autoscalers', and the default-scheduler
+# placement's admitted mark.
+_AUTOSCALER_KEYS: Final = frozenset({*(key for key, _ in AUTOSCALER_ANNOTATIONS), ADMITTED_ANNOTATION})
 
 __all__ = [
     "PROBE_IMAGE",

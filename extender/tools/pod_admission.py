@@ -23,11 +23,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from extender.admission.pod_review import NEVER_ROUTED_NAMESPACES, RoutingConfig
-from extender.admission.pod_table import MISSING_CRD_HINT, PLURAL, TABLE_PATH, entries_of, table
+from extender.admission.pod_table import (
+    ADMITTED_ANNOTATION,
+    MISSING_CRD_HINT,
+    PLURAL,
+    TABLE_PATH,
+    entries_of,
+    table,
+)
 from extender.admission.probe import Admission, differences, expected_admission, probe_pod, summary
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import ObjectError, runtime_class_from_api
@@ -35,6 +42,7 @@ from extender.cluster.snapshot import ClusterUnavailable, client_timeout, descri
 from extender.cluster.state import ClusterState
 from extender.kube.api import ApiError, ListOptions, list_pages, request_json
 from extender.policy_file import load_policy
+from extender.settings import PLACEMENT_DEFAULT_SCHEDULER, PLACEMENT_RUNTIMECLASS_SCHEDULER
 from extender.tools.output import UsageError, guarded, print_structured, print_table
 
 EXIT_AS_EXPECTED: Final = 0
@@ -44,6 +52,8 @@ RUNTIME_CLASSES: Final = "/apis/node.k8s.io/v1/runtimeclasses"
 # The entries of a table its kind serves but that is not there, and of a kind not served.
 MISSING: Final = "\0missing"
 NOT_SERVED: Final = "\0not served"
+# The table's placement, beside its entries.
+PLACEMENT: Final = "\0placement"
 PODS: Final = "/api/v1/namespaces/{namespace}/pods"
 
 
@@ -53,6 +63,9 @@ class Checked:
     expected: Admission
     got: Admission
     differences: list[str]
+    # Who places the pods, as the pod admission table says (runtimeclass-scheduler
+    # where it says nothing, or there is none).
+    placement: str = PLACEMENT_RUNTIMECLASS_SCHEDULER
 
 
 async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix: str) -> list[Checked]:
@@ -78,15 +91,22 @@ async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix:
             missing = [name for name in names if name not in state.runtime_classes]
             if missing:
                 raise UsageError(f"no RuntimeClass named {', '.join(missing)}")
+            entries = await _table_entries(api, args.pod_admission_table, timeout)
+            placement = _placement(entries)
+            if placement == PLACEMENT_DEFAULT_SCHEDULER:
+                # The cluster's default scheduler places the pods: none routed, each
+                # admitted one marked (extender.admission.pod_table, table_spec).
+                routing = replace(routing, scheduler_name=None, class_labels=routing.node_rules)
             checked = []
             for name in names:
                 pod = probe_pod(f"runtimeclass-extender-check-{secrets.token_hex(4)}", args.namespace, name)
                 got = await _dry_run(api, pod, args.namespace, timeout)
                 expected = expected_admission(pod, state, routing)
+                if placement == PLACEMENT_DEFAULT_SCHEDULER and expected.pod is not None:
+                    expected.pod["metadata"].setdefault("annotations", {})[ADMITTED_ANNOTATION] = "true"
                 found = differences(expected, got, label_prefix=label_prefix)
-                checked.append(Checked(name, expected, got, found))
+                checked.append(Checked(name, expected, got, found, placement))
             if any(item.differences for item in checked):
-                entries = await _table_entries(api, args.pod_admission_table, timeout)
                 assert routing.node_rules is not None  # _routing sets it
                 wanted = table(state.runtime_classes.values(), routing.class_labels, routing.node_rules)
                 for item in checked:
@@ -131,6 +151,12 @@ async def _dry_run(api: Any, pod: dict[str, Any], namespace: str, timeout: Any) 
     return Admission(answer)
 
 
+def _placement(entries: dict[str, Any] | None) -> str:
+    """Who places the pods, as the table read by ``_table_entries`` says."""
+    found = (entries or {}).get(PLACEMENT)
+    return PLACEMENT_DEFAULT_SCHEDULER if found == "DefaultScheduler" else PLACEMENT_RUNTIMECLASS_SCHEDULER
+
+
 async def _table_entries(api: Any, name: str, timeout: Any) -> dict[str, Any] | None:
     """The pod admission table's entries; ``{MISSING}`` when its kind is served but it is
     not there; None when it cannot be read (no such kind: the webhook way; no right)."""
@@ -142,7 +168,11 @@ async def _table_entries(api: Any, name: str, timeout: Any) -> dict[str, Any] | 
         if exc.status == 404:
             return {NOT_SERVED: {}}
         return None
-    return entries_of(answer) or {}
+    found: dict[str, Any] = entries_of(answer) or {}
+    spec = answer.get("spec") if isinstance(answer, dict) else None
+    if isinstance(spec, dict) and spec.get("placement"):
+        found[PLACEMENT] = spec["placement"]
+    return found
 
 
 def table_notes(entries: dict[str, Any] | None, wanted: dict[str, Any], name: str, table_name: str) -> list[str]:
@@ -158,7 +188,7 @@ def table_notes(entries: dict[str, Any] | None, wanted: dict[str, Any], name: st
             "the API server does not serve PodAdmissionTables: if the pod admission policies are installed, "
             f"{MISSING_CRD_HINT}"
         ]
-    if entries.get(name) != wanted.get(name):
+    if {k: v for k, v in entries.items() if k != PLACEMENT}.get(name) != wanted.get(name):
         which = "missing" if name not in entries else "stale"
         return [f"its entry in the PodAdmissionTable {table_name} is {which} (is an extender leader running?)"]
     return []
@@ -219,13 +249,23 @@ def run_check_pod_admission(args: argparse.Namespace) -> int:
             else f"{len(different)} of {len(checked)} RuntimeClasses admitted otherwise than the pod webhook "
             "would admit them (docs/pod-webhook.md#check-that-the-policies-run)."
         )
+        if checked and checked[0].placement == PLACEMENT_DEFAULT_SCHEDULER:
+            footer += (
+                " Placement: default-scheduler (the pod admission table says so): the cluster's default "
+                "scheduler places the pods, none is routed."
+            )
         if checked:
             print_table(HEADER, rows, footer=footer)
         else:
             print_table(HEADER, [], headers=False, footer="No RuntimeClasses to check.")
     else:
+        placement = checked[0].placement if checked else PLACEMENT_RUNTIMECLASS_SCHEDULER
         print_structured(
-            {"namespace": args.namespace, "results": [_to_json(item, label_prefix) for item in checked]},
+            {
+                "namespace": args.namespace,
+                "placement": placement,
+                "results": [_to_json(item, label_prefix) for item in checked],
+            },
             args.output,
         )
     return EXIT_DIFFERENT if different else EXIT_AS_EXPECTED
