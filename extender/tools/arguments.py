@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from extender.kube.defaults import DEFAULT_REQUEST_TIMEOUT as _REQUEST_TIMEOUT_SECONDS
 from extender.settings import GivenOnce
@@ -51,6 +53,24 @@ def parse_request_timeout(text: str) -> float:
         f"invalid value {text!r}: a whole number of seconds, or a number with a time unit "
         "(e.g. 1s, 2m, 3h; 0 waits without a limit)"
     )
+
+
+_T = TypeVar("_T")
+
+
+def setting_type(parse: Callable[[str], _T]) -> Callable[[str], _T]:
+    """A parser of ``extender.settings`` as an argparse ``type``: a flag the commands
+    share with ``serve`` (``--node-label-prefix``) is read by ``serve``'s own parser, and
+    its ValueError becomes argparse's one-line usage error with the parser's reason
+    (argparse shows the reason of an ArgumentTypeError only)."""
+
+    def convert(text: str) -> _T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"invalid value {text!r}: {exc}") from None
+
+    return convert
 
 
 class _Version(argparse.Action):

@@ -33,8 +33,15 @@ from extender.settings import (
     DEFAULT_NODE_LABEL_PREFIX,
     DEFAULT_STARTUP_TAINT,
     GivenOnce,
+    configmap_reference,
+    label_prefix,
 )
-from extender.tools.arguments import add_cluster_arguments, add_output_argument, add_version_argument
+from extender.tools.arguments import (
+    add_cluster_arguments,
+    add_output_argument,
+    add_version_argument,
+    setting_type,
+)
 
 KUBECTL_PROG = "kubectl runtimeclass"
 
@@ -237,6 +244,7 @@ def add_check_command(commands: Any, *, prog: str) -> None:
     autoscaling.add_argument(
         "--cluster-autoscaler-status",
         default=DEFAULT_CLUSTER_AUTOSCALER_STATUS,
+        type=setting_type(configmap_reference),
         metavar="NAMESPACE/NAME",
         help=f"cluster-autoscaler's status ConfigMap (default: {DEFAULT_CLUSTER_AUTOSCALER_STATUS}; "
         "empty: not looked for)",
@@ -305,6 +313,7 @@ def _add_label_prefix_argument(parser: Any) -> None:
     parser.add_argument(
         "--node-label-prefix",
         default=DEFAULT_NODE_LABEL_PREFIX,
+        type=setting_type(label_prefix),
         metavar="PREFIX",
         help=f"the extender's --node-label-prefix (default: {DEFAULT_NODE_LABEL_PREFIX})",
     )
@@ -339,7 +348,9 @@ def add_node_template_command(commands: Any, *, prog: str) -> None:
         "the large-cluster labeller would: which classes its nodes will run, the derived label each needs "
         "in the template for an autoscaler to scale the group from zero, labels under the prefix it must "
         "not carry, and taints pods must tolerate themselves; then the labels as each provider takes them "
-        "(AWS Auto Scaling group tags, the Cluster API annotation, a Karpenter NodePool, a Node), with the "
+        "(AWS Auto Scaling group tags, the Cluster API annotation, a Karpenter NodePool, a Node, the gcloud "
+        "and az commands of a GKE or AKS node pool, whose kubelets refuse labels under node-restriction."
+        "kubernetes.io), with the "
         "startup taint its nodes should register with (docs/autoscaling.md). "
         "Exit status: 0; 1 the template carries a label under the prefix that its nodes must not; 2 bad "
         "input.",

@@ -490,3 +490,17 @@ def test_kubectl_plugin_executable(tmp_path: Path) -> None:
         "Warning: RuntimeClass gvisor: every matching node has an untolerated taint, "
         "e.g. sandbox.gke.io/runtime=gvisor:NoSchedule on 3/3\n"
     )
+
+
+@pytest.mark.parametrize("value", ["bogus", "kube-system/", "/name", "a/b/c", "kube system/x"])
+def test_cluster_autoscaler_status_is_read_as_serve_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    manifest = write(tmp_path / "rc.yaml", runtime_class())
+    with pytest.raises(SystemExit) as exited:
+        main(["check", str(manifest), "--cluster-autoscaler-status", value])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"runtimeclass-extender check: error: argument --cluster-autoscaler-status: invalid value {value!r}: "
+        "must be NAMESPACE/NAME, such as kube-system/cluster-autoscaler-status, or empty"
+    )
