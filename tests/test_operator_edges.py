@@ -413,6 +413,18 @@ def test_host_not_on_this_machine_is_one_line_naming_the_flag(tmp_path: Path) ->
     ), line
 
 
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [("a" * 300, "label too long"), ("a..b", "label empty or too long"), ("x." + "b" * 64 + ".com", "label")],
+    ids=["too-long", "empty-label", "label-over-63"],
+)
+def test_host_that_is_no_host_name_is_one_line_naming_the_flag(tmp_path: Path, host: str, reason: str) -> None:
+    # Refused before any lookup (the name cannot be encoded for one), never a trace.
+    done = extender(tmp_path, "serve", "--cluster-file", str(EXAMPLE_CLUSTER), "--host", host, "--port", "0")
+    line = assert_one_line_error(done, "--host", "not a host name", reason)
+    assert len(line) < 300, line  # the name is shortened in the line
+
+
 # ===== 3. a client that hangs up mid-body ==============================================
 
 
