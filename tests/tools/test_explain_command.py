@@ -118,6 +118,35 @@ def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str], argv: list[str], 
 
 
 @pytest.mark.parametrize(
+    ("content", "holds"),
+    [
+        ("", "holds 0 nodes and 0 RuntimeClasses"),
+        ("apiVersion: v1\nkind: List\nitems: []\n", "holds 0 nodes and 0 RuntimeClasses"),
+        (EXAMPLE_CLUSTER.parent.joinpath("runtimeclasses.yaml").read_text(), "holds 0 nodes"),
+    ],
+    ids=["empty-file", "empty-list", "classes-only"],
+)
+def test_unknown_class_in_a_cluster_file_without_classes_or_nodes_says_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, holds: str
+) -> None:
+    """As serve warns of it: the file is likely the mistake, not the class's name."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(content)
+    status, out, err = run(capsys, "explain", "nope", "--cluster-file", str(cluster))
+    assert (status, out) == (2, "")
+    known = "none" if "0 RuntimeClasses" in holds else "gvisor, kata-containers, runc, windows-hyperv"
+    assert err == (
+        f'runtimeclass-extender: error: RuntimeClass "nope" not found (known: {known}): '
+        f"cluster file {cluster} {holds}\n"
+    )
+    # A file holding both says nothing more than the name.
+    status, _, err = run(capsys, "explain", "nope", *CLUSTER)
+    assert status == 2 and err.rstrip("\n").endswith(
+        "(known: gvisor, gvisor-gpu, kata-containers, runc, sandboxed, windows-hyperv)"
+    )
+
+
+@pytest.mark.parametrize(
     ("content", "message"),
     [
         ("kind: Node\n", "expected kind Pod"),
