@@ -642,6 +642,25 @@ def test_serve_help_names_the_endpoints_and_log_levels(tmp_path: Path) -> None:
         assert level in log_level, log_level
 
 
+@pytest.mark.parametrize(
+    ("program", "argv", "prog"),
+    [
+        (EXTENDER, ["classes", "--no-such-flag"], "runtimeclass-extender classes"),
+        (EXTENDER, ["serve", "--no-such-flag"], "runtimeclass-extender serve"),
+        (EXTENDER, ["check", "x.yaml", "--no-such-flag"], "runtimeclass-extender check"),
+        (KUBECTL_PLUGIN, ["explain", "gvisor", "--no-such-flag"], "kubectl runtimeclass explain"),
+    ],
+    ids=["classes", "serve", "check", "kubectl-explain"],
+)
+def test_an_unknown_flag_prints_the_commands_usage(
+    tmp_path: Path, program: list[str], argv: list[str], prog: str
+) -> None:
+    done = run([*program, *argv], tmp_path)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert done.stderr.startswith(f"usage: {prog} "), done.stderr
+    assert done.stderr.splitlines()[-1] == f"{prog}: error: unrecognized arguments: --no-such-flag"
+
+
 HELP_COMMANDS = {
     "runtimeclass-extender": [],
     "serve": ["serve"],

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from extender.kube.defaults import DEFAULT_REQUEST_TIMEOUT as _REQUEST_TIMEOUT_SECONDS
 from extender.settings import GivenOnce
@@ -93,6 +93,24 @@ class _Version(argparse.Action):
         # On stdout, as argparse's own version action prints it.
         print(f"{parser.prog} {version()}")
         parser.exit()
+
+
+def mark_commands(commands: Any) -> None:
+    """Give each command of an argparse subparsers object its own parser in its
+    namespace (``command_parser``), for ``parse_command_line``."""
+    for command in commands.choices.values():
+        command.set_defaults(command_parser=command)
+
+
+def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, but an argument no parser knows is the command's
+    usage error: argparse's own would print the program's usage (``COMMAND ...``), not
+    the usage of the command the flag was given to."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command_parser: argparse.ArgumentParser = getattr(args, "command_parser", parser)
+        command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def add_version_argument(parser: argparse.ArgumentParser) -> None:

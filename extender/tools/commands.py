@@ -40,6 +40,8 @@ from extender.tools.arguments import (
     add_cluster_arguments,
     add_output_argument,
     add_version_argument,
+    mark_commands,
+    parse_command_line,
     setting_type,
 )
 
@@ -402,12 +404,13 @@ def build_kubectl_parser() -> argparse.ArgumentParser:
     add_version_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_tool_commands(commands, prog=KUBECTL_PROG)
+    mark_commands(commands)
     return parser
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
     """The ``kubectl-runtimeclass`` executable: ``kubectl runtimeclass explain gvisor``."""
-    args = build_kubectl_parser().parse_args(argv)
+    args = parse_command_line(build_kubectl_parser(), argv)
     try:
         status: int = args.run(args)
     except KeyboardInterrupt:
