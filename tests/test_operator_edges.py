@@ -418,7 +418,9 @@ def test_host_not_on_this_machine_is_one_line_naming_the_flag(tmp_path: Path) ->
     [("a" * 300, "label too long"), ("a..b", "label empty or too long"), ("x." + "b" * 64 + ".com", "label")],
     ids=["too-long", "empty-label", "label-over-63"],
 )
-def test_host_that_is_no_host_name_is_one_line_naming_the_flag(tmp_path: Path, host: str, reason: str) -> None:
+def test_host_that_is_no_host_name_is_one_line_naming_the_flag(
+    tmp_path: Path, host: str, reason: str
+) -> None:
     # Refused before any lookup (the name cannot be encoded for one), never a trace.
     done = extender(tmp_path, "serve", "--cluster-file", str(EXAMPLE_CLUSTER), "--host", host, "--port", "0")
     line = assert_one_line_error(done, "--host", "not a host name", reason)
@@ -1036,6 +1038,40 @@ def test_no_traceback_anywhere(case: str, tmp_path: Path, captures: Path, busy_p
         pytest.skip("running as a user that reads any file (root): cannot make a file unreadable")
     done = run(argv, tmp_path)
     assert_one_line_error(done)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["explain", "gvisor", "--cluster-file", "{missing}"],
+        ["explain", "--pod", "{missing}", *CLUSTER],
+        ["filter", "{missing}", *CLUSTER],
+        ["node-template", "--node", "{missing}", *CLUSTER],
+        ["check", "{missing}"],
+    ],
+    ids=["cluster-file", "pod", "filter-request", "node", "check"],
+)
+def test_a_file_that_cannot_be_read_is_said_in_one_wording(
+    tmp_path: Path, captures: Path, busy_port: int, argv: list[str]
+) -> None:
+    inputs = _write_inputs(tmp_path, captures, busy_port)
+    done = run([*EXTENDER, *inputs.expand(argv)], tmp_path)
+    missing = inputs.values["missing"]
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("note: ")]
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert len(lines) == 1, done.stderr
+    # check prints an error line per input; the commands of one file the program's.
+    assert re.fullmatch(
+        rf"(runtimeclass-extender: )?error: {re.escape(missing)}: cannot read: \[Errno 2\] .*", lines[0]
+    ), lines[0]
+
+
+@pytest.mark.parametrize(("flag", "kind"), [("--pod", "Pod"), ("--node", "Node")], ids=["pod", "node"])
+def test_a_file_of_another_kind_is_said_in_one_wording(tmp_path: Path, flag: str, kind: str) -> None:
+    command = "explain" if flag == "--pod" else "node-template"
+    done = extender(tmp_path, command, flag, str(EXAMPLE_CLUSTER), "--cluster-file", str(EXAMPLE_CLUSTER))
+    line = assert_one_line_error(done)
+    assert line == f"runtimeclass-extender: error: {EXAMPLE_CLUSTER}: expected kind {kind}, got List"
 
 
 # ===== what a new user trips on (issue: from a clone to a cluster, section 4) ============

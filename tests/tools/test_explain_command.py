@@ -104,7 +104,7 @@ def test_explain_pod_file_tolerations_count(capsys: pytest.CaptureFixture[str], 
         (["explain", "nope", *CLUSTER], 'RuntimeClass "nope" not found (known: '),
         (["explain", *CLUSTER], "name a RUNTIMECLASS, or give a pod with --pod FILE"),
         (["explain", "gvisor", "--cluster-file", "/nonexistent.yaml"], "cannot read"),
-        (["explain", "gvisor", "--pod", "/nonexistent.yaml", *CLUSTER], "cannot read /nonexistent.yaml"),
+        (["explain", "gvisor", "--pod", "/nonexistent.yaml", *CLUSTER], "/nonexistent.yaml: cannot read: "),
         (["classes", "--cluster-file", "/nonexistent.yaml"], "cannot read"),
     ],
 )
