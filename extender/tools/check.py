@@ -14,13 +14,15 @@ twice, in the order the API server does on ``kubectl apply``:
    (``extender.admission``), so ``check`` and the webhook cannot disagree. A denial
    (a malformed node-selector-term annotation) is ``error: runtimeclass/NAME: ...``;
    the webhook's warnings (no node matches, untolerated taints, a handler no node
-   reports) are ``Warning: ...`` lines, as kubectl shows them.
+   reports) are ``Warning: ...`` lines, as kubectl shows them, but whole (the webhook
+   shortens them to the 120 characters the API server asks for).
 
 The node-dependent warnings need nodes: ``--cluster-file`` or ``--kubeconfig`` (one
 LIST, as ``classes`` and ``audit`` do). Without either, only the checks that need no
 node are made, and a note says so once.
 
-Output: ``runtimeclass/NAME valid`` on stdout for each class the webhook would admit;
+Output: ``runtimeclass/NAME valid`` (or ``warned``, with warnings) on stdout for each
+class the webhook would admit;
 ``Warning:``, ``error:`` and ``note:`` lines (other kinds skipped) on stderr, in input
 order. ``-o json|yaml`` prints one document with a result per object instead.
 
@@ -152,7 +154,9 @@ def judge(
     if problems := object_problems(obj):
         errors = [f"{source}: {where}: {ref}: {problem}" for problem in problems]
         return Finding(source, where, ref, "invalid", errors=errors)
-    outcome = review(admission_review(obj, uid=f"check-{source}-{where}"), state)
+    # Warnings whole: the webhook shortens its values to fit the API server's 120
+    # characters, which cut names and taints mid-word on a terminal that has room.
+    outcome = review(admission_review(obj, uid=f"check-{source}-{where}"), state, warning_limit=None)
     if not outcome.allowed:
         return Finding(source, where, ref, "denied", errors=[f"{ref}: {outcome.message}"])
     # Without nodes the review skips its node checks and says the cache is not synced:
@@ -220,7 +224,9 @@ def _print_lines(finding: Finding) -> None:
     for error in finding.errors:
         print(f"error: {error}", file=sys.stderr)
     if finding.result in ("valid", "warned"):
-        print(f"{finding.object} valid", flush=True)
+        # The result, as -o json names it: a class the webhook warns about is admitted
+        # with its warnings, and --warnings-as-errors fails it.
+        print(f"{finding.object} {finding.result}", flush=True)
     sys.stderr.flush()
 
 

@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
+from extender.admission import MAX_WARNING_CHARS, review
 from extender.cli import main
-from extender.tools.check import NO_NODES_NOTE
+from extender.cluster.file_source import load_cluster_file
+from extender.tools.check import NO_NODES_NOTE, admission_review
 from extender.tools.commands import kubectl_main
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from policies.objects import NodeView
@@ -70,6 +72,23 @@ def cluster_file(tmp_path: Path, cluster: str | tuple[NodeView, ...]) -> Path:
     )
 
 
+def whole_of(whole: str, shortened: str) -> bool:
+    """Whether ``whole`` is the webhook's warning ``shortened`` before the webhook cut its
+    values to 120 characters: the same text where nothing was cut, and each piece between
+    the cuts ("…") in order where something was. Never cut itself."""
+    assert "…" not in whole, whole
+    if "…" not in shortened:
+        assert whole == shortened
+        return True
+    at = 0
+    for piece in shortened.split("…"):
+        found = whole.find(piece, at)
+        assert found >= at, (piece, whole)
+        at = found + len(piece)
+    assert len(whole) > len(shortened)
+    return True
+
+
 # --- the webhook's cases, through check ------------------------------------------------
 
 # The API server itself refuses this one (handler "" is not a DNS label), before any
@@ -97,8 +116,11 @@ def test_every_webhook_warning(
             "and must start and end with an alphanumeric character"
         ]
         return
-    assert err == [f"Warning: {w}" for w in warnings]
-    assert out == [f"runtimeclass/{name} valid"]
+    # The webhook's warnings, printed whole.
+    assert all(line.startswith("Warning: ") for line in err)
+    for line, warning in zip(err, warnings, strict=True):
+        assert whole_of(line.removeprefix("Warning: "), warning)
+    assert out == [f"runtimeclass/{name} {'warned' if warnings else 'valid'}"]
     assert status == 0
     # Warnings alone never fail the check, unless asked to.
     status, _, _ = run(
@@ -119,6 +141,26 @@ def test_every_bad_annotation_is_denied(
     assert out == []
     denial = f"error: runtimeclass/sandbox: {ANNOTATION_PATH}: {parser_message}"
     assert err == ([] if with_nodes else [NO_NODES_NOTE]) + [denial]
+
+
+def test_warnings_are_printed_whole_where_the_webhook_cuts_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    selector = {"example.com/a-rather-long-label-key": "a-rather-long-label-value", "pool": "p" * 60}
+    obj = runtime_class("long-selector", node_selector=selector)
+    manifest = write(tmp_path / "rc.yaml", obj)
+    status, out, err = run(capsys, str(manifest), "--cluster-file", str(EXAMPLE_CLUSTER))
+    whole = (
+        "RuntimeClass long-selector: no node matches scheduling.nodeSelector "
+        f"{{example.com/a-rather-long-label-key=a-rather-long-label-value,pool={'p' * 60}}}; "
+        "its pods will stay pending"
+    )
+    assert (status, out, err) == (0, ["runtimeclass/long-selector warned"], [f"Warning: {whole}"])
+    # The webhook itself still answers within the API server's 120 characters.
+    outcome = review(admission_review(obj, uid="u"), load_cluster_file(EXAMPLE_CLUSTER))
+    (shortened,) = outcome.warnings
+    assert len(shortened) <= MAX_WARNING_CHARS < len(whole) and "…" in shortened
+    assert whole_of(whole, shortened)
 
 
 def test_without_nodes_only_the_node_independent_checks(
@@ -408,7 +450,7 @@ async def test_live_cluster_gives_the_node_checks(
     status = await asyncio.to_thread(main, ["check", str(manifest), "--kubeconfig", str(fake_kubeconfig)])
     out, err = capsys.readouterr()
     assert status == 0, err
-    assert out == "runtimeclass/sandboxed valid\n"
+    assert out == "runtimeclass/sandboxed warned\n"
     assert (
         err
         == "Warning: RuntimeClass sandboxed: every matching node has an untolerated taint, e.g. s:NoSchedule on 1/1\n"
@@ -433,7 +475,7 @@ async def test_live_cluster_with_cluster_autoscaler_warns_of_the_classes_it_cann
     live = ["check", str(manifest), "--kubeconfig", str(fake_kubeconfig)]
     status = await asyncio.to_thread(main, [*live, "--warnings-as-errors"])
     out, err = capsys.readouterr()
-    assert status == 1 and out == "runtimeclass/sandboxed valid\n"
+    assert status == 1 and out == "runtimeclass/sandboxed warned\n"
     assert err == (
         "Warning: cluster-autoscaler (ConfigMap kube-system/cluster-autoscaler-status) runs in this cluster "
         "and cannot see the node rules of RuntimeClass sandboxed (scheduling.nodeSelector pool=sandbox) in "
@@ -485,7 +527,7 @@ def test_kubectl_plugin_executable(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "runtimeclass/gvisor valid\n"
+    assert done.stdout == "runtimeclass/gvisor warned\n"
     assert done.stderr == (
         "Warning: RuntimeClass gvisor: every matching node has an untolerated taint, "
         "e.g. sandbox.gke.io/runtime=gvisor:NoSchedule on 3/3\n"
