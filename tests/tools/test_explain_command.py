@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from extender.cli import main
-from extender.tools.commands import kubectl_main
+from extender.tools.commands import build_kubectl_parser, kubectl_main
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from tests.support.apiserver.objects import make_node, make_runtime_class
 from tests.support.apiserver.server import NODES, RUNTIME_CLASSES, FakeApiServer
@@ -360,6 +361,44 @@ def test_docs_examples_are_the_commands_output(
         assert len(out.splitlines()) > len(rows)
     else:
         assert screen == shown
+
+
+def _json_table(text: str) -> dict[str, str]:
+    """docs/explain.md's table of the JSON fields: the meaning of each, by field name."""
+    rows: dict[str, str] = {}
+    for line in text.split("| field | meaning |", 1)[1].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        fields, meaning = line.strip("|").split("|", 1)
+        for name in re.findall(r"`(\w+)`", fields):
+            rows[name] = meaning
+    return rows
+
+
+def test_docs_list_every_field_of_explain_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Every key of ``explain -o json`` (and of its RuntimeClass view) is in the page's table."""
+    cluster = tmp_path / "cluster.yaml"
+    document = yaml.safe_load(EXAMPLE_CLUSTER.read_text())
+    for item in document["items"]:
+        if item["kind"] == "RuntimeClass" and item["metadata"]["name"] == "gvisor":
+            item["overhead"] = {"podFixed": {"cpu": "250m", "memory": "160Mi"}}
+    cluster.write_text(yaml.safe_dump(document))
+    status, out, _ = run(capsys, "explain", "gvisor", "--cluster-file", str(cluster), "-o", "json")
+    explained = json.loads(out)
+    assert status == 0
+    assert explained["runtimeClass"]["overhead"] == {"cpu": "250m", "memory": "160Mi"}
+    table = _json_table(page("explain.md"))
+    assert [key for key in explained if key not in table] == []
+    view = table["runtimeClass"]
+    assert [key for key in explained["runtimeClass"] if f"`{key}`" not in view] == []
+
+
+def test_docs_name_every_command_of_the_kubectl_plugin() -> None:
+    plugin = " ".join(page("explain.md").split("## kubectl plugin", 1)[1].split("\n## ", 1)[0].split())
+    (commands,) = [action for action in build_kubectl_parser()._actions if action.dest == "command"]
+    names = list(getattr(commands, "choices", {}))
+    assert len(names) == 7 and "the same seven commands" in plugin
+    assert [name for name in names if f"`{name}`" not in plugin] == []
 
 
 @pytest.mark.parametrize(
