@@ -51,7 +51,7 @@ from extender.cluster.file_source import ClusterFileError, document_objects
 from extender.cluster.objects import ObjectError, runtime_class_from_api
 from extender.cluster.snapshot import ClusterUnavailable, client_timeout, describe_failure
 from extender.cluster.state import ClusterState
-from extender.cluster.validation import object_problems, object_reference
+from extender.cluster.validation import object_problems, object_reference, runtime_class_decode_problems
 from extender.documents import DocumentError, load_documents
 from extender.policy_file import load_policy
 from extender.tools.inputs import load_state
@@ -147,13 +147,15 @@ def judge(
     """One RuntimeClass: first what the API server would refuse, then the webhook's answer
     (and ``more`` warnings about the class: the autoscalers')."""
     ref = object_reference(obj)
-    try:
-        view = runtime_class_from_api(obj)
-    except ObjectError as exc:
-        return Finding(source, where, ref, "invalid", errors=[f"{source}: {where}: {ref}: {exc}"])
-    if problems := object_problems(obj):
+    # Every problem at once, as the API server lists its field errors: the types the
+    # parsing model refuses, then what validation refuses in the fields it could read.
+    if problems := [*runtime_class_decode_problems(obj), *object_problems(obj)]:
         errors = [f"{source}: {where}: {ref}: {problem}" for problem in problems]
         return Finding(source, where, ref, "invalid", errors=errors)
+    try:
+        view = runtime_class_from_api(obj)
+    except ObjectError as exc:  # nothing above refused it: not expected, said all the same
+        return Finding(source, where, ref, "invalid", errors=[f"{source}: {where}: {ref}: {exc}"])
     # Warnings whole: the webhook shortens its values to fit the API server's 120
     # characters, which cut names and taints mid-word on a terminal that has room.
     outcome = review(admission_review(obj, uid=f"check-{source}-{where}"), state, warning_limit=None)

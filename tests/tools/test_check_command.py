@@ -219,8 +219,84 @@ def test_wrong_types_are_bad_input_too(tmp_path: Path, capsys: pytest.CaptureFix
     status, _, err = run(capsys, str(manifest))
     assert status == 2
     assert err[1:] == [
-        f"error: {manifest}: document 0: runtimeclass/gvisor: RuntimeClass.handler: Input should be a valid string"
+        f"error: {manifest}: document 0: runtimeclass/gvisor: handler: Invalid value: 5: must be a string"
     ]
+
+
+def test_a_bad_quantity_hides_no_other_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One run lists every problem of the object, as the API server lists its field
+    errors: a quantity that does not parse stopped the check before the unknown fields."""
+    manifest = tmp_path / "unk.yaml"
+    manifest.write_text(
+        "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: unk\n  labelz: {a: b}\n"
+        "handler: runsc\nhandlr: runsc\noverhead:\n  podFixed: {cpu: lots, memory: -1Gi}\n  podfixed: {}\n"
+        "scheduling:\n  nodeselector: {a: b}\n"
+    )
+    status, out, err = run(capsys, str(manifest))
+    assert (status, out) == (2, [])
+    at = f"error: {manifest}: document 0: runtimeclass/unk: "
+    assert err[1:] == [
+        at + "handlr: unknown field (did you mean handler?)",
+        at + "metadata.labelz: unknown field (did you mean labels?)",
+        at + "scheduling.nodeselector: unknown field (did you mean nodeSelector?)",
+        at + "overhead.podfixed: unknown field (did you mean podFixed?)",
+        at + 'overhead.podFixed[cpu]: Invalid value: "lots": not a quantity (e.g. 250m, 0.5, 160Mi, 1Gi)',
+        at + 'overhead.podFixed[memory]: Invalid value: "-1Gi": must be greater than or equal to 0',
+    ]
+
+
+def test_wrong_types_hide_no_other_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "types.yaml"
+    manifest.write_text(
+        "kind: RuntimeClass\nmetadata: {name: types, labels: {1: a, b: 2}}\nhandler: 5\nhandlr: x\n"
+        "overhead: {podFixed: {cpu: [1], memory: lots}}\n"
+        "scheduling:\n  tolerations:\n  - {key: 1, operator: exists}\n  - just a string\n"
+    )
+    status, _, err = run(capsys, str(manifest))
+    assert status == 2
+    at = f"error: {manifest}: document 0: runtimeclass/types: "
+    assert err[1:] == [
+        # What the types refuse, each at its field...
+        at + "metadata.labels[1]: Invalid value: 1: keys must be strings",
+        at + "metadata.labels[b]: Invalid value: 2: must be a string",
+        at + "handler: Invalid value: 5: must be a string",
+        at + "scheduling.tolerations[0].key: Invalid value: 1: must be a string",
+        at + 'scheduling.tolerations[1]: Invalid value: "just a string": must be an object',
+        at + "overhead.podFixed[cpu]: Invalid value: [1]: must be a string or an integer",
+        # ...then what validation refuses in the fields it could read.
+        at + "handlr: unknown field (did you mean handler?)",
+        at + 'scheduling.tolerations[0].operator: Unsupported value: "exists": supported values: "Equal", '
+        '"Exists", "Lt", "Gt" (did you mean "Exists"?)',
+        at + 'overhead.podFixed[memory]: Invalid value: "lots": not a quantity (e.g. 250m, 0.5, 160Mi, 1Gi)',
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "problems"),
+    [
+        (
+            "kind: RuntimeClass\nhandler: runsc\n",
+            ["metadata.name: Required value: name or generateName is required"],
+        ),
+        (
+            "kind: RuntimeClass\nmetadata: {labels: {a: b}}\n",
+            ["metadata.name: Required value: name or generateName is required", "handler: Required value"],
+        ),
+        (
+            "kind: RuntimeClass\nmetadata: just a name\nhandler: runsc\n",
+            ['metadata: Invalid value: "just a name": must be an object'],
+        ),
+    ],
+    ids=["no-metadata", "no-name-no-handler", "metadata-not-an-object"],
+)
+def test_required_fields_are_named_as_the_api_server_names_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, problems: list[str]
+) -> None:
+    manifest = tmp_path / "x.yaml"
+    manifest.write_text(text)
+    status, _, err = run(capsys, str(manifest))
+    assert status == 2
+    assert err[1:] == [f"error: {manifest}: document 0: runtimeclass: {problem}" for problem in problems]
 
 
 # --- inputs ---------------------------------------------------------------------------
