@@ -12,7 +12,8 @@ twice, in the order the API server does on ``kubectl apply``:
 2. What the validating webhook would answer: each class goes, as the CREATE
    AdmissionReview the API server would send, through the webhook's own ``review``
    (``extender.admission``), so ``check`` and the webhook cannot disagree. A denial
-   (a malformed node-selector-term annotation) is ``error: runtimeclass/NAME: ...``;
+   (a malformed node-selector-term annotation) is ``error: FILE: document N:
+   runtimeclass/NAME: ...``;
    the webhook's warnings (no node matches, untolerated taints, a handler no node
    reports) are ``Warning: ...`` lines, as kubectl shows them, but whole (the webhook
    shortens them to the 120 characters the API server asks for).
@@ -160,7 +161,7 @@ def judge(
     # characters, which cut names and taints mid-word on a terminal that has room.
     outcome = review(admission_review(obj, uid=f"check-{source}-{where}"), state, warning_limit=None)
     if not outcome.allowed:
-        return Finding(source, where, ref, "denied", errors=[f"{ref}: {outcome.message}"])
+        return Finding(source, where, ref, "denied", errors=[f"{source}: {where}: {ref}: {outcome.message}"])
     # Without nodes the review skips its node checks and says the cache is not synced:
     # true of the webhook, beside the point here (the note says it once instead).
     warnings = list(outcome.warnings) if node_checks else []

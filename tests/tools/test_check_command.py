@@ -139,7 +139,7 @@ def test_every_bad_annotation_is_denied(
     status, out, err = run(capsys, str(manifest), *nodes)
     assert status == 1
     assert out == []
-    denial = f"error: runtimeclass/sandbox: {ANNOTATION_PATH}: {parser_message}"
+    denial = f"error: {manifest}: document 0: runtimeclass/sandbox: {ANNOTATION_PATH}: {parser_message}"
     assert err == ([] if with_nodes else [NO_NODES_NOTE]) + [denial]
 
 
@@ -347,7 +347,9 @@ def test_standard_input(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.
     status, out, err = run(capsys, "-")
     assert status == 1
     assert out == ["runtimeclass/a valid"]
-    assert err[1].startswith(f"error: runtimeclass/bad: {ANNOTATION_PATH}: expected a NodeSelectorTerm")
+    assert err[1].startswith(
+        f"error: <stdin>: document 1: runtimeclass/bad: {ANNOTATION_PATH}: expected a NodeSelectorTerm"
+    )
 
 
 def test_stdin_twice_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -468,7 +470,8 @@ def test_structured_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], o
         "RuntimeClass warned: no node matches scheduling.nodeSelector {pool=none}; its pods will stay pending"
     ]
     assert denied["errors"] == [
-        f"runtimeclass/denied: {ANNOTATION_PATH}: expected a NodeSelectorTerm object with matchExpressions and/or matchFields"
+        f"{paths[2]}: document 0: runtimeclass/denied: {ANNOTATION_PATH}: expected a NodeSelectorTerm object "
+        "with matchExpressions and/or matchFields"
     ]
     assert other["source"] == paths[3]
 
@@ -583,7 +586,7 @@ def test_kubectl_plugin_form(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     status = kubectl_main(["check", str(manifest), "--cluster-file", str(EXAMPLE_CLUSTER)])
     out, err = capsys.readouterr()
     assert (status, out) == (1, "")
-    assert err.startswith(f"error: runtimeclass/bad: {ANNOTATION_PATH}: ")
+    assert err.startswith(f"error: {manifest}: document 0: runtimeclass/bad: {ANNOTATION_PATH}: ")
     status = kubectl_main(["check", str(tmp_path / "absent"), "--cluster-file", str(tmp_path / "absent")])
     assert status == 2
     assert capsys.readouterr().err.startswith("kubectl runtimeclass: error: ")
