@@ -55,14 +55,13 @@ from extender.cluster.state import ClusterState
 from extender.cluster.validation import object_problems, object_reference, runtime_class_decode_problems
 from extender.documents import DocumentError, load_documents
 from extender.policy_file import load_policy
-from extender.tools.inputs import load_state
+from extender.tools.inputs import STDIN, load_state, read_text
 from extender.tools.output import EXIT_USAGE, UsageError, guarded, print_structured
 from policies.objects import RuntimeClassView
 
 EXIT_VALID: Final = 0
 EXIT_DENIED: Final = 1
 MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
-STDIN: Final = "-"
 STDIN_NAME: Final = "<stdin>"
 NO_NODES_NOTE: Final = (
     "note: no --cluster-file or --kubeconfig: node checks skipped "
@@ -84,9 +83,11 @@ class Finding:
     result: Result
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # Why a skipped object or file was not judged ("not a RuntimeClass", "empty").
+    reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document = {
             "source": self.source,
             "location": self.where,
             "object": self.object,
@@ -94,34 +95,33 @@ class Finding:
             "warnings": self.warnings,
             "errors": self.errors,
         }
+        if self.result == "skipped":
+            document["reason"] = self.reason
+        return document
 
 
 # --- reading ---------------------------------------------------------------------------
 
-
-def manifest_files(paths: Sequence[str]) -> Iterator[tuple[str, str | None, str | None]]:
-    """(name, text, error) for each input: a file, every manifest under a directory
-    (sorted, recursively), or standard input. ``error`` says why a path gave no text."""
-    for path in paths:
-        if path == STDIN:
-            yield STDIN_NAME, sys.stdin.read(), None
-            continue
-        root = Path(path)
-        if root.is_dir():
-            found = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
-            if not found:
-                yield path, None, f"no {', '.join('*' + s for s in MANIFEST_SUFFIXES)} files in the directory"
-            for file in found:
-                yield _read(str(file))
-        else:
-            yield _read(path)
+_SUFFIXES_SHOWN: Final = ", ".join("*" + suffix for suffix in MANIFEST_SUFFIXES)
+# Input that holds nothing to check is an error: a CI pipeline that rendered nothing
+# (kustomize build of an empty overlay piped in) must not pass.
+EMPTY: Final = "empty: no Kubernetes objects to check"
+EMPTY_DIRECTORY: Final = f"empty: no {_SUFFIXES_SHOWN} file in the directory"
+EMPTY_FILES: Final = f"empty: its {_SUFFIXES_SHOWN} files hold no Kubernetes objects"
 
 
-def _read(path: str) -> tuple[str, str | None, str | None]:
+def _read(path: str) -> tuple[str | None, str | None]:
+    """(text, None), or (None, why not) in the words of every file the commands read."""
     try:
-        return path, Path(path).read_text(encoding="utf-8"), None
-    except (OSError, UnicodeDecodeError) as exc:
-        return path, None, f"cannot read: {exc}"
+        return read_text(path), None
+    except UsageError as exc:
+        return None, str(exc)
+
+
+def directory_files(root: Path) -> list[Path]:
+    """The manifests under ``root``: every ``*.yaml``, ``*.yml`` and ``*.json`` file,
+    recursively, in sorted order."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
 
 
 # --- judging ---------------------------------------------------------------------------
@@ -170,6 +170,9 @@ def judge(
     return Finding(source, where, ref, "warned" if warnings else "valid", warnings=warnings)
 
 
+Judge = Callable[[dict[str, Any], str, str], Finding]
+
+
 def check_files(
     paths: Sequence[str],
     state: ClusterState,
@@ -177,24 +180,68 @@ def check_files(
     node_checks: bool,
     more: Callable[[RuntimeClassView], list[str]] | None = None,
 ) -> Iterator[Finding]:
-    """A finding for every object of every input, in input order."""
-    for source, text, error in manifest_files(paths):
+    """A finding for every object of every input, in input order: files, directories
+    (``check_directory``) and standard input."""
+
+    def judged(obj: dict[str, Any], source: str, where: str) -> Finding:
+        return judge(obj, source, where, state, node_checks=node_checks, more=more)
+
+    for path in paths:
+        if path == STDIN:
+            yield from check_text(STDIN_NAME, sys.stdin.read(), judged)
+        elif Path(path).is_dir():
+            yield from check_directory(Path(path), judged)
+        else:
+            text, error = _read(path)
+            if text is None:
+                yield Finding(path, "", "", "invalid", errors=[str(error)])
+            else:
+                yield from check_text(path, text, judged)
+
+
+def check_directory(root: Path, judged: Judge) -> Iterator[Finding]:
+    """Every manifest under ``root``. An empty file there is skipped with a note (the
+    others are the input); a directory with nothing to check is an error."""
+    files = directory_files(root)
+    if not files:
+        yield Finding(str(root), "", "", "invalid", errors=[f"{root}: {EMPTY_DIRECTORY}"])
+        return
+    found: list[Finding] = []
+    for file in files:
+        text, error = _read(str(file))
         if text is None:
-            yield Finding(source, "", "", "invalid", errors=[f"{source}: {error}"])
-            continue
-        try:
-            documents = load_documents(text)
-            for where, obj in document_objects(documents):
-                if not isinstance(obj, dict):
-                    yield Finding(
-                        source, where, "", "invalid", errors=[f"{source}: {where}: expected an object"]
-                    )
-                elif obj.get("kind") != "RuntimeClass":
-                    yield Finding(source, where, object_reference(obj), "skipped")
-                else:
-                    yield judge(obj, source, where, state, node_checks=node_checks, more=more)
-        except (DocumentError, ClusterFileError) as exc:
-            yield Finding(source, "", "", "invalid", errors=[f"{source}: {exc}"])
+            found.append(Finding(str(file), "", "", "invalid", errors=[str(error)]))
+        else:
+            found.extend(check_text(str(file), text, judged, walked=True))
+    if all(finding.reason == "empty" for finding in found):
+        yield Finding(str(root), "", "", "invalid", errors=[f"{root}: {EMPTY_FILES}"])
+        return
+    yield from found
+
+
+def check_text(source: str, text: str, judged: Judge, *, walked: bool = False) -> Iterator[Finding]:
+    """A finding for every object of one file's text (``walked``: found in a directory)."""
+    try:
+        documents = load_documents(text)
+    except DocumentError as exc:
+        yield Finding(source, "", "", "invalid", errors=[f"{source}: {exc}"])
+        return
+    if not documents:
+        if walked:
+            yield Finding(source, "", "", "skipped", reason="empty")
+        else:
+            yield Finding(source, "", "", "invalid", errors=[f"{source}: {EMPTY}"])
+        return
+    try:
+        for where, obj in document_objects(documents):
+            if not isinstance(obj, dict):
+                yield Finding(source, where, "", "invalid", errors=[f"{source}: {where}: expected an object"])
+            elif obj.get("kind") != "RuntimeClass":
+                yield Finding(source, where, object_reference(obj), "skipped", reason="not a RuntimeClass")
+            else:
+                yield judged(obj, source, where)
+    except ClusterFileError as exc:
+        yield Finding(source, "", "", "invalid", errors=[f"{source}: {exc}"])
 
 
 def exit_status(findings: Sequence[Finding], *, warnings_as_errors: bool) -> int:
@@ -218,10 +265,8 @@ def _load_nodes(args: argparse.Namespace) -> ClusterState | None:
 
 def _print_lines(finding: Finding) -> None:
     if finding.result == "skipped":
-        print(
-            f"note: {finding.source}: {finding.where}: {finding.object} skipped (not a RuntimeClass)",
-            file=sys.stderr,
-        )
+        what = f"{finding.where}: {finding.object} " if finding.object else ""
+        print(f"note: {finding.source}: {what}skipped ({finding.reason})", file=sys.stderr)
     for warning in finding.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
     for error in finding.errors:

@@ -402,7 +402,71 @@ def test_missing_path_and_empty_directory(tmp_path: Path, capsys: pytest.Capture
     assert err[1].startswith(
         f"error: {tmp_path / 'absent.yaml'}: cannot read: [Errno 2] No such file or directory"
     )
-    assert err[2] == f"error: {tmp_path / 'empty'}: no *.yaml, *.yml, *.json files in the directory"
+    assert err[2] == f"error: {tmp_path / 'empty'}: empty: no *.yaml, *.yml, *.json file in the directory"
+
+
+@pytest.mark.parametrize(
+    "text", ["", "\n\n", "# nothing rendered\n---\n---\n"], ids=["empty", "blank", "comments"]
+)
+def test_empty_input_is_bad_input_alike_for_files_stdin_and_directories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """A pipeline that rendered nothing must not pass: an empty file, empty standard
+    input and a directory whose manifests are all empty are each one error line, exit 2."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(text)
+    status, out, err = run(capsys, str(empty))
+    assert (status, out, err) == (
+        2,
+        [],
+        [NO_NODES_NOTE, f"error: {empty}: empty: no Kubernetes objects to check"],
+    )
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    status, out, err = run(capsys, "-")
+    assert (status, out, err) == (
+        2,
+        [],
+        [NO_NODES_NOTE, "error: <stdin>: empty: no Kubernetes objects to check"],
+    )
+    directory = tmp_path / "rendered"
+    (directory / "nested").mkdir(parents=True)
+    (directory / "a.yaml").write_text(text)
+    (directory / "nested" / "b.yaml").write_text(text)
+    status, out, err = run(capsys, str(directory))
+    assert (status, out, err) == (
+        2,
+        [],
+        [
+            NO_NODES_NOTE,
+            f"error: {directory}: empty: its *.yaml, *.yml, *.json files hold no Kubernetes objects",
+        ],
+    )
+    # An empty file beside manifests is no error: it is skipped, with a note.
+    write(directory / "rc.yaml", runtime_class("ok"))
+    status, out, err = run(capsys, str(directory))
+    assert (status, out) == (0, ["runtimeclass/ok valid"])
+    assert err == [
+        NO_NODES_NOTE,
+        f"note: {directory / 'a.yaml'}: skipped (empty)",
+        f"note: {directory / 'nested' / 'b.yaml'}: skipped (empty)",
+    ]
+
+
+def test_empty_input_in_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    status = main(["check", "-", "-o", "json"])
+    document = json.loads(capsys.readouterr().out)
+    assert status == 2 and document["exitStatus"] == 2
+    assert document["results"] == [
+        {
+            "source": "<stdin>",
+            "location": "",
+            "object": "",
+            "result": "invalid",
+            "warnings": [],
+            "errors": ["<stdin>: empty: no Kubernetes objects to check"],
+        }
+    ]
 
 
 def test_bad_cluster_file_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -474,6 +538,8 @@ def test_structured_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], o
         "with matchExpressions and/or matchFields"
     ]
     assert other["source"] == paths[3]
+    assert other["reason"] == "not a RuntimeClass"  # a skipped result says why; the others have none
+    assert "reason" not in good
 
 
 def test_structured_output_without_nodes_and_with_bad_input(
