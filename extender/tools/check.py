@@ -53,7 +53,7 @@ from extender.cluster.objects import ObjectError, runtime_class_from_api
 from extender.cluster.snapshot import ClusterUnavailable, client_timeout, describe_failure
 from extender.cluster.state import ClusterState
 from extender.cluster.validation import object_problems, object_reference, runtime_class_decode_problems
-from extender.documents import DocumentError, load_documents
+from extender.documents import DocumentError, load_document, load_documents
 from extender.policy_file import load_policy
 from extender.tools.inputs import STDIN, load_state, read_text
 from extender.tools.output import EXIT_USAGE, UsageError, guarded, print_structured
@@ -122,6 +122,83 @@ def directory_files(root: Path) -> list[Path]:
     """The manifests under ``root``: every ``*.yaml``, ``*.yml`` and ``*.json`` file,
     recursively, in sorted order."""
     return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
+
+
+# --- what a directory holds beside manifests ---------------------------------------------
+#
+# A repository's manifest directory holds files that are not objects to apply: the
+# patches a kustomization applies to its resources, Helm chart templates (YAML only once
+# rendered), and data (values files, dashboards). Each is skipped with a note when a
+# directory is walked, so a whole directory can be checked as it is; a file named on
+# the command line is always judged as a manifest.
+
+KUSTOMIZATION_NAMES: Final = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+HELM_CHART: Final = "Chart.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """The files of a directory tree that are not manifests, by what the tree says of
+    them: kustomize patches (the file -> the kustomization that patches with it) and
+    the ``templates/`` directories of Helm charts."""
+
+    patches: dict[Path, Path]
+    templates: tuple[Path, ...]
+
+    def patched_by(self, file: Path) -> Path | None:
+        return self.patches.get(file.resolve())
+
+    def templates_of(self, file: Path) -> Path | None:
+        return next((t for t in self.templates if t in file.parents), None)
+
+
+def survey(root: Path) -> Survey:
+    everything = [p for p in root.rglob("*") if p.is_file()]
+    patches: dict[Path, Path] = {}
+    for kustomization in (p for p in everything if p.name in KUSTOMIZATION_NAMES):
+        for patch in kustomize_patches(kustomization):
+            patches.setdefault(patch.resolve(), kustomization)
+    charts = sorted(p.parent / "templates" for p in everything if p.name == HELM_CHART)
+    return Survey(patches, tuple(charts))
+
+
+def kustomize_patches(kustomization: Path) -> list[Path]:
+    """The patch files a kustomization names (``patches`` and ``patchesJson6902``
+    entries with a ``path``, and ``patchesStrategicMerge`` entries that are paths
+    rather than inline patches). One that cannot be read names none: it is checked, and
+    refused, as any other file."""
+    try:
+        document = load_document(kustomization.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, DocumentError):
+        return []
+    if not isinstance(document, dict):
+        return []
+    paths: list[str] = []
+    for key in ("patches", "patchesJson6902"):
+        entries = document.get(key)
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                paths.append(entry["path"])
+    merges = document.get("patchesStrategicMerge")
+    for entry in merges if isinstance(merges, list) else ():
+        if isinstance(entry, str) and "\n" not in entry:
+            paths.append(entry)
+    return [kustomization.parent / path for path in paths]
+
+
+def not_an_object(documents: list[Any]) -> str | None:
+    """Why a walked file's documents are no Kubernetes objects at all, or None: a JSON
+    patch (RFC 6902: a list of operations), or data without a ``kind`` (a values file,
+    a dashboard, a schema)."""
+    if all(isinstance(doc, list) and doc and all(_is_operation(op) for op in doc) for doc in documents):
+        return "a JSON patch (RFC 6902), not an object"
+    if all(isinstance(doc, dict) and "kind" not in doc for doc in documents):
+        return "not a Kubernetes object: no kind"
+    return None
+
+
+def _is_operation(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("op"), str) and isinstance(value.get("path"), str)
 
 
 # --- judging ---------------------------------------------------------------------------
@@ -200,14 +277,31 @@ def check_files(
 
 
 def check_directory(root: Path, judged: Judge) -> Iterator[Finding]:
-    """Every manifest under ``root``. An empty file there is skipped with a note (the
-    others are the input); a directory with nothing to check is an error."""
+    """Every manifest under ``root``, but what the tree says is none (``survey``:
+    kustomize patches, Helm chart templates) and files of no Kubernetes object
+    (``not_an_object``), each skipped with a note. An empty file there is skipped too
+    (the others are the input); a directory with nothing to check is an error."""
     files = directory_files(root)
     if not files:
         yield Finding(str(root), "", "", "invalid", errors=[f"{root}: {EMPTY_DIRECTORY}"])
         return
+    tree = survey(root)
     found: list[Finding] = []
+    skipped_templates: set[Path] = set()
     for file in files:
+        if (kustomization := tree.patched_by(file)) is not None:
+            found.append(
+                Finding(str(file), "", "", "skipped", reason=f"a kustomize patch of {kustomization}")
+            )
+            continue
+        if (templates := tree.templates_of(file)) is not None:
+            # One note for the chart's templates, which are YAML once rendered only.
+            if templates not in skipped_templates:
+                skipped_templates.add(templates)
+                count = sum(1 for f in files if templates in f.parents)
+                reason = f"{count} Helm chart templates: check what helm template renders them into, with check -"
+                found.append(Finding(str(templates), "", "", "skipped", reason=reason))
+            continue
         text, error = _read(str(file))
         if text is None:
             found.append(Finding(str(file), "", "", "invalid", errors=[str(error)]))
@@ -231,6 +325,9 @@ def check_text(source: str, text: str, judged: Judge, *, walked: bool = False) -
             yield Finding(source, "", "", "skipped", reason="empty")
         else:
             yield Finding(source, "", "", "invalid", errors=[f"{source}: {EMPTY}"])
+        return
+    if walked and (why := not_an_object(documents)) is not None:
+        yield Finding(source, "", "", "skipped", reason=why)
         return
     try:
         for where, obj in document_objects(documents):

@@ -33,7 +33,7 @@ from tests.support.admission import runtime_class
 from tests.support.apiserver.objects import make_node
 from tests.support.apiserver.server import CONFIGMAPS, NODES, FakeApiServer
 from tests.support.autoscaler import status_configmap
-from tests.support.paths import EXAMPLE_CLUSTER, EXAMPLES
+from tests.support.paths import EXAMPLE_CLUSTER, EXAMPLES, REPO
 
 ANNOTATION_PATH = f"metadata.annotations[{NODE_SELECTOR_TERM_ANNOTATION}]"
 
@@ -691,3 +691,113 @@ def test_cluster_autoscaler_status_is_read_as_serve_reads_it(
         f"runtimeclass-extender check: error: argument --cluster-autoscaler-status: invalid value {value!r}: "
         "must be NAMESPACE/NAME, such as kube-system/cluster-autoscaler-status, or empty"
     )
+
+
+# --- a whole manifest directory --------------------------------------------------------
+
+
+def manifest_tree(root: Path) -> None:
+    """A repository's manifest directory: a kustomize base with patches of every kind, a
+    Helm chart, data files, a RuntimeClass, and a file meant as a manifest that is broken."""
+    write(root / "base" / "runtimeclass.yaml", runtime_class("gvisor", node_selector={"pool": "none"}))
+    (root / "base" / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- runtimeclass.yaml\n"
+        "patches:\n- path: patches/handler.yaml\n  target: {kind: RuntimeClass}\n- patch: |-\n    - op: remove\n"
+        "      path: /handler\npatchesJson6902:\n- path: json6902.yaml\n  target: {kind: RuntimeClass, name: gvisor}\n"
+        "patchesStrategicMerge:\n- ../shared/merge.yaml\n- |-\n  kind: RuntimeClass\n  metadata: {name: inline}\n"
+    )
+    # A strategic-merge patch of a RuntimeClass has no handler: judged, it would be refused.
+    write(
+        root / "base" / "patches" / "handler.yaml", {"kind": "RuntimeClass", "metadata": {"name": "gvisor"}}
+    )
+    (root / "base" / "json6902.yaml").write_text("- op: replace\n  path: /handler\n  value: kata\n")
+    write(
+        root / "shared" / "merge.yaml",
+        {"kind": "RuntimeClass", "metadata": {"name": "gvisor"}, "handlr": "x"},
+    )
+    # A JSON patch no kustomization names (another tool's) is no object either.
+    (root / "shared" / "ops.json").write_text('[{"op": "add", "path": "/metadata/labels", "value": {}}]')
+    chart = root / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: chart\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text("enabled: true\n")
+    (chart / "templates" / "a.yaml").write_text("{{- if .Values.enabled }}\nkind: RuntimeClass\n{{- end }}\n")
+    (chart / "templates" / "b.yaml").write_text('{{ include "x" . }}\n')
+    (root / "dashboard.json").write_text('{"title": "RuntimeClasses", "panels": []}')
+
+
+def test_a_manifest_directory_is_checked_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest_tree(tmp_path)
+    status, out, err = run(capsys, str(tmp_path), "--cluster-file", str(EXAMPLE_CLUSTER))
+    assert status == 0, err
+    assert out == ["runtimeclass/gvisor warned"]
+    base = tmp_path / "base"
+    kustomization = base / "kustomization.yaml"
+    assert err == [
+        f"note: {base / 'json6902.yaml'}: skipped (a kustomize patch of {kustomization})",
+        f"note: {kustomization}: document 0: kustomization skipped (not a RuntimeClass)",
+        f"note: {base / 'patches' / 'handler.yaml'}: skipped (a kustomize patch of {kustomization})",
+        "Warning: RuntimeClass gvisor: no node matches scheduling.nodeSelector {pool=none}; its pods will stay pending",
+        f"note: {tmp_path / 'chart' / 'Chart.yaml'}: skipped (not a Kubernetes object: no kind)",
+        f"note: {tmp_path / 'chart' / 'templates'}: skipped (2 Helm chart templates: check what helm template "
+        "renders them into, with check -)",
+        f"note: {tmp_path / 'chart' / 'values.yaml'}: skipped (not a Kubernetes object: no kind)",
+        f"note: {tmp_path / 'dashboard.json'}: skipped (not a Kubernetes object: no kind)",
+        f"note: {tmp_path / 'shared' / 'merge.yaml'}: skipped (a kustomize patch of {kustomization})",
+        f"note: {tmp_path / 'shared' / 'ops.json'}: skipped (a JSON patch (RFC 6902), not an object)",
+    ]
+    # Skipping is no warning: --warnings-as-errors fails on the class's warning alone.
+    status, _, _ = run(capsys, str(tmp_path), "--cluster-file", str(EXAMPLE_CLUSTER), "--warnings-as-errors")
+    assert status == 1
+    (base / "runtimeclass.yaml").unlink()
+    status, out, _ = run(
+        capsys, str(tmp_path), "--cluster-file", str(EXAMPLE_CLUSTER), "--warnings-as-errors"
+    )
+    assert (status, out) == (0, [])
+
+
+def test_a_broken_manifest_in_a_directory_is_still_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest_tree(tmp_path)
+    # Not a chart template, not a patch: meant as a manifest, and not YAML.
+    (tmp_path / "base" / "broken.yaml").write_text("kind: [\n")
+    # A list where an object belongs, beside real objects: no JSON patch either.
+    write(tmp_path / "base" / "z-list.yaml", runtime_class("ok"), ["not", "an", "object"])
+    status, out, err = run(capsys, str(tmp_path), "--cluster-file", str(EXAMPLE_CLUSTER))
+    assert status == 2
+    assert out == ["runtimeclass/gvisor warned", "runtimeclass/ok valid"]
+    assert [line for line in err if line.startswith("error: ")] == [
+        f"error: {tmp_path / 'base' / 'broken.yaml'}: not valid YAML (line 2, column 1: expected the node "
+        "content, but found '<stream end>')",
+        f"error: {tmp_path / 'base' / 'z-list.yaml'}: document 1: expected a Kubernetes object or List",
+    ]
+
+
+def test_a_file_named_on_the_command_line_is_always_a_manifest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest_tree(tmp_path)
+    patch = tmp_path / "base" / "json6902.yaml"
+    template = tmp_path / "chart" / "templates" / "a.yaml"
+    handler = tmp_path / "base" / "patches" / "handler.yaml"
+    status, _, err = run(capsys, str(patch), str(template), str(handler))
+    assert status == 2
+    assert err[1:] == [
+        f"error: {patch}: document 0: expected a Kubernetes object or List",
+        f"error: {template}: not valid YAML (line 1, column 3: expected the node content, but found '-')",
+        f"error: {handler}: document 0: runtimeclass/gvisor: handler: Required value",
+    ]
+
+
+def test_this_repositorys_deploy_directory_passes_as_the_docs_say(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/check.md's CI example: deploy/ as it is, against the example cluster."""
+    status, out, err = run(
+        capsys, str(REPO / "deploy"), "--cluster-file", str(EXAMPLE_CLUSTER), "--warnings-as-errors"
+    )
+    assert status == 0, [line for line in err if not line.startswith("note: ")]
+    assert [line for line in err if not line.startswith("note: ")] == []
+    assert out and all(line.endswith(" valid") for line in out)
+    # The kustomize patches and the chart's templates are skipped, each said once.
+    assert any("skipped (a kustomize patch of " in line for line in err)
+    assert sum("Helm chart templates" in line for line in err) == 1
