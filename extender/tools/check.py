@@ -2,8 +2,10 @@
 
 ``runtimeclass-extender check FILE|DIR|- ...`` and ``kubectl runtimeclass check`` read
 manifests (multi-document YAML or JSON, ``List``s, directories recursively: ``*.yaml``,
-``*.yml``, ``*.json``; ``-`` is standard input) and judge every RuntimeClass in them
-twice, in the order the API server does on ``kubectl apply``:
+``*.yml``, ``*.json``, but for what the tree says is no manifest: kustomize patches,
+Helm chart templates, data; ``-`` is standard input; empty input is bad input) and
+judge every RuntimeClass in them twice, in the order the API server does on
+``kubectl apply``:
 
 1. What the API server itself would refuse, in the fields the extender reads: the
    object's types (``extender.cluster.objects``, the parser the watch uses) and

@@ -209,7 +209,9 @@ def add_check_command(commands: Any, *, prog: str) -> None:
         help="judge RuntimeClass manifests before kubectl apply, as the admission webhook would (exit 1 on "
         "a denial, 2 on bad input)",
         description="Read RuntimeClass manifests (files, directories recursively, - for standard input; "
-        "multi-document YAML, JSON, Lists; other kinds are skipped with a note) and judge each: what the API "
+        "multi-document YAML, JSON, Lists; other kinds are skipped with a note, and in a directory so are "
+        "kustomize patches, Helm chart templates and files of no Kubernetes object; empty input is bad "
+        "input) and judge each: what the API "
         "server would refuse in the fields the extender reads (unknown fields, enum values, label and name "
         "syntax), then the validating webhook's answer (a malformed node-selector-term annotation is denied; "
         "with nodes from --cluster-file or --kubeconfig, a class no node can run gets warnings). "
