@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from extender.settings import SERVE_SETTINGS, add_arguments
-from extender.tools.arguments import add_version_argument
+from extender.tools.arguments import add_version_argument, mark_commands, parse_command_line
 from extender.tools.commands import add_filter_command, add_tool_commands
 
 PROG = "runtimeclass-extender"
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.set_defaults(run=run_serve)
     add_filter_command(commands, prog=PROG)
     add_tool_commands(commands, prog=PROG)
+    mark_commands(commands)
     return parser
 
 
@@ -72,7 +73,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_command_line(build_parser(), argv)
     try:
         status: int = args.run(args)
         return status

@@ -62,7 +62,7 @@ interleave, so an entry is never read half-updated.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import filterfalse
@@ -280,7 +280,7 @@ class Entry:
             # on), in its own order, when no name is listed twice.
             passing = names if distinct == len(names) else list(dict.fromkeys(names))
             return Partition(passing, {}, {}, _NO_NAMES)
-        failures, counts = self._failures_among(not_passing)
+        failures, counts = self._failures_among(not_passing, names)
         unknown: AbstractSet[str] = _NO_NAMES
         if len(failures) != len(not_passing):
             unknown = not_passing.difference(failures)
@@ -289,20 +289,47 @@ class Entry:
             passing = list(dict.fromkeys(passing))
         return Partition(passing, failures, counts, unknown)
 
-    def _failures_among(self, requested: AbstractSet[str]) -> tuple[dict[str, str], dict[str, int]]:
-        """The failure map of the failing names among ``requested`` and its counts per
-        reason: one intersection per reason (each walks the smaller side)."""
-        if len(requested) == len(self.failing) and self.failing.keys() == requested:
-            return self._all_failures()  # every failing node named
-        failures: dict[str, str] = {}
-        counts: dict[str, int] = {}
-        for reason, group in self.groups.items():
-            if reason:
-                hits = group.intersection(requested)
-                if hits:
-                    counts[reason] = len(hits)
-                    failures.update(dict.fromkeys(hits, reason))
-        return failures, counts
+    def _failures_among(
+        self, requested: AbstractSet[str], names: list[str]
+    ) -> tuple[dict[str, str], dict[str, int]]:
+        """The failure map of the failing names among ``requested`` (the request's names
+        that do not pass), in the order of ``names``, and its counts per reason: one
+        intersection per reason (each walks the smaller side).
+
+        In request order, as the per-name path answers: the groups are sets, whose order
+        follows the process's string hashes, so the same call got its failure map in
+        another order after each restart. One more C-level pass over the names gives
+        it, probing the request's own set where it can (its own strings: each hit an
+        identity check)."""
+        every = len(requested) == len(self.failing) and self.failing.keys() == requested
+        if every:
+            counts = {reason: len(group) for reason, group in self.groups.items() if reason}
+            hits_by_reason: list[tuple[str, AbstractSet[str]]] = []
+        else:
+            counts = {}
+            hits_by_reason = []
+            for reason, group in self.groups.items():
+                if reason:
+                    hits = group.intersection(requested)
+                    if hits:
+                        counts[reason] = len(hits)
+                        hits_by_reason.append((reason, hits))
+            if not hits_by_reason:
+                return {}, {}
+        # Only failing names among the requested ones (no unknown name): probe those.
+        all_fail = every or sum(counts.values()) == len(requested)
+        if len(counts) == 1:
+            (reason,) = counts
+            member = requested.__contains__ if all_fail else hits_by_reason[0][1].__contains__
+            return dict.fromkeys(filter(member, names), reason), counts
+        reason_of: Mapping[str, str] = self.failing
+        if not every:
+            among: dict[str, str] = {}
+            for reason, found in hits_by_reason:
+                among.update(dict.fromkeys(found, reason))
+            reason_of = among
+        in_order = list(filter(requested.__contains__ if all_fail else reason_of.__contains__, names))
+        return dict(zip(in_order, map(reason_of.__getitem__, in_order), strict=True)), counts
 
     def _all_failures(self) -> tuple[dict[str, str], dict[str, int]]:
         """The failure map of the whole cluster (a dict copy) and its counts per reason."""

@@ -148,9 +148,9 @@ def decide(
     if fast.unknown:
         # Not in the state: failed as unknown (resolvable: the node may yet appear), and
         # named to the caller in request order, which may look them up and ask again.
-        unknown = dict.fromkeys(fast.unknown, REASON_NODE_UNKNOWN)
-        counts = {**counts, REASON_NODE_UNKNOWN: len(unknown)}
         missing = list(dict.fromkeys(filter(fast.unknown.__contains__, names)))
+        unknown = dict.fromkeys(missing, REASON_NODE_UNKNOWN)  # in request order too
+        counts = {**counts, REASON_NODE_UNKNOWN: len(unknown)}
     result = _names_answer(fast.passing, unknown, fast.failures)
     details = _LazyDetails(
         fast.failures, pod, runtime_class, known, policy, unknown=_unknown_details(unknown, unknown_reason)

@@ -72,16 +72,24 @@ def check_pod_document(document: Any) -> None:
     as kube-scheduler embeds it). An ExtenderArgs body is the likely mix-up between
     ``/filter`` and ``/explain``, so it gets a hint of its own. Raises ObjectError.
     """
-    if not isinstance(document, dict):
-        raise ObjectError(f"expected a Pod object, got {_type_name(document)}")
-    if "spec" not in document and any(key in document for key in ("Pod", "pod")):
+    if isinstance(document, dict) and "spec" not in document and any(key in document for key in ("Pod", "pod")):
         raise ObjectError(
             "expected a Pod, got an ExtenderArgs (a filter request: it has a Pod key); "
             "explain takes the Pod itself, and ExtenderArgs go to POST /filter"
         )
-    kind = document.get("kind", "Pod")
-    if kind != "Pod":
-        raise ObjectError(f"expected kind Pod, got {kind}")
+    check_kind(document, "Pod", absent="Pod")
+
+
+def check_kind(document: Any, kind: str, *, absent: str | None = None) -> None:
+    """Refuse a decoded document that is not an object of ``kind``, in the words every
+    file of one object is refused in (``--pod``, ``--node``, ``POST /explain``):
+    ``expected kind Pod, got List``. A document without ``kind`` is taken for ``absent``.
+    Raises ObjectError."""
+    if not isinstance(document, dict):
+        raise ObjectError(f"expected a {kind} object, got {_type_name(document)}")
+    got = document.get("kind", absent)
+    if got != kind:
+        raise ObjectError(f"expected kind {kind}, got {'no kind' if got is None else got}")
 
 
 def pod_instead_of_extender_args(body: bytes) -> str | None:

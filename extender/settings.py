@@ -76,13 +76,20 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def _label_prefix(text: str) -> str:
-    """A label key prefix: a DNS subdomain (validation.IsQualifiedName's prefix part)."""
+def label_prefix(text: str) -> str:
+    """A label key prefix: a DNS subdomain (validation.IsQualifiedName's prefix part).
+    Also the operator commands' ``--node-label-prefix`` (``extender.tools.arguments``)."""
     # Imported here: the parsers are built for every command, --help included.
     from policies.node_affinity import label_key_errors
 
     prefix = text.strip()
-    errors = label_key_errors(prefix + "/x") if prefix and "/" not in prefix else ["must be a DNS subdomain"]
+    if not prefix:
+        errors = ["it is empty"]
+    elif "/" in prefix:
+        # The label key is PREFIX/CLASS: a "/" in the prefix would make an invalid key.
+        errors = ["it holds a '/' (the label key is PREFIX/CLASS)"]
+    else:
+        errors = label_key_errors(prefix + "/x")
     if errors:
         raise ValueError(
             "must be a DNS subdomain such as runtimeclass.node-restriction.kubernetes.io: "
@@ -104,8 +111,9 @@ def _taint_key(text: str) -> str:
     return key
 
 
-def _configmap_reference(text: str) -> str:
-    """NAMESPACE/NAME of a ConfigMap, or empty (off)."""
+def configmap_reference(text: str) -> str:
+    """NAMESPACE/NAME of a ConfigMap, or empty (off). Also ``check``'s
+    ``--cluster-autoscaler-status``."""
     reference = text.strip()
     if reference:
         namespace, _, name = reference.partition("/")
@@ -499,7 +507,7 @@ class ServeSettings:
     )
     node_label_prefix: str = _setting(
         DEFAULT_NODE_LABEL_PREFIX,
-        _label_prefix,
+        label_prefix,
         "prefix of the label-nodes labels; under node-restriction.kubernetes.io kubelets cannot set them",
         "PREFIX",
     )
@@ -538,7 +546,7 @@ class ServeSettings:
     )
     cluster_autoscaler_status: str = _setting(
         DEFAULT_CLUSTER_AUTOSCALER_STATUS,
-        _configmap_reference,
+        configmap_reference,
         "NAMESPACE/NAME of cluster-autoscaler's status ConfigMap: where it exists, cluster-autoscaler runs, "
         "and without label-nodes every replica warns about the RuntimeClasses whose node rules it cannot "
         "see (docs/autoscaling.md; needs get on that ConfigMap); empty: not looked for",

@@ -14,6 +14,18 @@ from extender.cluster.state import ClusterState
 from policies.registry import Policy
 
 
+def empty_cluster_file(cluster_file: str, state: ClusterState) -> str | None:
+    """``cluster file PATH holds 0 nodes and 0 RuntimeClasses`` (or 0 of one of them), or
+    None when it holds both: what ``serve`` warns of, and ``explain`` says with an
+    unknown class."""
+    nodes, classes = len(state.nodes), len(state.runtime_classes)
+    if nodes and classes:
+        return None
+    if not nodes and not classes:
+        return f"cluster file {cluster_file} holds 0 nodes and 0 RuntimeClasses"
+    return f"cluster file {cluster_file} holds 0 {'nodes' if not nodes else 'RuntimeClasses'}"
+
+
 def configuration_warnings(
     *,
     cluster_file: str | None,
@@ -24,22 +36,18 @@ def configuration_warnings(
 ) -> list[str]:
     """What the configuration means that was likely not intended, one sentence each."""
     warnings: list[str] = []
-    if cluster_file is not None:
-        nodes, classes = len(state.nodes), len(state.runtime_classes)
+    if cluster_file is not None and (holds := empty_cluster_file(cluster_file, state)) is not None:
         rejects_names = (
             "every node a filter request names (nodeCacheCapable: true) is unknown to the extender "
             "and rejected"
         )
         fits_no_class = "every pod that names a RuntimeClass fits no node"
-        if nodes == 0 and classes == 0:
-            warnings.append(
-                f"cluster file {cluster_file} holds 0 nodes and 0 RuntimeClasses: {rejects_names}, and "
-                f"{fits_no_class}"
-            )
-        elif nodes == 0:
-            warnings.append(f"cluster file {cluster_file} holds 0 nodes: {rejects_names}")
-        elif classes == 0:
-            warnings.append(f"cluster file {cluster_file} holds 0 RuntimeClasses: {fits_no_class}")
+        if not state.nodes and not state.runtime_classes:
+            warnings.append(f"{holds}: {rejects_names}, and {fits_no_class}")
+        elif not state.nodes:
+            warnings.append(f"{holds}: {rejects_names}")
+        else:
+            warnings.append(f"{holds}: {fits_no_class}")
     if not policy.predicates:
         warnings.append(
             "the policy enables no predicates: every node passes every filter call, whatever the "

@@ -35,7 +35,16 @@ __all__ = ["QuantityError", "parse_quantity", "resource_lists_equal"]
 
 
 class QuantityError(ValueError):
-    """The text is not a Kubernetes quantity."""
+    """The text is not a Kubernetes quantity; ``reason`` says why without repeating the
+    text (for a message that shows it already: ``Invalid value: "lots": ...``)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+_NOT_A_QUANTITY: Final = "not a quantity (e.g. 250m, 0.5, 160Mi, 1Gi)"
+_EXPONENT: Final = "exponent out of range"
 
 
 _BINARY: Final = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
@@ -53,13 +62,13 @@ def parse_quantity(text: str) -> Decimal:
     """The value of a quantity string, exactly. Raises QuantityError."""
     match = _QUANTITY.fullmatch(text)
     if match is None:
-        raise QuantityError(f"{text!r} is not a quantity (e.g. 250m, 0.5, 160Mi, 1Gi)")
+        raise QuantityError(f"{text!r} is {_NOT_A_QUANTITY}", _NOT_A_QUANTITY)
     number = Decimal(match["number"])
     if match["exponent"] is not None:
         exponent = int(match["exponent"][1:])
         if abs(exponent) > 1000:
             # quantity.go rejects exponents it cannot scale; this bound keeps Decimal sane.
-            raise QuantityError(f"{text!r}: exponent out of range")
+            raise QuantityError(f"{text!r}: {_EXPONENT}", _EXPONENT)
         value = number.scaleb(exponent, _EXACT)
     elif match["suffix"] in _BINARY:
         value = _EXACT.multiply(number, Decimal(1024) ** _BINARY[match["suffix"]])

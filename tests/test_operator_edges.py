@@ -413,6 +413,20 @@ def test_host_not_on_this_machine_is_one_line_naming_the_flag(tmp_path: Path) ->
     ), line
 
 
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [("a" * 300, "label too long"), ("a..b", "label empty or too long"), ("x." + "b" * 64 + ".com", "label")],
+    ids=["too-long", "empty-label", "label-over-63"],
+)
+def test_host_that_is_no_host_name_is_one_line_naming_the_flag(
+    tmp_path: Path, host: str, reason: str
+) -> None:
+    # Refused before any lookup (the name cannot be encoded for one), never a trace.
+    done = extender(tmp_path, "serve", "--cluster-file", str(EXAMPLE_CLUSTER), "--host", host, "--port", "0")
+    line = assert_one_line_error(done, "--host", "not a host name", reason)
+    assert len(line) < 300, line  # the name is shortened in the line
+
+
 # ===== 3. a client that hangs up mid-body ==============================================
 
 
@@ -628,6 +642,25 @@ def test_serve_help_names_the_endpoints_and_log_levels(tmp_path: Path) -> None:
     log_level = _option_help(_help(tmp_path, [*EXTENDER, "serve"]), "--log-level")
     for level in ("debug", "info", "warning", "error"):
         assert level in log_level, log_level
+
+
+@pytest.mark.parametrize(
+    ("program", "argv", "prog"),
+    [
+        (EXTENDER, ["classes", "--no-such-flag"], "runtimeclass-extender classes"),
+        (EXTENDER, ["serve", "--no-such-flag"], "runtimeclass-extender serve"),
+        (EXTENDER, ["check", "x.yaml", "--no-such-flag"], "runtimeclass-extender check"),
+        (KUBECTL_PLUGIN, ["explain", "gvisor", "--no-such-flag"], "kubectl runtimeclass explain"),
+    ],
+    ids=["classes", "serve", "check", "kubectl-explain"],
+)
+def test_an_unknown_flag_prints_the_commands_usage(
+    tmp_path: Path, program: list[str], argv: list[str], prog: str
+) -> None:
+    done = run([*program, *argv], tmp_path)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert done.stderr.startswith(f"usage: {prog} "), done.stderr
+    assert done.stderr.splitlines()[-1] == f"{prog}: error: unrecognized arguments: --no-such-flag"
 
 
 HELP_COMMANDS = {
@@ -1005,6 +1038,40 @@ def test_no_traceback_anywhere(case: str, tmp_path: Path, captures: Path, busy_p
         pytest.skip("running as a user that reads any file (root): cannot make a file unreadable")
     done = run(argv, tmp_path)
     assert_one_line_error(done)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["explain", "gvisor", "--cluster-file", "{missing}"],
+        ["explain", "--pod", "{missing}", *CLUSTER],
+        ["filter", "{missing}", *CLUSTER],
+        ["node-template", "--node", "{missing}", *CLUSTER],
+        ["check", "{missing}"],
+    ],
+    ids=["cluster-file", "pod", "filter-request", "node", "check"],
+)
+def test_a_file_that_cannot_be_read_is_said_in_one_wording(
+    tmp_path: Path, captures: Path, busy_port: int, argv: list[str]
+) -> None:
+    inputs = _write_inputs(tmp_path, captures, busy_port)
+    done = run([*EXTENDER, *inputs.expand(argv)], tmp_path)
+    missing = inputs.values["missing"]
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("note: ")]
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert len(lines) == 1, done.stderr
+    # check prints an error line per input; the commands of one file the program's.
+    assert re.fullmatch(
+        rf"(runtimeclass-extender: )?error: {re.escape(missing)}: cannot read: \[Errno 2\] .*", lines[0]
+    ), lines[0]
+
+
+@pytest.mark.parametrize(("flag", "kind"), [("--pod", "Pod"), ("--node", "Node")], ids=["pod", "node"])
+def test_a_file_of_another_kind_is_said_in_one_wording(tmp_path: Path, flag: str, kind: str) -> None:
+    command = "explain" if flag == "--pod" else "node-template"
+    done = extender(tmp_path, command, flag, str(EXAMPLE_CLUSTER), "--cluster-file", str(EXAMPLE_CLUSTER))
+    line = assert_one_line_error(done)
+    assert line == f"runtimeclass-extender: error: {EXAMPLE_CLUSTER}: expected kind {kind}, got List"
 
 
 # ===== what a new user trips on (issue: from a clone to a cluster, section 4) ============

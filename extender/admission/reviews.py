@@ -224,15 +224,18 @@ def shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - len(ELLIPSIS)] + ELLIPSIS
 
 
-def fit(template: str, **values: str) -> str:
-    """``template.format(**values)`` in at most MAX_WARNING_CHARS: the longest values
-    are shortened first (down to _MIN_VALUE_CHARS), then the text itself."""
+def fit(template: str, *, limit: int | None = MAX_WARNING_CHARS, **values: str) -> str:
+    """``template.format(**values)`` in at most ``limit`` characters: the longest values
+    are shortened first (down to _MIN_VALUE_CHARS), then the text itself. ``limit``
+    None: whole (``check`` prints warnings on a terminal, where nothing cuts them)."""
     text = template.format(**values)
-    while len(text) > MAX_WARNING_CHARS:
+    if limit is None:
+        return text
+    while len(text) > limit:
         key = max(values, key=lambda k: len(values[k]), default=None)
         if key is None or len(values[key]) <= _MIN_VALUE_CHARS:
             break
-        excess = len(text) - MAX_WARNING_CHARS
+        excess = len(text) - limit
         values = {**values, key: shorten(values[key], max(_MIN_VALUE_CHARS, len(values[key]) - excess))}
         text = template.format(**values)
-    return shorten(text, MAX_WARNING_CHARS)
+    return shorten(text, limit)

@@ -50,6 +50,7 @@ from typing import Final, Literal
 
 from extender.admission.reviews import (
     MAX_MESSAGE_CHARS,
+    MAX_WARNING_CHARS,
     AdmissionRequest,
     Operation,
     ReviewError,
@@ -136,8 +137,12 @@ def _class_name(request: AdmissionRequest) -> str:
     return name if isinstance(name, str) and name else request.name
 
 
-def review(body: bytes, state: ClusterState) -> ReviewOutcome:
-    """Answer one AdmissionReview request body. Raises ReviewError for a bad body."""
+def review(
+    body: bytes, state: ClusterState, *, warning_limit: int | None = MAX_WARNING_CHARS
+) -> ReviewOutcome:
+    """Answer one AdmissionReview request body. Raises ReviewError for a bad body.
+    ``warning_limit`` None: each warning whole (``check``; the webhook's go to the API
+    server, which asks for at most MAX_WARNING_CHARS)."""
     request = parse_review(body).request
     checked = (
         request.operation in _CHECKED_OPERATIONS
@@ -168,11 +173,12 @@ def review(body: bytes, state: ClusterState) -> ReviewOutcome:
             warnings=(
                 fit(
                     "RuntimeClass {name}: node checks skipped, the extender's cache is not synced yet",
+                    limit=warning_limit,
                     name=view.name,
                 ),
             ),
         )
-    warnings = class_warnings(view, state.nodes.values())[:MAX_WARNINGS]
+    warnings = class_warnings(view, state.nodes.values(), limit=warning_limit)[:MAX_WARNINGS]
     return _outcome(request, "warned" if warnings else "allowed", warnings=tuple(warnings))
 
 
@@ -183,19 +189,22 @@ def _annotation_message(selector_error: str) -> str:
 # --- warnings --------------------------------------------------------------------------
 
 
-def class_warnings(view: RuntimeClassView, nodes: Iterable[NodeView]) -> list[str]:
-    """Why pods of a valid class could not run on ``nodes``, as short warnings.
+def class_warnings(
+    view: RuntimeClassView, nodes: Iterable[NodeView], *, limit: int | None = MAX_WARNING_CHARS
+) -> list[str]:
+    """Why pods of a valid class could not run on ``nodes``, as short warnings (each at
+    most ``limit`` characters; None: whole).
 
     Most fundamental first, and without a matching node only that one: taints and
     handlers of nodes the class never selects are beside the point."""
     all_nodes: list[NodeView] = list(nodes)
     matching = _matching(view, all_nodes)
     if not matching:
-        return [_no_node_warning(view, all_nodes)]
+        return [_no_node_warning(view, all_nodes, limit)]
     warnings: list[str] = []
-    if (taint_warning := _taint_warning(view, matching)) is not None:
+    if (taint_warning := _taint_warning(view, matching, limit)) is not None:
         warnings.append(taint_warning)
-    if (handler_warning := _handler_warning(view, matching)) is not None:
+    if (handler_warning := _handler_warning(view, matching, limit)) is not None:
         warnings.append(handler_warning)
     return warnings
 
@@ -205,10 +214,14 @@ def _matching(view: RuntimeClassView, nodes: list[NodeView]) -> list[NodeView]:
     return [node for node in nodes if selects(view, node)]
 
 
-def _no_node_warning(view: RuntimeClassView, nodes: list[NodeView]) -> str:
+def _no_node_warning(view: RuntimeClassView, nodes: list[NodeView], limit: int | None) -> str:
     name = view.name
     if not nodes:
-        return fit("RuntimeClass {name}: no node matches, the cluster has no nodes" + _PENDING, name=name)
+        return fit(
+            "RuntimeClass {name}: no node matches, the cluster has no nodes" + _PENDING,
+            limit=limit,
+            name=name,
+        )
     selector = ",".join(f"{k}={v}" for k, v in sorted(view.node_selector.items()))
     has_term = view.match_expressions is not None
     # Which half excludes the nodes: each half judged alone by the same predicate.
@@ -216,21 +229,28 @@ def _no_node_warning(view: RuntimeClassView, nodes: list[NodeView]) -> str:
     if not has_term or (view.node_selector and not _matching(map_only, nodes)):
         return fit(
             "RuntimeClass {name}: no node matches scheduling.nodeSelector {{{selector}}}" + _PENDING,
+            limit=limit,
             name=name,
             selector=selector,
         )
     if not view.match_expressions and not view.match_fields:
         return fit(
             "RuntimeClass {name}: the annotation term is empty, and an empty term matches no node" + _PENDING,
+            limit=limit,
             name=name,
         )
     term_only = dataclasses.replace(view, node_selector=EMPTY_LABELS)
     if view.node_selector and _matching(term_only, nodes):
         return fit(
             "RuntimeClass {name}: no node matches scheduling.nodeSelector AND the annotation term" + _PENDING,
+            limit=limit,
             name=name,
         )
-    return fit("RuntimeClass {name}: no node matches the node-selector-term annotation" + _PENDING, name=name)
+    return fit(
+        "RuntimeClass {name}: no node matches the node-selector-term annotation" + _PENDING,
+        limit=limit,
+        name=name,
+    )
 
 
 def _blocking_taints(view: RuntimeClassView, node: NodeView) -> set[Taint]:
@@ -247,7 +267,7 @@ def _blocking_taints(view: RuntimeClassView, node: NodeView) -> set[Taint]:
     return blocking
 
 
-def _taint_warning(view: RuntimeClassView, matching: list[NodeView]) -> str | None:
+def _taint_warning(view: RuntimeClassView, matching: list[NodeView], limit: int | None) -> str | None:
     per_node = [_blocking_taints(view, node) for node in matching]
     if not all(per_node):
         return None
@@ -262,10 +282,10 @@ def _taint_warning(view: RuntimeClassView, matching: list[NodeView]) -> str | No
         template = "RuntimeClass {name}: every matching node has an untolerated taint, e.g. {taint}"
     else:
         template = "RuntimeClass {name}: every matching node has a taint only pods can tolerate, e.g. {taint}"
-    return fit(template + f" on {count}/{len(matching)}", name=view.name, taint=str(taint))
+    return fit(template + f" on {count}/{len(matching)}", limit=limit, name=view.name, taint=str(taint))
 
 
-def _handler_warning(view: RuntimeClassView, matching: list[NodeView]) -> str | None:
+def _handler_warning(view: RuntimeClassView, matching: list[NodeView], limit: int | None) -> str | None:
     # Nodes without status.runtimeHandlers (an older kubelet; an empty list is the same
     # on the wire) say nothing either way. The "" entry is the node's default handler
     # and never stands for a class's handler (policies/runtime_handler.py).
@@ -278,6 +298,7 @@ def _handler_warning(view: RuntimeClassView, matching: list[NodeView]) -> str | 
     return fit(
         f"RuntimeClass {{name}}: none of the {len(reporting)} matching node(s) reporting runtimeHandlers"
         ' lists "{handler}"',
+        limit=limit,
         name=view.name,
         handler=view.handler,
     )

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from extender.autoscaling.startup_taint import AUTOSCALER_STARTUP_PREFIX
 from extender.cluster.class_labels import LABEL_VALUE, ClassLabels
@@ -115,6 +116,54 @@ def merged_toleration(taint: Taint, runtime_class: RuntimeClassView) -> bool:
     return taint.effect == "NoSchedule" and tolerated_by_any(taint, honoured)
 
 
+# The label domains a kubelet's --node-labels refuses (cmd/kubelet/app/options/options.go,
+# ValidateNodeLabels with kubeletapis.IsKubeletLabel): kubernetes.io and k8s.io and their
+# subdomains, but for the kubelet's own kubelet.kubernetes.io and node.kubernetes.io.
+_KUBELET_REFUSED_DOMAINS: Final = ("kubernetes.io", "k8s.io")
+_KUBELET_OWN_DOMAINS: Final = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def _in_domain(prefix: str, domains: tuple[str, ...]) -> bool:
+    return any(prefix == domain or prefix.endswith("." + domain) for domain in domains)
+
+
+def kubelet_refuses(prefix: str) -> bool:
+    """Whether a kubelet refuses labels under ``prefix`` in its --node-labels, through
+    which GKE and AKS node pools label their nodes (the default prefix, under
+    node-restriction.kubernetes.io, is refused: that is what protects it)."""
+    return _in_domain(prefix, _KUBELET_REFUSED_DOMAINS) and not _in_domain(prefix, _KUBELET_OWN_DOMAINS)
+
+
+def _gke_aks(pairs: list[tuple[str, str]], startup_taint: str) -> str:
+    """GKE and AKS node pools: their labels reach the nodes through the kubelet's
+    --node-labels (and their taints through its --register-with-taints), so a prefix the
+    kubelet refuses cannot be set there. The commands take a taint as KEY=VALUE:EFFECT;
+    the extender matches the startup taint by its key alone, so its value is free."""
+    prefixes = sorted({key.split("/", 1)[0] for key, _ in pairs})
+    taint = f"{startup_taint}=true:NoSchedule" if startup_taint else ""
+    refused = [prefix for prefix in prefixes if kubelet_refuses(prefix)]
+    if refused:
+        lines = [
+            f"# A node pool label under {refused[0]}/ cannot be set: the kubelet refuses it",
+            "# (a pool's labels reach its nodes through the kubelet's --node-labels). Keep the pool at one node",
+            "# or more (its live node, labelled by the extender, is the template), or run the extender with a",
+            "# --node-label-prefix of your own domain and give node-template the same: it then prints the pool's",
+            "# --node-labels.",
+        ]
+        if taint:
+            lines.append(f"# Its startup taint: --node-taints={taint} (GKE), --node-taints {taint} (AKS)")
+        return "\n".join(lines)
+    gke = f"gcloud container node-pools create POOL --cluster=CLUSTER --node-labels={','.join(f'{k}={v}' for k, v in pairs)}"
+    aks = (
+        "az aks nodepool add --resource-group GROUP --cluster-name CLUSTER --name POOL "
+        f"--labels {' '.join(f'{k}={v}' for k, v in pairs)}"
+    )
+    if taint:
+        gke += f" --node-taints={taint}"
+        aks += f" --node-taints {taint}"
+    return "\n".join(["# GKE (POOL, CLUSTER: yours)", gke, "# AKS (GROUP, CLUSTER, POOL: yours)", aks])
+
+
 def snippets(labels: Mapping[str, str], startup_taint: str) -> dict[str, str]:
     """The labels a template needs (and the startup taint its nodes register with),
     written as each provider takes them; empty labels: no snippets."""
@@ -155,12 +204,5 @@ def snippets(labels: Mapping[str, str], startup_taint: str) -> dict[str, str]:
             f"      - {{key: {startup_taint}, effect: NoSchedule}}",
         ]
     found["karpenter"] = "\n".join(karpenter)
-    # GKE and AKS apply node pool labels through the kubelet's --node-labels, which
-    # refuses unknown kubernetes.io labels (cmd/kubelet/app/options/options.go).
-    found["gke-aks"] = (
-        "# A node pool label under node-restriction.kubernetes.io/ cannot be set: the kubelet refuses it.\n"
-        "# Keep the pool at one node or more (its live node, labelled by the extender, is the template),\n"
-        "# or run the extender with a --node-label-prefix of your own domain and set, on the pool:\n"
-        + "\n".join(f"# {k.split('/', 1)[1]}: {v}  (under your prefix)" for k, v in pairs)
-    )
+    found["gke-aks"] = _gke_aks(pairs, startup_taint)
     return found

@@ -33,14 +33,16 @@ What is checked, mirroring kubernetes/kubernetes:
   and its name a DNS-1123 subdomain (pkg/apis/node/validation/validation.go,
   ``ValidateRuntimeClass``); node names and a pod's ``runtimeClassName``/``nodeName``
   are DNS-1123 subdomains (content/dns.go); a class's ``overhead.podFixed`` and a pod's
-  ``spec.overhead`` are not negative (their syntax is ``policies.quantity``'s, in the
-  parsing models). The label and name checks are ``policies.node_affinity``'s, which
-  the annotation uses.
+  ``spec.overhead`` are quantities (``policies.quantity``, which the parsing models use
+  too) and not negative. The label and name checks are ``policies.node_affinity``'s,
+  which the annotation uses.
 
 Objects from the API server are not checked again: the API server validated them, and
 the watch must stay fast. Types (a label that is not a string, a missing ``handler``)
-are the parsing models' business; this module assumes they passed and skips any value
-of the wrong type rather than reporting it twice.
+are the parsing models' business; this module skips any value of the wrong type rather
+than reporting it twice, so ``check`` can list its problems beside the models' (a key
+that is not a string is skipped too, or named as an unknown field where every field is
+known).
 
 Messages follow the API server's field errors (``Unsupported value: "exists":
 supported values: ...``, ``Invalid value: ...``, ``Duplicate value: ...``) without the
@@ -56,7 +58,9 @@ from types import MappingProxyType
 from typing import Any, Final
 
 import orjson
+from pydantic_core import ErrorDetails
 
+from extender.cluster.objects import RuntimeClassModel, ValidationError
 from policies.node_affinity import (
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN_MAX,
@@ -76,6 +80,7 @@ __all__ = [
     "describe_problems",
     "object_problems",
     "object_reference",
+    "runtime_class_decode_problems",
 ]
 
 
@@ -216,9 +221,12 @@ def _unknown(path: str, key: str, hint: str | None) -> Problem:
 def _closed(
     obj: Mapping[str, Any], path: str, known: Collection[str], moved: Mapping[str, str] | None = None
 ) -> list[Problem]:
-    """Every key of ``obj`` not among ``known`` (a part whose fields are all known)."""
+    """Every key of ``obj`` not among ``known`` (a part whose fields are all known). A
+    key that is no string (YAML's ``1:``) is unknown too, without a hint."""
     return [
         _unknown(path, key, _did_you_mean(key, known) or (moved or {}).get(key))
+        if isinstance(key, str)
+        else _unknown(path, str(key), None)
         for key in obj
         if key not in known
     ]
@@ -237,7 +245,9 @@ def _near_misses(obj: Mapping[str, Any], path: str, by_stem: Mapping[str, str]) 
     or number."""
     read = by_stem.values()
     return [
-        _unknown(path, key, by_stem[_stem(key)]) for key in obj if key not in read and _stem(key) in by_stem
+        _unknown(path, key, by_stem[_stem(key)])
+        for key in obj
+        if isinstance(key, str) and key not in read and _stem(key) in by_stem
     ]
 
 
@@ -286,6 +296,8 @@ def _labels(labels: Mapping[str, Any], path: str, memo: LabelMemo) -> list[Probl
     good_keys, good_values = memo.keys, memo.values
     for key, value in labels.items():
         if key not in good_keys:
+            if not isinstance(key, str):
+                continue  # the parsing model's: keys must be strings
             if valid_label_key(key):
                 good_keys.add(key)
             else:
@@ -334,7 +346,7 @@ def tolerations_problems(items: list[Any], path: str, *, unique: bool = False) -
             problems += _invalid(f"{at}.key", key, label_key_errors(key))
         if operator not in ("", *_OPERATORS):
             problems.append(_unsupported(f"{at}.operator", operator, _OPERATORS))
-        elif not key and operator != "Exists":
+        elif item.get("key") in (None, "") and operator != "Exists":  # a key of another type: the model's
             problems += _invalid(
                 f"{at}.operator",
                 operator,
@@ -391,13 +403,17 @@ def _taints(items: list[Any], path: str) -> list[Problem]:
     return problems
 
 
-def _non_negative(path: str, value: Any) -> list[Problem]:
-    """ValidateResourceQuantityValue: an overhead is never negative. (Its syntax is the
-    parsing model's business: ``policies.quantity``.)"""
+def _quantity(path: str, value: Any) -> list[Problem]:
+    """A quantity of a ResourceList: ParseQuantity's syntax (``policies.quantity``) and
+    ValidateResourceQuantityValue (an overhead is never negative). A value of another
+    type is the parsing model's to report (strings, and numbers a hand-written file may
+    hold, are quantities)."""
+    if type(value) not in (str, int):
+        return []
     try:
         negative = parse_quantity(str(value)) < 0
-    except QuantityError:
-        return []
+    except QuantityError as exc:
+        return _invalid(path, value, [exc.reason])
     return _invalid(path, value, ["must be greater than or equal to 0"]) if negative else []
 
 
@@ -427,9 +443,11 @@ def runtime_class_problems(obj: Mapping[str, Any], memo: LabelMemo) -> list[Prob
     overhead = _dict(obj.get("overhead"))
     problems += _closed(overhead, "overhead", _OVERHEAD)
     for name, quantity in _dict(overhead.get("podFixed")).items():
+        if not isinstance(name, str):
+            continue  # the parsing model's: resource names must be strings
         at = _key_path("overhead.podFixed", name)
         problems += _invalid(at, name, label_key_errors(name))
-        problems += _non_negative(at, quantity)
+        problems += _quantity(at, quantity)
     return problems
 
 
@@ -456,7 +474,8 @@ def pod_problems(obj: Mapping[str, Any], memo: LabelMemo) -> list[Problem]:
             problems += _invalid(f"spec.{name}", value, dns_subdomain_errors(value))
     problems += tolerations_problems(_list(spec.get("tolerations")), "spec.tolerations")
     for name, quantity in _dict(spec.get("overhead")).items():
-        problems += _non_negative(_key_path("spec.overhead", name), quantity)
+        if isinstance(name, str):
+            problems += _quantity(_key_path("spec.overhead", name), quantity)
     return problems
 
 
@@ -486,3 +505,101 @@ def describe_problems(problems: list[Problem]) -> str:
     """The first problem, on one line, and how many more there are."""
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     return f"{problems[0]}{more}"
+
+
+# --- every problem of an object, as field problems (``check``) -------------------------
+
+# The map fields of the models: their keys are shown as the API server shows a key,
+# ``metadata.labels[app]``, not as a field.
+_MAP_FIELDS = frozenset({"labels", "annotations", "nodeSelector", "podFixed"})
+# What a type error expects, by pydantic's error type.
+_EXPECTED = MappingProxyType(
+    {
+        "string_type": "a string",
+        "int_type": "an integer",
+        "int_parsing": "an integer",
+        "int_from_float": "an integer",
+        "bool_type": "true or false",
+        "dict_type": "an object",
+        "model_type": "an object",
+        "model_attributes_type": "an object",
+        "list_type": "a list",
+    }
+)
+# The tag pydantic appends to the location of each member of a union that failed
+# (``podFixed`` values: ``str | int``).
+_UNION_TAGS = frozenset({"str", "int"})
+
+
+def _shown(value: Any) -> str:
+    """A value as JSON, bounded: the ``Invalid value: ...`` of a field problem."""
+    text = orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    previous: int | str | None = None
+    for part in loc:
+        if isinstance(part, int) or previous in _MAP_FIELDS:
+            key = str(part) if len(str(part)) <= _MAX_SHOWN else str(part)[: _MAX_SHOWN - 3] + "..."
+            path += f"[{key}]"
+        else:
+            path = f"{path}.{part}" if path else str(part)
+        previous = part
+    return path
+
+
+def _field_problems(errors: list[ErrorDetails]) -> list[Problem]:
+    """Each pydantic error as the API server words a field error: the field's path
+    (``scheduling.tolerations[0].key``, ``metadata.labels[app]``), then ``Required
+    value`` or ``Invalid value: VALUE: must be ...``. The members of a union that all
+    failed on one value are one problem."""
+    problems: list[Problem] = []
+    grouped: dict[tuple[int | str, ...], list[ErrorDetails]] = {}
+    for error in errors:
+        loc = tuple(error["loc"])
+        if len(loc) > 1 and loc[-1] in _UNION_TAGS and loc[-2] != "[key]":
+            loc = loc[:-1]
+        grouped.setdefault(loc, []).append(error)
+    for loc, group in grouped.items():
+        first = group[0]
+        if loc and loc[-1] == "[key]":
+            problems.append(
+                Problem(
+                    _field_path(loc[:-1]),
+                    f"Invalid value: {_shown(first.get('input'))}: keys must be strings",
+                )
+            )
+        elif first["type"] == "missing":
+            problems.append(Problem(_field_path(loc), "Required value"))
+        elif all(error["type"] in _EXPECTED for error in group):
+            expected = " or ".join(dict.fromkeys(_EXPECTED[error["type"]] for error in group))
+            problems.append(
+                Problem(_field_path(loc), f"Invalid value: {_shown(first.get('input'))}: must be {expected}")
+            )
+        else:
+            problems.append(Problem(_field_path(loc), first["msg"]))
+    return problems
+
+
+_NO_NAME = Problem("metadata.name", "Required value: name or generateName is required")
+
+
+def runtime_class_decode_problems(obj: Any) -> list[Problem]:
+    """What the parsing model (``extender.cluster.objects``) refuses in a RuntimeClass:
+    every problem, each at its field (``runtime_class_from_api`` stops at the first, as
+    one line), for ``check`` to list them all beside ``object_problems`` (which also
+    checks the overhead's quantities). [] when the model takes it."""
+    try:
+        RuntimeClassModel.model_validate(obj)
+    except ValidationError as exc:
+        problems = _field_problems(exc.errors(include_url=False))
+    else:
+        problems = []
+    # No name (no metadata at all, or metadata without one), in the API server's words.
+    problems = [p for p in problems if p != Problem("metadata", "Required value")]
+    metadata = _dict(obj).get("metadata", {})
+    if isinstance(metadata, dict) and not metadata.get("name"):
+        problems.insert(0, _NO_NAME)
+    return problems

@@ -37,6 +37,21 @@ def listen_error(host: str, port: int, exc: OSError, *, port_flag: str = "--port
     return f"--host {host} {port_flag} {port}: {where}: {reason}"
 
 
+# A host as the error line shows it: a name of any length fits in one readable line.
+_HOST_SHOWN = 80
+
+
+def host_error(host: str, port: int, exc: ValueError) -> str:
+    """One line naming --host for a name that is not a host name at all."""
+    shown = host if len(host) <= _HOST_SHOWN else host[: _HOST_SHOWN - 3] + "..."
+    # "encoding with 'idna' codec failed (UnicodeError: label too long)": the reason is
+    # the part in brackets.
+    reason = str(exc)
+    if "(" in reason and reason.endswith(")"):
+        reason = reason[reason.index("(") + 1 : -1].removeprefix("UnicodeError: ")
+    return f"--host {shown}: cannot listen on {shown}:{port}: not a host name ({reason})"
+
+
 def bind_listener(host: str, port: int, *, port_flag: str = "--port") -> socket.socket:
     """A listening, non-blocking socket on the first address ``host`` resolves to (as
     aiohttp's TCPSite binds a single address such as 0.0.0.0). Raises SettingsError
@@ -48,5 +63,10 @@ def bind_listener(host: str, port: int, *, port_flag: str = "--port") -> socket.
         sock = socket.create_server(address, family=family, backlog=128)
     except OSError as exc:
         raise SettingsError(listen_error(host, port, exc, port_flag=port_flag)) from None
+    except ValueError as exc:
+        # Before any lookup: the name cannot even be encoded for one. A label over 63
+        # characters or an empty one fails the IDNA codec (a UnicodeError), a NUL byte
+        # fails getaddrinfo's own check.
+        raise SettingsError(host_error(host, port, exc)) from None
     sock.setblocking(False)
     return sock

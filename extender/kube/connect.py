@@ -49,9 +49,11 @@ from extender.kube.kubeconfig import KubeConfigError, resolve_kubeconfig
 NO_CLUSTER_HELP = (
     "no Kubernetes API server configured: not running in a pod with a service account, "
     "no --kubeconfig given, KUBECONFIG is not set and ~/.kube/config does not exist. "
-    "Pass --kubeconfig PATH (or set KUBECONFIG) and optionally --context NAME, "
-    "or read the cluster from a file with --cluster-file PATH"
+    "Pass --kubeconfig PATH (or set KUBECONFIG) and optionally --context NAME"
 )
+# For the commands that can read the cluster from a file instead (not check-pod-admission,
+# which creates pods through the API server).
+CLUSTER_FILE_HELP = ", or read the cluster from a file with --cluster-file PATH"
 
 
 @dataclass(frozen=True)
@@ -78,11 +80,14 @@ def choose_source(
     environ: Mapping[str, str],
     home: Path,
     token_file: str = SERVICE_TOKEN_FILENAME,
+    cluster_file_help: bool = True,
 ) -> tuple[str, str | None]:
     """Which configuration applies: ("kubeconfig", paths) or ("in-cluster", None).
 
-    Pure apart from checking that files exist. Raises KubeConfigError.
+    Pure apart from checking that files exist. Raises KubeConfigError; without
+    ``cluster_file_help`` its message does not suggest --cluster-file.
     """
+    help_text = NO_CLUSTER_HELP + (CLUSTER_FILE_HELP if cluster_file_help else "")
     if kubeconfig:
         if not Path(kubeconfig).is_file():
             raise KubeConfigError(f"--kubeconfig {kubeconfig}: no such file")
@@ -99,8 +104,8 @@ def choose_source(
     if default.is_file():
         return "kubeconfig", str(default)
     if context is not None:
-        raise KubeConfigError(f"--context {context}: no kubeconfig file to take it from. " + NO_CLUSTER_HELP)
-    raise KubeConfigError(NO_CLUSTER_HELP)
+        raise KubeConfigError(f"--context {context}: no kubeconfig file to take it from. " + help_text)
+    raise KubeConfigError(help_text)
 
 
 _SSL_SOURCE_SUFFIX = re.compile(r"\s*\(_ssl\.c:\d+\)$")
@@ -147,11 +152,20 @@ async def connect(
     context: str | None = None,
     environ: Mapping[str, str] | None = None,
     home: Path | None = None,
+    cluster_file_help: bool = True,
 ) -> Connection:
-    """A configured ``ApiClient``; the caller closes it (``serve`` does at shutdown)."""
+    """A configured ``ApiClient``; the caller closes it (``serve`` does at shutdown).
+    ``cluster_file_help``: whether the error for no configuration at all suggests
+    --cluster-file (the caller has one)."""
     environ = os.environ if environ is None else environ
     home = Path.home() if home is None else home
-    kind, paths = choose_source(kubeconfig=kubeconfig, context=context, environ=environ, home=home)
+    kind, paths = choose_source(
+        kubeconfig=kubeconfig,
+        context=context,
+        environ=environ,
+        home=home,
+        cluster_file_help=cluster_file_help,
+    )
     configuration = Configuration()
     where = "in-cluster configuration" if kind == "in-cluster" else f"kubeconfig {paths}"
     try:
@@ -219,6 +233,7 @@ def _refresh_expiring_exec_tokens(loader: Any, configuration: Any) -> None:
 
 
 __all__ = [
+    "CLUSTER_FILE_HELP",
     "NO_CLUSTER_HELP",
     "Connection",
     "KubeConfigError",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from extender.kube.defaults import DEFAULT_REQUEST_TIMEOUT as _REQUEST_TIMEOUT_SECONDS
 from extender.settings import GivenOnce
@@ -53,6 +55,24 @@ def parse_request_timeout(text: str) -> float:
     )
 
 
+_T = TypeVar("_T")
+
+
+def setting_type(parse: Callable[[str], _T]) -> Callable[[str], _T]:
+    """A parser of ``extender.settings`` as an argparse ``type``: a flag the commands
+    share with ``serve`` (``--node-label-prefix``) is read by ``serve``'s own parser, and
+    its ValueError becomes argparse's one-line usage error with the parser's reason
+    (argparse shows the reason of an ArgumentTypeError only)."""
+
+    def convert(text: str) -> _T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"invalid value {text!r}: {exc}") from None
+
+    return convert
+
+
 class _Version(argparse.Action):
     """``--version``: prints ``PROG VERSION`` and exits, reading the version only then."""
 
@@ -73,6 +93,24 @@ class _Version(argparse.Action):
         # On stdout, as argparse's own version action prints it.
         print(f"{parser.prog} {version()}")
         parser.exit()
+
+
+def mark_commands(commands: Any) -> None:
+    """Give each command of an argparse subparsers object its own parser in its
+    namespace (``command_parser``), for ``parse_command_line``."""
+    for command in commands.choices.values():
+        command.set_defaults(command_parser=command)
+
+
+def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, but an argument no parser knows is the command's
+    usage error: argparse's own would print the program's usage (``COMMAND ...``), not
+    the usage of the command the flag was given to."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command_parser: argparse.ArgumentParser = getattr(args, "command_parser", parser)
+        command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def add_version_argument(parser: argparse.ArgumentParser) -> None:

@@ -2,8 +2,10 @@
 
 ``runtimeclass-extender check FILE|DIR|- ...`` and ``kubectl runtimeclass check`` read
 manifests (multi-document YAML or JSON, ``List``s, directories recursively: ``*.yaml``,
-``*.yml``, ``*.json``; ``-`` is standard input) and judge every RuntimeClass in them
-twice, in the order the API server does on ``kubectl apply``:
+``*.yml``, ``*.json``, but for what the tree says is no manifest: kustomize patches,
+Helm chart templates, data; ``-`` is standard input; empty input is bad input) and
+judge every RuntimeClass in them twice, in the order the API server does on
+``kubectl apply``:
 
 1. What the API server itself would refuse, in the fields the extender reads: the
    object's types (``extender.cluster.objects``, the parser the watch uses) and
@@ -12,15 +14,18 @@ twice, in the order the API server does on ``kubectl apply``:
 2. What the validating webhook would answer: each class goes, as the CREATE
    AdmissionReview the API server would send, through the webhook's own ``review``
    (``extender.admission``), so ``check`` and the webhook cannot disagree. A denial
-   (a malformed node-selector-term annotation) is ``error: runtimeclass/NAME: ...``;
+   (a malformed node-selector-term annotation) is ``error: FILE: document N:
+   runtimeclass/NAME: ...``;
    the webhook's warnings (no node matches, untolerated taints, a handler no node
-   reports) are ``Warning: ...`` lines, as kubectl shows them.
+   reports) are ``Warning: ...`` lines, as kubectl shows them, but whole (the webhook
+   shortens them to the 120 characters the API server asks for).
 
 The node-dependent warnings need nodes: ``--cluster-file`` or ``--kubeconfig`` (one
 LIST, as ``classes`` and ``audit`` do). Without either, only the checks that need no
 node are made, and a note says so once.
 
-Output: ``runtimeclass/NAME valid`` on stdout for each class the webhook would admit;
+Output: ``runtimeclass/NAME valid`` (or ``warned``, with warnings) on stdout for each
+class the webhook would admit;
 ``Warning:``, ``error:`` and ``note:`` lines (other kinds skipped) on stderr, in input
 order. ``-o json|yaml`` prints one document with a result per object instead.
 
@@ -49,17 +54,16 @@ from extender.cluster.file_source import ClusterFileError, document_objects
 from extender.cluster.objects import ObjectError, runtime_class_from_api
 from extender.cluster.snapshot import ClusterUnavailable, client_timeout, describe_failure
 from extender.cluster.state import ClusterState
-from extender.cluster.validation import object_problems, object_reference
-from extender.documents import DocumentError, load_documents
+from extender.cluster.validation import object_problems, object_reference, runtime_class_decode_problems
+from extender.documents import DocumentError, load_document, load_documents
 from extender.policy_file import load_policy
-from extender.tools.inputs import load_state
+from extender.tools.inputs import STDIN, load_state, read_text
 from extender.tools.output import EXIT_USAGE, UsageError, guarded, print_structured
 from policies.objects import RuntimeClassView
 
 EXIT_VALID: Final = 0
 EXIT_DENIED: Final = 1
 MANIFEST_SUFFIXES: Final = (".yaml", ".yml", ".json")
-STDIN: Final = "-"
 STDIN_NAME: Final = "<stdin>"
 NO_NODES_NOTE: Final = (
     "note: no --cluster-file or --kubeconfig: node checks skipped "
@@ -81,9 +85,11 @@ class Finding:
     result: Result
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # Why a skipped object or file was not judged ("not a RuntimeClass", "empty").
+    reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document = {
             "source": self.source,
             "location": self.where,
             "object": self.object,
@@ -91,34 +97,110 @@ class Finding:
             "warnings": self.warnings,
             "errors": self.errors,
         }
+        if self.result == "skipped":
+            document["reason"] = self.reason
+        return document
 
 
 # --- reading ---------------------------------------------------------------------------
 
-
-def manifest_files(paths: Sequence[str]) -> Iterator[tuple[str, str | None, str | None]]:
-    """(name, text, error) for each input: a file, every manifest under a directory
-    (sorted, recursively), or standard input. ``error`` says why a path gave no text."""
-    for path in paths:
-        if path == STDIN:
-            yield STDIN_NAME, sys.stdin.read(), None
-            continue
-        root = Path(path)
-        if root.is_dir():
-            found = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
-            if not found:
-                yield path, None, f"no {', '.join('*' + s for s in MANIFEST_SUFFIXES)} files in the directory"
-            for file in found:
-                yield _read(str(file))
-        else:
-            yield _read(path)
+_SUFFIXES_SHOWN: Final = ", ".join("*" + suffix for suffix in MANIFEST_SUFFIXES)
+# Input that holds nothing to check is an error: a CI pipeline that rendered nothing
+# (kustomize build of an empty overlay piped in) must not pass.
+EMPTY: Final = "empty: no Kubernetes objects to check"
+EMPTY_DIRECTORY: Final = f"empty: no {_SUFFIXES_SHOWN} file in the directory"
+EMPTY_FILES: Final = f"empty: its {_SUFFIXES_SHOWN} files hold no Kubernetes objects"
 
 
-def _read(path: str) -> tuple[str, str | None, str | None]:
+def _read(path: str) -> tuple[str | None, str | None]:
+    """(text, None), or (None, why not) in the words of every file the commands read."""
     try:
-        return path, Path(path).read_text(encoding="utf-8"), None
-    except (OSError, UnicodeDecodeError) as exc:
-        return path, None, f"cannot read: {exc}"
+        return read_text(path), None
+    except UsageError as exc:
+        return None, str(exc)
+
+
+def directory_files(root: Path) -> list[Path]:
+    """The manifests under ``root``: every ``*.yaml``, ``*.yml`` and ``*.json`` file,
+    recursively, in sorted order."""
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
+
+
+# --- what a directory holds beside manifests ---------------------------------------------
+#
+# A repository's manifest directory holds files that are not objects to apply: the
+# patches a kustomization applies to its resources, Helm chart templates (YAML only once
+# rendered), and data (values files, dashboards). Each is skipped with a note when a
+# directory is walked, so a whole directory can be checked as it is; a file named on
+# the command line is always judged as a manifest.
+
+KUSTOMIZATION_NAMES: Final = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+HELM_CHART: Final = "Chart.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """The files of a directory tree that are not manifests, by what the tree says of
+    them: kustomize patches (the file -> the kustomization that patches with it) and
+    the ``templates/`` directories of Helm charts."""
+
+    patches: dict[Path, Path]
+    templates: tuple[Path, ...]
+
+    def patched_by(self, file: Path) -> Path | None:
+        return self.patches.get(file.resolve())
+
+    def templates_of(self, file: Path) -> Path | None:
+        return next((t for t in self.templates if t in file.parents), None)
+
+
+def survey(root: Path) -> Survey:
+    everything = [p for p in root.rglob("*") if p.is_file()]
+    patches: dict[Path, Path] = {}
+    for kustomization in (p for p in everything if p.name in KUSTOMIZATION_NAMES):
+        for patch in kustomize_patches(kustomization):
+            patches.setdefault(patch.resolve(), kustomization)
+    charts = sorted(p.parent / "templates" for p in everything if p.name == HELM_CHART)
+    return Survey(patches, tuple(charts))
+
+
+def kustomize_patches(kustomization: Path) -> list[Path]:
+    """The patch files a kustomization names (``patches`` and ``patchesJson6902``
+    entries with a ``path``, and ``patchesStrategicMerge`` entries that are paths
+    rather than inline patches). One that cannot be read names none: it is checked, and
+    refused, as any other file."""
+    try:
+        document = load_document(kustomization.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, DocumentError):
+        return []
+    if not isinstance(document, dict):
+        return []
+    paths: list[str] = []
+    for key in ("patches", "patchesJson6902"):
+        entries = document.get(key)
+        for entry in entries if isinstance(entries, list) else ():
+            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                paths.append(entry["path"])
+    merges = document.get("patchesStrategicMerge")
+    for entry in merges if isinstance(merges, list) else ():
+        if isinstance(entry, str) and "\n" not in entry:
+            paths.append(entry)
+    return [kustomization.parent / path for path in paths]
+
+
+def not_an_object(documents: list[Any]) -> str | None:
+    """Why a walked file's documents are no Kubernetes objects at all, or None: a JSON
+    patch (RFC 6902: a list of operations), or data without a ``kind`` (a values file,
+    a dashboard, a schema)."""
+    if all(isinstance(doc, list) and doc and all(_is_operation(op) for op in doc) for doc in documents):
+        return "a JSON patch (RFC 6902), not an object"
+    if all(isinstance(doc, dict) and "kind" not in doc for doc in documents):
+        return "not a Kubernetes object: no kind"
+    return None
+
+
+def _is_operation(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("op"), str) and isinstance(value.get("path"), str)
 
 
 # --- judging ---------------------------------------------------------------------------
@@ -145,22 +227,29 @@ def judge(
     """One RuntimeClass: first what the API server would refuse, then the webhook's answer
     (and ``more`` warnings about the class: the autoscalers')."""
     ref = object_reference(obj)
-    try:
-        view = runtime_class_from_api(obj)
-    except ObjectError as exc:
-        return Finding(source, where, ref, "invalid", errors=[f"{source}: {where}: {ref}: {exc}"])
-    if problems := object_problems(obj):
+    # Every problem at once, as the API server lists its field errors: the types the
+    # parsing model refuses, then what validation refuses in the fields it could read.
+    if problems := [*runtime_class_decode_problems(obj), *object_problems(obj)]:
         errors = [f"{source}: {where}: {ref}: {problem}" for problem in problems]
         return Finding(source, where, ref, "invalid", errors=errors)
-    outcome = review(admission_review(obj, uid=f"check-{source}-{where}"), state)
+    try:
+        view = runtime_class_from_api(obj)
+    except ObjectError as exc:  # nothing above refused it: not expected, said all the same
+        return Finding(source, where, ref, "invalid", errors=[f"{source}: {where}: {ref}: {exc}"])
+    # Warnings whole: the webhook shortens its values to fit the API server's 120
+    # characters, which cut names and taints mid-word on a terminal that has room.
+    outcome = review(admission_review(obj, uid=f"check-{source}-{where}"), state, warning_limit=None)
     if not outcome.allowed:
-        return Finding(source, where, ref, "denied", errors=[f"{ref}: {outcome.message}"])
+        return Finding(source, where, ref, "denied", errors=[f"{source}: {where}: {ref}: {outcome.message}"])
     # Without nodes the review skips its node checks and says the cache is not synced:
     # true of the webhook, beside the point here (the note says it once instead).
     warnings = list(outcome.warnings) if node_checks else []
     if more is not None:
         warnings += more(view)
     return Finding(source, where, ref, "warned" if warnings else "valid", warnings=warnings)
+
+
+Judge = Callable[[dict[str, Any], str, str], Finding]
 
 
 def check_files(
@@ -170,24 +259,88 @@ def check_files(
     node_checks: bool,
     more: Callable[[RuntimeClassView], list[str]] | None = None,
 ) -> Iterator[Finding]:
-    """A finding for every object of every input, in input order."""
-    for source, text, error in manifest_files(paths):
-        if text is None:
-            yield Finding(source, "", "", "invalid", errors=[f"{source}: {error}"])
+    """A finding for every object of every input, in input order: files, directories
+    (``check_directory``) and standard input."""
+
+    def judged(obj: dict[str, Any], source: str, where: str) -> Finding:
+        return judge(obj, source, where, state, node_checks=node_checks, more=more)
+
+    for path in paths:
+        if path == STDIN:
+            yield from check_text(STDIN_NAME, sys.stdin.read(), judged)
+        elif Path(path).is_dir():
+            yield from check_directory(Path(path), judged)
+        else:
+            text, error = _read(path)
+            if text is None:
+                yield Finding(path, "", "", "invalid", errors=[str(error)])
+            else:
+                yield from check_text(path, text, judged)
+
+
+def check_directory(root: Path, judged: Judge) -> Iterator[Finding]:
+    """Every manifest under ``root``, but what the tree says is none (``survey``:
+    kustomize patches, Helm chart templates) and files of no Kubernetes object
+    (``not_an_object``), each skipped with a note. An empty file there is skipped too
+    (the others are the input); a directory with nothing to check is an error."""
+    files = directory_files(root)
+    if not files:
+        yield Finding(str(root), "", "", "invalid", errors=[f"{root}: {EMPTY_DIRECTORY}"])
+        return
+    tree = survey(root)
+    found: list[Finding] = []
+    skipped_templates: set[Path] = set()
+    for file in files:
+        if (kustomization := tree.patched_by(file)) is not None:
+            found.append(
+                Finding(str(file), "", "", "skipped", reason=f"a kustomize patch of {kustomization}")
+            )
             continue
-        try:
-            documents = load_documents(text)
-            for where, obj in document_objects(documents):
-                if not isinstance(obj, dict):
-                    yield Finding(
-                        source, where, "", "invalid", errors=[f"{source}: {where}: expected an object"]
-                    )
-                elif obj.get("kind") != "RuntimeClass":
-                    yield Finding(source, where, object_reference(obj), "skipped")
-                else:
-                    yield judge(obj, source, where, state, node_checks=node_checks, more=more)
-        except (DocumentError, ClusterFileError) as exc:
-            yield Finding(source, "", "", "invalid", errors=[f"{source}: {exc}"])
+        if (templates := tree.templates_of(file)) is not None:
+            # One note for the chart's templates, which are YAML once rendered only.
+            if templates not in skipped_templates:
+                skipped_templates.add(templates)
+                count = sum(1 for f in files if templates in f.parents)
+                reason = f"{count} Helm chart templates: check what helm template renders them into, with check -"
+                found.append(Finding(str(templates), "", "", "skipped", reason=reason))
+            continue
+        text, error = _read(str(file))
+        if text is None:
+            found.append(Finding(str(file), "", "", "invalid", errors=[str(error)]))
+        else:
+            found.extend(check_text(str(file), text, judged, walked=True))
+    if all(finding.reason == "empty" for finding in found):
+        yield Finding(str(root), "", "", "invalid", errors=[f"{root}: {EMPTY_FILES}"])
+        return
+    yield from found
+
+
+def check_text(source: str, text: str, judged: Judge, *, walked: bool = False) -> Iterator[Finding]:
+    """A finding for every object of one file's text (``walked``: found in a directory)."""
+    try:
+        documents = load_documents(text)
+    except DocumentError as exc:
+        yield Finding(source, "", "", "invalid", errors=[f"{source}: {exc}"])
+        return
+    if not documents:
+        if walked:
+            yield Finding(source, "", "", "skipped", reason="empty")
+        else:
+            yield Finding(source, "", "", "invalid", errors=[f"{source}: {EMPTY}"])
+        return
+    if walked and (why := not_an_object(documents)) is not None:
+        yield Finding(source, "", "", "skipped", reason=why)
+        return
+    try:
+        for where, obj in document_objects(documents):
+            if not isinstance(obj, dict):
+                yield Finding(source, where, "", "invalid", errors=[f"{source}: {where}: expected an object"])
+            elif obj.get("kind") != "RuntimeClass":
+                yield Finding(source, where, object_reference(obj), "skipped", reason="not a RuntimeClass")
+            else:
+                yield judged(obj, source, where)
+    except ClusterFileError as exc:
+        yield Finding(source, "", "", "invalid", errors=[f"{source}: {exc}"])
 
 
 def exit_status(findings: Sequence[Finding], *, warnings_as_errors: bool) -> int:
@@ -211,16 +364,16 @@ def _load_nodes(args: argparse.Namespace) -> ClusterState | None:
 
 def _print_lines(finding: Finding) -> None:
     if finding.result == "skipped":
-        print(
-            f"note: {finding.source}: {finding.where}: {finding.object} skipped (not a RuntimeClass)",
-            file=sys.stderr,
-        )
+        what = f"{finding.where}: {finding.object} " if finding.object else ""
+        print(f"note: {finding.source}: {what}skipped ({finding.reason})", file=sys.stderr)
     for warning in finding.warnings:
         print(f"Warning: {warning}", file=sys.stderr)
     for error in finding.errors:
         print(f"error: {error}", file=sys.stderr)
     if finding.result in ("valid", "warned"):
-        print(f"{finding.object} valid", flush=True)
+        # The result, as -o json names it: a class the webhook warns about is admitted
+        # with its warnings, and --warnings-as-errors fails it.
+        print(f"{finding.object} {finding.result}", flush=True)
     sys.stderr.flush()
 
 

@@ -33,8 +33,17 @@ from extender.settings import (
     DEFAULT_NODE_LABEL_PREFIX,
     DEFAULT_STARTUP_TAINT,
     GivenOnce,
+    configmap_reference,
+    label_prefix,
 )
-from extender.tools.arguments import add_cluster_arguments, add_output_argument, add_version_argument
+from extender.tools.arguments import (
+    add_cluster_arguments,
+    add_output_argument,
+    add_version_argument,
+    mark_commands,
+    parse_command_line,
+    setting_type,
+)
 
 KUBECTL_PROG = "kubectl runtimeclass"
 
@@ -200,7 +209,9 @@ def add_check_command(commands: Any, *, prog: str) -> None:
         help="judge RuntimeClass manifests before kubectl apply, as the admission webhook would (exit 1 on "
         "a denial, 2 on bad input)",
         description="Read RuntimeClass manifests (files, directories recursively, - for standard input; "
-        "multi-document YAML, JSON, Lists; other kinds are skipped with a note) and judge each: what the API "
+        "multi-document YAML, JSON, Lists; other kinds are skipped with a note, and in a directory so are "
+        "kustomize patches, Helm chart templates and files of no Kubernetes object; empty input is bad "
+        "input) and judge each: what the API "
         "server would refuse in the fields the extender reads (unknown fields, enum values, label and name "
         "syntax), then the validating webhook's answer (a malformed node-selector-term annotation is denied; "
         "with nodes from --cluster-file or --kubeconfig, a class no node can run gets warnings). "
@@ -237,6 +248,7 @@ def add_check_command(commands: Any, *, prog: str) -> None:
     autoscaling.add_argument(
         "--cluster-autoscaler-status",
         default=DEFAULT_CLUSTER_AUTOSCALER_STATUS,
+        type=setting_type(configmap_reference),
         metavar="NAMESPACE/NAME",
         help=f"cluster-autoscaler's status ConfigMap (default: {DEFAULT_CLUSTER_AUTOSCALER_STATUS}; "
         "empty: not looked for)",
@@ -305,6 +317,7 @@ def _add_label_prefix_argument(parser: Any) -> None:
     parser.add_argument(
         "--node-label-prefix",
         default=DEFAULT_NODE_LABEL_PREFIX,
+        type=setting_type(label_prefix),
         metavar="PREFIX",
         help=f"the extender's --node-label-prefix (default: {DEFAULT_NODE_LABEL_PREFIX})",
     )
@@ -339,7 +352,9 @@ def add_node_template_command(commands: Any, *, prog: str) -> None:
         "the large-cluster labeller would: which classes its nodes will run, the derived label each needs "
         "in the template for an autoscaler to scale the group from zero, labels under the prefix it must "
         "not carry, and taints pods must tolerate themselves; then the labels as each provider takes them "
-        "(AWS Auto Scaling group tags, the Cluster API annotation, a Karpenter NodePool, a Node), with the "
+        "(AWS Auto Scaling group tags, the Cluster API annotation, a Karpenter NodePool, a Node, the gcloud "
+        "and az commands of a GKE or AKS node pool, whose kubelets refuse labels under node-restriction."
+        "kubernetes.io), with the "
         "startup taint its nodes should register with (docs/autoscaling.md). "
         "Exit status: 0; 1 the template carries a label under the prefix that its nodes must not; 2 bad "
         "input.",
@@ -391,12 +406,13 @@ def build_kubectl_parser() -> argparse.ArgumentParser:
     add_version_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_tool_commands(commands, prog=KUBECTL_PROG)
+    mark_commands(commands)
     return parser
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
     """The ``kubectl-runtimeclass`` executable: ``kubectl runtimeclass explain gvisor``."""
-    args = build_kubectl_parser().parse_args(argv)
+    args = parse_command_line(build_kubectl_parser(), argv)
     try:
         status: int = args.run(args)
     except KeyboardInterrupt:

@@ -15,6 +15,7 @@ from extender.cluster.class_nodes import ClassNodeCounts, class_node_counts
 from extender.cluster.state import ClusterState
 from extender.explain import Explanation, explain, explanation_to_json, runtime_class_pod
 from extender.policy_file import load_policy
+from extender.startup_checks import empty_cluster_file
 from extender.tools.inputs import load_state, read_pod
 from extender.tools.output import (
     UsageError,
@@ -46,7 +47,11 @@ def run_explain(args: argparse.Namespace) -> int:
     if pod is None:
         if args.runtimeclass not in state.runtime_classes:
             known = ", ".join(sorted(state.runtime_classes)) or "none"
-            raise UsageError(f'RuntimeClass "{args.runtimeclass}" not found (known: {known})')
+            message = f'RuntimeClass "{args.runtimeclass}" not found (known: {known})'
+            # As serve warns of it: the file may be the mistake, not the name.
+            if args.cluster_file and (holds := empty_cluster_file(args.cluster_file, state)):
+                message += f": {holds}"
+            raise UsageError(message)
         pod = runtime_class_pod(args.runtimeclass)
     elif args.runtimeclass is not None:
         pod = dataclasses.replace(pod, runtime_class_name=args.runtimeclass)

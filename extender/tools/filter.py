@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import orjson
 from pydantic import ValidationError
@@ -14,22 +13,15 @@ from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.filtering import decide
 from extender.policy_file import load_policy
 from extender.protocol import ExtenderArgs, pod_instead_of_extender_args
-from extender.tools.inputs import read_cluster_file
+from extender.tools.inputs import read_bytes, read_cluster_file
 from extender.tools.output import UsageError, guarded
-
-
-def _read_input(path: str) -> bytes:
-    try:
-        return sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
 
 
 @guarded
 def run_filter(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy_file)
     state = read_cluster_file(args.cluster_file)
-    body = _read_input(args.request)
+    body = read_bytes(args.request)
     try:
         request = ExtenderArgs.model_validate_json(body)
         decision = decide(request, state, policy)

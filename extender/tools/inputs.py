@@ -42,11 +42,29 @@ def load_state(args: argparse.Namespace) -> ClusterState:
     )
 
 
-def read_pod(path: str) -> PodView:
+STDIN = "-"
+
+
+def read_bytes(path: str) -> bytes:
+    """The bytes of a file the user names (``-``: standard input). Raises UsageError in
+    the words of every file the commands read, a cluster file's too:
+    ``PATH: cannot read: ...``."""
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        return sys.stdin.buffer.read() if path == STDIN else Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc}") from None
+
+
+def read_text(path: str) -> str:
+    """``read_bytes``, as UTF-8 text."""
+    try:
+        return sys.stdin.read() if path == STDIN else Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
+        raise UsageError(f"{path}: cannot read: {exc}") from None
+
+
+def read_pod(path: str) -> PodView:
+    text = read_text(path)
     try:
         document = load_document(text)
         check_pod_document(document)

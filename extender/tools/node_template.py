@@ -19,8 +19,6 @@ labeller removes it from every node that arrives with it); 2 on bad input.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
@@ -30,7 +28,8 @@ from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import ObjectError, node_from_api
 from extender.documents import DocumentError, load_document
 from extender.policy_file import load_policy
-from extender.tools.inputs import load_state
+from extender.protocol import check_kind
+from extender.tools.inputs import load_state, read_text
 from extender.tools.output import UsageError, guarded, print_structured, print_table
 from policies.node_affinity import label_key_errors
 from policies.objects import NodeView, Taint
@@ -53,14 +52,10 @@ def read_template(args: argparse.Namespace) -> NodeView:
     if args.node and (args.label or args.taint):
         raise UsageError("give either --node or --label/--taint, not both")
     if args.node:
-        try:
-            text = sys.stdin.read() if args.node == "-" else Path(args.node).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read {args.node}: {exc}") from None
+        text = read_text(args.node)
         try:
             document = load_document(text)
-            if not isinstance(document, dict) or document.get("kind") != "Node":
-                raise UsageError(f"{args.node}: expected a Node")
+            check_kind(document, "Node")
             document.setdefault("metadata", {}).setdefault("name", "template")
             # Through JSON: YAML decodes timestamps to datetimes, which the model refuses.
             return node_from_api(orjson.loads(orjson.dumps(document, default=str)))

@@ -73,7 +73,8 @@ async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix:
     from extender.kube.connect import KubeConfigError, connect
 
     try:
-        connection = await connect(kubeconfig=args.kubeconfig, context=args.context)
+        # No --cluster-file here: the check creates pods through the API server.
+        connection = await connect(kubeconfig=args.kubeconfig, context=args.context, cluster_file_help=False)
     except KubeConfigError as exc:
         raise ClusterUnavailable(str(exc)) from None
     timeout = client_timeout(args.request_timeout)

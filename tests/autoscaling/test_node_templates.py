@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from extender.autoscaling.node_templates import judge, placement_taints, snippets
+import pytest
+
+from extender.autoscaling.node_templates import judge, kubelet_refuses, placement_taints, snippets
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import runtime_class_from_api
 from extender.policy_file import load_policy
@@ -75,3 +77,44 @@ def test_pods_must_tolerate_what_their_class_does_not_give_them() -> None:
     # A NoExecute taint always needs the pod's own toleration.
     assert by_name["tolerant"].taints == ("sandbox=gvisor:NoExecute",)
     assert by_name["plain"].taints == ("sandbox=gvisor:NoSchedule", "sandbox=gvisor:NoExecute")
+
+
+@pytest.mark.parametrize(
+    ("prefix", "refused"),
+    [
+        (DEFAULT_NODE_LABEL_PREFIX, True),
+        ("node-restriction.kubernetes.io", True),
+        ("k8s.io", True),
+        ("example.k8s.io", True),
+        ("node.kubernetes.io", False),
+        ("rc.kubelet.kubernetes.io", False),
+        ("example.com", False),
+        ("notkubernetes.io", False),
+    ],
+)
+def test_the_kubelet_refuses_labels_of_the_kubernetes_domains_but_its_own(prefix: str, refused: bool) -> None:
+    assert kubelet_refuses(prefix) is refused
+
+
+def test_gke_and_aks_node_pools_take_a_prefix_of_ones_own_domain() -> None:
+    found = snippets({"example.com/gvisor": "true", "example.com/runc": "true"}, "example.com/starting")
+    assert found["gke-aks"].splitlines() == [
+        "# GKE (POOL, CLUSTER: yours)",
+        "gcloud container node-pools create POOL --cluster=CLUSTER "
+        "--node-labels=example.com/gvisor=true,example.com/runc=true --node-taints=example.com/starting=true:NoSchedule",
+        "# AKS (GROUP, CLUSTER, POOL: yours)",
+        "az aks nodepool add --resource-group GROUP --cluster-name CLUSTER --name POOL "
+        "--labels example.com/gvisor=true example.com/runc=true --node-taints example.com/starting=true:NoSchedule",
+    ]
+    without_taint = snippets({"example.com/gvisor": "true"}, "")["gke-aks"]
+    assert "--node-taints" not in without_taint and "--node-labels=example.com/gvisor=true" in without_taint
+
+
+def test_gke_and_aks_node_pools_cannot_take_the_default_prefix() -> None:
+    text = snippets({LABEL: "true"}, "example.com/starting")["gke-aks"]
+    assert text.startswith(
+        f"# A node pool label under {DEFAULT_NODE_LABEL_PREFIX}/ cannot be set: the kubelet refuses it\n"
+    )
+    # No command that would fail: only comments, the startup taint among them.
+    assert all(line.startswith("# ") for line in text.splitlines())
+    assert "--node-labels=" not in text and "--node-taints=example.com/starting=true:NoSchedule" in text

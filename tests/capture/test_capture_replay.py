@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -27,7 +26,6 @@ from extender.policy_file import load_policy
 from extender.protocol import ExtenderArgs
 from policies.objects import NodeView
 from tests.support.apps import AppFactory
-from tests.support.docs import block_after, page
 from tests.support.paths import EXAMPLE_CLUSTER, EXAMPLES
 
 FILTER_REQUEST = json.loads((EXAMPLES / "filter-request.json").read_text())
@@ -390,43 +388,6 @@ async def test_replay_detects_an_edited_cluster_file(
         f"replayed {len(REPLAY_REQUESTS)} capture(s) against cluster file {edited}: 4 unchanged, 1 changed"
     )
     assert f"({len(REPLAY_REQUESTS)} captured against a different state" in lines[-1]
-
-
-async def test_docs_replay_example_is_what_replay_prints(
-    aiohttp_client: AiohttpClient,
-    make_app: AppFactory,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """docs/capture-replay.md: the two example requests captured, gvisor-1 unlabelled in
-    edited-cluster.yaml, then its replay command; only the capture's time and the
-    file's fingerprint differ from run to run."""
-    shown = block_after(
-        page("capture-replay.md"),
-        ".venv/bin/runtimeclass-extender replay /var/lib/rc-extender/captures --url http://127.0.0.1:8888"
-        "     # a running extender\n```",
-        "text",
-    )
-    examples = [
-        json.loads((EXAMPLES / name).read_text())
-        for name in ("filter-request.json", "filter-request-gvisor-gpu.json")
-    ]
-    await capture(aiohttp_client, make_app, tmp_path / "captures", examples)
-    label = "      sandbox.gke.io/runtime: gvisor\n"
-    text = EXAMPLE_CLUSTER.read_text()
-    at = text.index("    name: gvisor-1\n")
-    edited = text[:at] + text[at:].replace(label, "", 1)
-    assert edited.count(label) == text.count(label) - 1
-    (tmp_path / "edited-cluster.yaml").write_text(edited)
-    monkeypatch.chdir(tmp_path)
-    status, out, _ = replay(capsys, "captures", "--cluster-file", "edited-cluster.yaml")
-    assert status == 1
-    name = files(tmp_path / "captures")[0].name
-    out = out.replace(name, "capture-20261122T070745.829065Z-00000001.json")
-    out, fingerprints = re.subn(r"fingerprint sha256:[0-9a-f]{64}\)", "fingerprint sha256:...)", out)
-    assert fingerprints == 1
-    assert out == shown
 
 
 async def test_replay_with_another_policy_against_captured_state(

@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
+from extender.admission import MAX_WARNING_CHARS, review
 from extender.cli import main
-from extender.tools.check import NO_NODES_NOTE
+from extender.cluster.file_source import load_cluster_file
+from extender.tools.check import NO_NODES_NOTE, admission_review
 from extender.tools.commands import kubectl_main
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from policies.objects import NodeView
@@ -31,7 +33,7 @@ from tests.support.admission import runtime_class
 from tests.support.apiserver.objects import make_node
 from tests.support.apiserver.server import CONFIGMAPS, NODES, FakeApiServer
 from tests.support.autoscaler import status_configmap
-from tests.support.paths import EXAMPLE_CLUSTER, EXAMPLES
+from tests.support.paths import EXAMPLE_CLUSTER, EXAMPLES, REPO
 
 ANNOTATION_PATH = f"metadata.annotations[{NODE_SELECTOR_TERM_ANNOTATION}]"
 
@@ -70,6 +72,23 @@ def cluster_file(tmp_path: Path, cluster: str | tuple[NodeView, ...]) -> Path:
     )
 
 
+def whole_of(whole: str, shortened: str) -> bool:
+    """Whether ``whole`` is the webhook's warning ``shortened`` before the webhook cut its
+    values to 120 characters: the same text where nothing was cut, and each piece between
+    the cuts ("…") in order where something was. Never cut itself."""
+    assert "…" not in whole, whole
+    if "…" not in shortened:
+        assert whole == shortened
+        return True
+    at = 0
+    for piece in shortened.split("…"):
+        found = whole.find(piece, at)
+        assert found >= at, (piece, whole)
+        at = found + len(piece)
+    assert len(whole) > len(shortened)
+    return True
+
+
 # --- the webhook's cases, through check ------------------------------------------------
 
 # The API server itself refuses this one (handler "" is not a DNS label), before any
@@ -97,8 +116,11 @@ def test_every_webhook_warning(
             "and must start and end with an alphanumeric character"
         ]
         return
-    assert err == [f"Warning: {w}" for w in warnings]
-    assert out == [f"runtimeclass/{name} valid"]
+    # The webhook's warnings, printed whole.
+    assert all(line.startswith("Warning: ") for line in err)
+    for line, warning in zip(err, warnings, strict=True):
+        assert whole_of(line.removeprefix("Warning: "), warning)
+    assert out == [f"runtimeclass/{name} {'warned' if warnings else 'valid'}"]
     assert status == 0
     # Warnings alone never fail the check, unless asked to.
     status, _, _ = run(
@@ -117,8 +139,28 @@ def test_every_bad_annotation_is_denied(
     status, out, err = run(capsys, str(manifest), *nodes)
     assert status == 1
     assert out == []
-    denial = f"error: runtimeclass/sandbox: {ANNOTATION_PATH}: {parser_message}"
+    denial = f"error: {manifest}: document 0: runtimeclass/sandbox: {ANNOTATION_PATH}: {parser_message}"
     assert err == ([] if with_nodes else [NO_NODES_NOTE]) + [denial]
+
+
+def test_warnings_are_printed_whole_where_the_webhook_cuts_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    selector = {"example.com/a-rather-long-label-key": "a-rather-long-label-value", "pool": "p" * 60}
+    obj = runtime_class("long-selector", node_selector=selector)
+    manifest = write(tmp_path / "rc.yaml", obj)
+    status, out, err = run(capsys, str(manifest), "--cluster-file", str(EXAMPLE_CLUSTER))
+    whole = (
+        "RuntimeClass long-selector: no node matches scheduling.nodeSelector "
+        f"{{example.com/a-rather-long-label-key=a-rather-long-label-value,pool={'p' * 60}}}; "
+        "its pods will stay pending"
+    )
+    assert (status, out, err) == (0, ["runtimeclass/long-selector warned"], [f"Warning: {whole}"])
+    # The webhook itself still answers within the API server's 120 characters.
+    outcome = review(admission_review(obj, uid="u"), load_cluster_file(EXAMPLE_CLUSTER))
+    (shortened,) = outcome.warnings
+    assert len(shortened) <= MAX_WARNING_CHARS < len(whole) and "…" in shortened
+    assert whole_of(whole, shortened)
 
 
 def test_without_nodes_only_the_node_independent_checks(
@@ -177,8 +219,84 @@ def test_wrong_types_are_bad_input_too(tmp_path: Path, capsys: pytest.CaptureFix
     status, _, err = run(capsys, str(manifest))
     assert status == 2
     assert err[1:] == [
-        f"error: {manifest}: document 0: runtimeclass/gvisor: RuntimeClass.handler: Input should be a valid string"
+        f"error: {manifest}: document 0: runtimeclass/gvisor: handler: Invalid value: 5: must be a string"
     ]
+
+
+def test_a_bad_quantity_hides_no_other_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One run lists every problem of the object, as the API server lists its field
+    errors: a quantity that does not parse stopped the check before the unknown fields."""
+    manifest = tmp_path / "unk.yaml"
+    manifest.write_text(
+        "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: unk\n  labelz: {a: b}\n"
+        "handler: runsc\nhandlr: runsc\noverhead:\n  podFixed: {cpu: lots, memory: -1Gi}\n  podfixed: {}\n"
+        "scheduling:\n  nodeselector: {a: b}\n"
+    )
+    status, out, err = run(capsys, str(manifest))
+    assert (status, out) == (2, [])
+    at = f"error: {manifest}: document 0: runtimeclass/unk: "
+    assert err[1:] == [
+        at + "handlr: unknown field (did you mean handler?)",
+        at + "metadata.labelz: unknown field (did you mean labels?)",
+        at + "scheduling.nodeselector: unknown field (did you mean nodeSelector?)",
+        at + "overhead.podfixed: unknown field (did you mean podFixed?)",
+        at + 'overhead.podFixed[cpu]: Invalid value: "lots": not a quantity (e.g. 250m, 0.5, 160Mi, 1Gi)',
+        at + 'overhead.podFixed[memory]: Invalid value: "-1Gi": must be greater than or equal to 0',
+    ]
+
+
+def test_wrong_types_hide_no_other_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "types.yaml"
+    manifest.write_text(
+        "kind: RuntimeClass\nmetadata: {name: types, labels: {1: a, b: 2}}\nhandler: 5\nhandlr: x\n"
+        "overhead: {podFixed: {cpu: [1], memory: lots}}\n"
+        "scheduling:\n  tolerations:\n  - {key: 1, operator: exists}\n  - just a string\n"
+    )
+    status, _, err = run(capsys, str(manifest))
+    assert status == 2
+    at = f"error: {manifest}: document 0: runtimeclass/types: "
+    assert err[1:] == [
+        # What the types refuse, each at its field...
+        at + "metadata.labels[1]: Invalid value: 1: keys must be strings",
+        at + "metadata.labels[b]: Invalid value: 2: must be a string",
+        at + "handler: Invalid value: 5: must be a string",
+        at + "scheduling.tolerations[0].key: Invalid value: 1: must be a string",
+        at + 'scheduling.tolerations[1]: Invalid value: "just a string": must be an object',
+        at + "overhead.podFixed[cpu]: Invalid value: [1]: must be a string or an integer",
+        # ...then what validation refuses in the fields it could read.
+        at + "handlr: unknown field (did you mean handler?)",
+        at + 'scheduling.tolerations[0].operator: Unsupported value: "exists": supported values: "Equal", '
+        '"Exists", "Lt", "Gt" (did you mean "Exists"?)',
+        at + 'overhead.podFixed[memory]: Invalid value: "lots": not a quantity (e.g. 250m, 0.5, 160Mi, 1Gi)',
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "problems"),
+    [
+        (
+            "kind: RuntimeClass\nhandler: runsc\n",
+            ["metadata.name: Required value: name or generateName is required"],
+        ),
+        (
+            "kind: RuntimeClass\nmetadata: {labels: {a: b}}\n",
+            ["metadata.name: Required value: name or generateName is required", "handler: Required value"],
+        ),
+        (
+            "kind: RuntimeClass\nmetadata: just a name\nhandler: runsc\n",
+            ['metadata: Invalid value: "just a name": must be an object'],
+        ),
+    ],
+    ids=["no-metadata", "no-name-no-handler", "metadata-not-an-object"],
+)
+def test_required_fields_are_named_as_the_api_server_names_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, problems: list[str]
+) -> None:
+    manifest = tmp_path / "x.yaml"
+    manifest.write_text(text)
+    status, _, err = run(capsys, str(manifest))
+    assert status == 2
+    assert err[1:] == [f"error: {manifest}: document 0: runtimeclass: {problem}" for problem in problems]
 
 
 # --- inputs ---------------------------------------------------------------------------
@@ -229,7 +347,9 @@ def test_standard_input(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.
     status, out, err = run(capsys, "-")
     assert status == 1
     assert out == ["runtimeclass/a valid"]
-    assert err[1].startswith(f"error: runtimeclass/bad: {ANNOTATION_PATH}: expected a NodeSelectorTerm")
+    assert err[1].startswith(
+        f"error: <stdin>: document 1: runtimeclass/bad: {ANNOTATION_PATH}: expected a NodeSelectorTerm"
+    )
 
 
 def test_stdin_twice_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -282,7 +402,71 @@ def test_missing_path_and_empty_directory(tmp_path: Path, capsys: pytest.Capture
     assert err[1].startswith(
         f"error: {tmp_path / 'absent.yaml'}: cannot read: [Errno 2] No such file or directory"
     )
-    assert err[2] == f"error: {tmp_path / 'empty'}: no *.yaml, *.yml, *.json files in the directory"
+    assert err[2] == f"error: {tmp_path / 'empty'}: empty: no *.yaml, *.yml, *.json file in the directory"
+
+
+@pytest.mark.parametrize(
+    "text", ["", "\n\n", "# nothing rendered\n---\n---\n"], ids=["empty", "blank", "comments"]
+)
+def test_empty_input_is_bad_input_alike_for_files_stdin_and_directories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """A pipeline that rendered nothing must not pass: an empty file, empty standard
+    input and a directory whose manifests are all empty are each one error line, exit 2."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(text)
+    status, out, err = run(capsys, str(empty))
+    assert (status, out, err) == (
+        2,
+        [],
+        [NO_NODES_NOTE, f"error: {empty}: empty: no Kubernetes objects to check"],
+    )
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    status, out, err = run(capsys, "-")
+    assert (status, out, err) == (
+        2,
+        [],
+        [NO_NODES_NOTE, "error: <stdin>: empty: no Kubernetes objects to check"],
+    )
+    directory = tmp_path / "rendered"
+    (directory / "nested").mkdir(parents=True)
+    (directory / "a.yaml").write_text(text)
+    (directory / "nested" / "b.yaml").write_text(text)
+    status, out, err = run(capsys, str(directory))
+    assert (status, out, err) == (
+        2,
+        [],
+        [
+            NO_NODES_NOTE,
+            f"error: {directory}: empty: its *.yaml, *.yml, *.json files hold no Kubernetes objects",
+        ],
+    )
+    # An empty file beside manifests is no error: it is skipped, with a note.
+    write(directory / "rc.yaml", runtime_class("ok"))
+    status, out, err = run(capsys, str(directory))
+    assert (status, out) == (0, ["runtimeclass/ok valid"])
+    assert err == [
+        NO_NODES_NOTE,
+        f"note: {directory / 'a.yaml'}: skipped (empty)",
+        f"note: {directory / 'nested' / 'b.yaml'}: skipped (empty)",
+    ]
+
+
+def test_empty_input_in_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    status = main(["check", "-", "-o", "json"])
+    document = json.loads(capsys.readouterr().out)
+    assert status == 2 and document["exitStatus"] == 2
+    assert document["results"] == [
+        {
+            "source": "<stdin>",
+            "location": "",
+            "object": "",
+            "result": "invalid",
+            "warnings": [],
+            "errors": ["<stdin>: empty: no Kubernetes objects to check"],
+        }
+    ]
 
 
 def test_bad_cluster_file_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -350,9 +534,12 @@ def test_structured_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], o
         "RuntimeClass warned: no node matches scheduling.nodeSelector {pool=none}; its pods will stay pending"
     ]
     assert denied["errors"] == [
-        f"runtimeclass/denied: {ANNOTATION_PATH}: expected a NodeSelectorTerm object with matchExpressions and/or matchFields"
+        f"{paths[2]}: document 0: runtimeclass/denied: {ANNOTATION_PATH}: expected a NodeSelectorTerm object "
+        "with matchExpressions and/or matchFields"
     ]
     assert other["source"] == paths[3]
+    assert other["reason"] == "not a RuntimeClass"  # a skipped result says why; the others have none
+    assert "reason" not in good
 
 
 def test_structured_output_without_nodes_and_with_bad_input(
@@ -408,7 +595,7 @@ async def test_live_cluster_gives_the_node_checks(
     status = await asyncio.to_thread(main, ["check", str(manifest), "--kubeconfig", str(fake_kubeconfig)])
     out, err = capsys.readouterr()
     assert status == 0, err
-    assert out == "runtimeclass/sandboxed valid\n"
+    assert out == "runtimeclass/sandboxed warned\n"
     assert (
         err
         == "Warning: RuntimeClass sandboxed: every matching node has an untolerated taint, e.g. s:NoSchedule on 1/1\n"
@@ -433,7 +620,7 @@ async def test_live_cluster_with_cluster_autoscaler_warns_of_the_classes_it_cann
     live = ["check", str(manifest), "--kubeconfig", str(fake_kubeconfig)]
     status = await asyncio.to_thread(main, [*live, "--warnings-as-errors"])
     out, err = capsys.readouterr()
-    assert status == 1 and out == "runtimeclass/sandboxed valid\n"
+    assert status == 1 and out == "runtimeclass/sandboxed warned\n"
     assert err == (
         "Warning: cluster-autoscaler (ConfigMap kube-system/cluster-autoscaler-status) runs in this cluster "
         "and cannot see the node rules of RuntimeClass sandboxed (scheduling.nodeSelector pool=sandbox) in "
@@ -465,7 +652,7 @@ def test_kubectl_plugin_form(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     status = kubectl_main(["check", str(manifest), "--cluster-file", str(EXAMPLE_CLUSTER)])
     out, err = capsys.readouterr()
     assert (status, out) == (1, "")
-    assert err.startswith(f"error: runtimeclass/bad: {ANNOTATION_PATH}: ")
+    assert err.startswith(f"error: {manifest}: document 0: runtimeclass/bad: {ANNOTATION_PATH}: ")
     status = kubectl_main(["check", str(tmp_path / "absent"), "--cluster-file", str(tmp_path / "absent")])
     assert status == 2
     assert capsys.readouterr().err.startswith("kubectl runtimeclass: error: ")
@@ -485,8 +672,132 @@ def test_kubectl_plugin_executable(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "runtimeclass/gvisor valid\n"
+    assert done.stdout == "runtimeclass/gvisor warned\n"
     assert done.stderr == (
         "Warning: RuntimeClass gvisor: every matching node has an untolerated taint, "
         "e.g. sandbox.gke.io/runtime=gvisor:NoSchedule on 3/3\n"
     )
+
+
+@pytest.mark.parametrize("value", ["bogus", "kube-system/", "/name", "a/b/c", "kube system/x"])
+def test_cluster_autoscaler_status_is_read_as_serve_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    manifest = write(tmp_path / "rc.yaml", runtime_class())
+    with pytest.raises(SystemExit) as exited:
+        main(["check", str(manifest), "--cluster-autoscaler-status", value])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"runtimeclass-extender check: error: argument --cluster-autoscaler-status: invalid value {value!r}: "
+        "must be NAMESPACE/NAME, such as kube-system/cluster-autoscaler-status, or empty"
+    )
+
+
+# --- a whole manifest directory --------------------------------------------------------
+
+
+def manifest_tree(root: Path) -> None:
+    """A repository's manifest directory: a kustomize base with patches of every kind, a
+    Helm chart, data files, a RuntimeClass, and a file meant as a manifest that is broken."""
+    write(root / "base" / "runtimeclass.yaml", runtime_class("gvisor", node_selector={"pool": "none"}))
+    (root / "base" / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- runtimeclass.yaml\n"
+        "patches:\n- path: patches/handler.yaml\n  target: {kind: RuntimeClass}\n- patch: |-\n    - op: remove\n"
+        "      path: /handler\npatchesJson6902:\n- path: json6902.yaml\n  target: {kind: RuntimeClass, name: gvisor}\n"
+        "patchesStrategicMerge:\n- ../shared/merge.yaml\n- |-\n  kind: RuntimeClass\n  metadata: {name: inline}\n"
+    )
+    # A strategic-merge patch of a RuntimeClass has no handler: judged, it would be refused.
+    write(
+        root / "base" / "patches" / "handler.yaml", {"kind": "RuntimeClass", "metadata": {"name": "gvisor"}}
+    )
+    (root / "base" / "json6902.yaml").write_text("- op: replace\n  path: /handler\n  value: kata\n")
+    write(
+        root / "shared" / "merge.yaml",
+        {"kind": "RuntimeClass", "metadata": {"name": "gvisor"}, "handlr": "x"},
+    )
+    # A JSON patch no kustomization names (another tool's) is no object either.
+    (root / "shared" / "ops.json").write_text('[{"op": "add", "path": "/metadata/labels", "value": {}}]')
+    chart = root / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: chart\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text("enabled: true\n")
+    (chart / "templates" / "a.yaml").write_text("{{- if .Values.enabled }}\nkind: RuntimeClass\n{{- end }}\n")
+    (chart / "templates" / "b.yaml").write_text('{{ include "x" . }}\n')
+    (root / "dashboard.json").write_text('{"title": "RuntimeClasses", "panels": []}')
+
+
+def test_a_manifest_directory_is_checked_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest_tree(tmp_path)
+    status, out, err = run(capsys, str(tmp_path), "--cluster-file", str(EXAMPLE_CLUSTER))
+    assert status == 0, err
+    assert out == ["runtimeclass/gvisor warned"]
+    base = tmp_path / "base"
+    kustomization = base / "kustomization.yaml"
+    assert err == [
+        f"note: {base / 'json6902.yaml'}: skipped (a kustomize patch of {kustomization})",
+        f"note: {kustomization}: document 0: kustomization skipped (not a RuntimeClass)",
+        f"note: {base / 'patches' / 'handler.yaml'}: skipped (a kustomize patch of {kustomization})",
+        "Warning: RuntimeClass gvisor: no node matches scheduling.nodeSelector {pool=none}; its pods will stay pending",
+        f"note: {tmp_path / 'chart' / 'Chart.yaml'}: skipped (not a Kubernetes object: no kind)",
+        f"note: {tmp_path / 'chart' / 'templates'}: skipped (2 Helm chart templates: check what helm template "
+        "renders them into, with check -)",
+        f"note: {tmp_path / 'chart' / 'values.yaml'}: skipped (not a Kubernetes object: no kind)",
+        f"note: {tmp_path / 'dashboard.json'}: skipped (not a Kubernetes object: no kind)",
+        f"note: {tmp_path / 'shared' / 'merge.yaml'}: skipped (a kustomize patch of {kustomization})",
+        f"note: {tmp_path / 'shared' / 'ops.json'}: skipped (a JSON patch (RFC 6902), not an object)",
+    ]
+    # Skipping is no warning: --warnings-as-errors fails on the class's warning alone.
+    status, _, _ = run(capsys, str(tmp_path), "--cluster-file", str(EXAMPLE_CLUSTER), "--warnings-as-errors")
+    assert status == 1
+    (base / "runtimeclass.yaml").unlink()
+    status, out, _ = run(
+        capsys, str(tmp_path), "--cluster-file", str(EXAMPLE_CLUSTER), "--warnings-as-errors"
+    )
+    assert (status, out) == (0, [])
+
+
+def test_a_broken_manifest_in_a_directory_is_still_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest_tree(tmp_path)
+    # Not a chart template, not a patch: meant as a manifest, and not YAML.
+    (tmp_path / "base" / "broken.yaml").write_text("kind: [\n")
+    # A list where an object belongs, beside real objects: no JSON patch either.
+    write(tmp_path / "base" / "z-list.yaml", runtime_class("ok"), ["not", "an", "object"])
+    status, out, err = run(capsys, str(tmp_path), "--cluster-file", str(EXAMPLE_CLUSTER))
+    assert status == 2
+    assert out == ["runtimeclass/gvisor warned", "runtimeclass/ok valid"]
+    assert [line for line in err if line.startswith("error: ")] == [
+        f"error: {tmp_path / 'base' / 'broken.yaml'}: not valid YAML (line 2, column 1: expected the node "
+        "content, but found '<stream end>')",
+        f"error: {tmp_path / 'base' / 'z-list.yaml'}: document 1: expected a Kubernetes object or List",
+    ]
+
+
+def test_a_file_named_on_the_command_line_is_always_a_manifest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest_tree(tmp_path)
+    patch = tmp_path / "base" / "json6902.yaml"
+    template = tmp_path / "chart" / "templates" / "a.yaml"
+    handler = tmp_path / "base" / "patches" / "handler.yaml"
+    status, _, err = run(capsys, str(patch), str(template), str(handler))
+    assert status == 2
+    assert err[1:] == [
+        f"error: {patch}: document 0: expected a Kubernetes object or List",
+        f"error: {template}: not valid YAML (line 1, column 3: expected the node content, but found '-')",
+        f"error: {handler}: document 0: runtimeclass/gvisor: handler: Required value",
+    ]
+
+
+def test_this_repositorys_deploy_directory_passes_as_the_docs_say(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/check.md's CI example: deploy/ as it is, against the example cluster."""
+    status, out, err = run(
+        capsys, str(REPO / "deploy"), "--cluster-file", str(EXAMPLE_CLUSTER), "--warnings-as-errors"
+    )
+    assert status == 0, [line for line in err if not line.startswith("note: ")]
+    assert [line for line in err if not line.startswith("note: ")] == []
+    assert out and all(line.endswith(" valid") for line in out)
+    # The kustomize patches and the chart's templates are skipped, each said once.
+    assert any("skipped (a kustomize patch of " in line for line in err)
+    assert sum("Helm chart templates" in line for line in err) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from extender.cli import main
-from extender.tools.commands import kubectl_main
+from extender.tools.commands import build_kubectl_parser, kubectl_main
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from tests.support.apiserver.objects import make_node, make_runtime_class
 from tests.support.apiserver.server import NODES, RUNTIME_CLASSES, FakeApiServer
@@ -104,7 +105,7 @@ def test_explain_pod_file_tolerations_count(capsys: pytest.CaptureFixture[str], 
         (["explain", "nope", *CLUSTER], 'RuntimeClass "nope" not found (known: '),
         (["explain", *CLUSTER], "name a RUNTIMECLASS, or give a pod with --pod FILE"),
         (["explain", "gvisor", "--cluster-file", "/nonexistent.yaml"], "cannot read"),
-        (["explain", "gvisor", "--pod", "/nonexistent.yaml", *CLUSTER], "cannot read /nonexistent.yaml"),
+        (["explain", "gvisor", "--pod", "/nonexistent.yaml", *CLUSTER], "/nonexistent.yaml: cannot read: "),
         (["classes", "--cluster-file", "/nonexistent.yaml"], "cannot read"),
     ],
 )
@@ -115,6 +116,35 @@ def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str], argv: list[str], 
     assert err.startswith("runtimeclass-extender: error: ")
     assert message in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("content", "holds"),
+    [
+        ("", "holds 0 nodes and 0 RuntimeClasses"),
+        ("apiVersion: v1\nkind: List\nitems: []\n", "holds 0 nodes and 0 RuntimeClasses"),
+        (EXAMPLE_CLUSTER.parent.joinpath("runtimeclasses.yaml").read_text(), "holds 0 nodes"),
+    ],
+    ids=["empty-file", "empty-list", "classes-only"],
+)
+def test_unknown_class_in_a_cluster_file_without_classes_or_nodes_says_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, holds: str
+) -> None:
+    """As serve warns of it: the file is likely the mistake, not the class's name."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(content)
+    status, out, err = run(capsys, "explain", "nope", "--cluster-file", str(cluster))
+    assert (status, out) == (2, "")
+    known = "none" if "0 RuntimeClasses" in holds else "gvisor, kata-containers, runc, windows-hyperv"
+    assert err == (
+        f'runtimeclass-extender: error: RuntimeClass "nope" not found (known: {known}): '
+        f"cluster file {cluster} {holds}\n"
+    )
+    # A file holding both says nothing more than the name.
+    status, _, err = run(capsys, "explain", "nope", *CLUSTER)
+    assert status == 2 and err.rstrip("\n").endswith(
+        "(known: gvisor, gvisor-gpu, kata-containers, runc, sandboxed, windows-hyperv)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -331,6 +361,44 @@ def test_docs_examples_are_the_commands_output(
         assert len(out.splitlines()) > len(rows)
     else:
         assert screen == shown
+
+
+def _json_table(text: str) -> dict[str, str]:
+    """docs/explain.md's table of the JSON fields: the meaning of each, by field name."""
+    rows: dict[str, str] = {}
+    for line in text.split("| field | meaning |", 1)[1].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        fields, meaning = line.strip("|").split("|", 1)
+        for name in re.findall(r"`(\w+)`", fields):
+            rows[name] = meaning
+    return rows
+
+
+def test_docs_list_every_field_of_explain_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Every key of ``explain -o json`` (and of its RuntimeClass view) is in the page's table."""
+    cluster = tmp_path / "cluster.yaml"
+    document = yaml.safe_load(EXAMPLE_CLUSTER.read_text())
+    for item in document["items"]:
+        if item["kind"] == "RuntimeClass" and item["metadata"]["name"] == "gvisor":
+            item["overhead"] = {"podFixed": {"cpu": "250m", "memory": "160Mi"}}
+    cluster.write_text(yaml.safe_dump(document))
+    status, out, _ = run(capsys, "explain", "gvisor", "--cluster-file", str(cluster), "-o", "json")
+    explained = json.loads(out)
+    assert status == 0
+    assert explained["runtimeClass"]["overhead"] == {"cpu": "250m", "memory": "160Mi"}
+    table = _json_table(page("explain.md"))
+    assert [key for key in explained if key not in table] == []
+    view = table["runtimeClass"]
+    assert [key for key in explained["runtimeClass"] if f"`{key}`" not in view] == []
+
+
+def test_docs_name_every_command_of_the_kubectl_plugin() -> None:
+    plugin = " ".join(page("explain.md").split("## kubectl plugin", 1)[1].split("\n## ", 1)[0].split())
+    (commands,) = [action for action in build_kubectl_parser()._actions if action.dest == "command"]
+    names = list(getattr(commands, "choices", {}))
+    assert len(names) == 7 and "the same seven commands" in plugin
+    assert [name for name in names if f"`{name}`" not in plugin] == []
 
 
 @pytest.mark.parametrize(

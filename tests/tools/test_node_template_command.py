@@ -116,3 +116,61 @@ def test_bad_input_is_one_line_and_status_2(
     status, _, err = run(capsys, *argv)
     assert status == 2
     assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("prefix", "reason"),
+    [
+        (
+            "Bad Prefix!",
+            "must be a DNS subdomain such as runtimeclass.node-restriction.kubernetes.io: prefix part a "
+            "lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+            "and must start and end with an alphanumeric character",
+        ),
+        (
+            "example.com/rc",
+            "must be a DNS subdomain such as runtimeclass.node-restriction.kubernetes.io: it holds a '/' "
+            "(the label key is PREFIX/CLASS)",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["node-template", "check", "check-pod-admission", "serve"])
+def test_the_label_prefix_is_refused_as_serve_refuses_it(
+    capsys: pytest.CaptureFixture[str], prefix: str, reason: str, command: str
+) -> None:
+    """Every command taking --node-label-prefix reads it with serve's own parser: the same
+    reason, exit status 2, before anything is read."""
+    argv = {
+        "node-template": ["node-template", "--cluster-file", CLASSES, *SANDBOX],
+        "check": ["check", CLASSES],
+        "check-pod-admission": ["check-pod-admission"],
+        # With a flag refused after the settings are read: a prefix let through fails, never serves.
+        "serve": ["serve", "--cluster-file", CLASSES, "--leader-elect"],
+    }[command]
+    if command == "serve":
+        status = main([*argv, "--node-label-prefix", prefix])
+    else:
+        with pytest.raises(SystemExit) as exited:
+            main([*argv, "--node-label-prefix", prefix])
+        status = int(str(exited.value.code))
+    out, err = capsys.readouterr()
+    assert (status, out) == (2, "")
+    expected = f"--node-label-prefix: invalid value {prefix!r}: {reason}"
+    if command == "serve":
+        assert err == f"runtimeclass-extender: error: {expected}\n"
+    else:
+        assert err.splitlines()[-1] == f"runtimeclass-extender {command}: error: argument {expected}"
+
+
+def test_the_gke_aks_snippet_honours_the_prefix(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, *SANDBOX, "--provider", "gke-aks", "--node-label-prefix", "example.com")
+    assert status == 0
+    snippet = out.split("# GKE and AKS node pools\n")[1].splitlines()
+    assert snippet == [
+        "# GKE (POOL, CLUSTER: yours)",
+        "gcloud container node-pools create POOL --cluster=CLUSTER "
+        f"--node-labels=example.com/gvisor=true,example.com/runc=true --node-taints={STARTUP}=true:NoSchedule",
+        "# AKS (GROUP, CLUSTER, POOL: yours)",
+        "az aks nodepool add --resource-group GROUP --cluster-name CLUSTER --name POOL "
+        f"--labels example.com/gvisor=true example.com/runc=true --node-taints {STARTUP}=true:NoSchedule",
+    ]

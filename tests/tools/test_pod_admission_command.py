@@ -268,3 +268,26 @@ async def test_a_table_kind_the_api_server_does_not_serve_is_named_with_what_ins
         "the API server does not serve PodAdmissionTables: if the pod admission policies are installed, "
         "install the PodAdmissionTable CustomResourceDefinition podadmissiontables.runtimeclass-extender.dev"
     ), unrouted
+
+
+def test_without_a_kubeconfig_the_hint_names_only_what_it_takes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It creates pods through the API server: no --cluster-file (which it does not take)
+    in the hint, unlike the commands that can read a file."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    status = main(["check-pod-admission"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err == (
+        "runtimeclass-extender: error: no Kubernetes API server configured: not running in a pod with a "
+        "service account, no --kubeconfig given, KUBECONFIG is not set and ~/.kube/config does not exist. "
+        "Pass --kubeconfig PATH (or set KUBECONFIG) and optionally --context NAME\n"
+    )
+    status = main(["classes"])
+    assert status == 2
+    assert capsys.readouterr().err.rstrip("\n").endswith(
+        "or read the cluster from a file with --cluster-file PATH"
+    )
