@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from extender.admission.pod_table import table
+from extender.admission.pod_table import table, table_spec
 from extender.admission.probe import Admission, apply_patch, differences
 from extender.cli import main
 from extender.cluster.class_labels import ClassLabels
@@ -291,3 +291,38 @@ def test_without_a_kubeconfig_the_hint_names_only_what_it_takes(
     assert capsys.readouterr().err.rstrip("\n").endswith(
         "or read the cluster from a file with --cluster-file PATH"
     )
+
+
+async def test_the_default_scheduler_placement_is_checked_as_the_table_says_it(
+    classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table says the cluster's default scheduler places the pods: the check expects
+    each probe pod unrouted, with its class's label requirement and marked admitted,
+    and says which placement is in force."""
+    docs = [
+        copy.deepcopy(d)
+        for d in render("overlays/default-scheduler")
+        if d["metadata"]["name"]
+        in (POD_ADMISSION, POD_ADMISSION + "-required", "podadmissiontables.runtimeclass-extender.dev")
+    ]
+    rules = ClassLabels(PREFIX, load_policy())
+    entries = table((runtime_class_from_api(rc) for rc in SHORT), rules, rules)
+    docs.append(
+        {
+            "apiVersion": TABLES.api_version,
+            "kind": TABLES.kind,
+            "metadata": {"name": TABLE},
+            "spec": table_spec(entries, default_scheduler=True),
+        }
+    )
+    classes.apply(docs)
+    status, out, err = await _run(capsys, "--kubeconfig", str(fake_kubeconfig), "-o", "json")
+    assert status == 0, out + err
+    report = json.loads(out)
+    assert report["placement"] == "default-scheduler"
+    by_class = {r["runtimeClass"]: r for r in report["results"]}
+    assert by_class["gvisor"]["got"]["schedulerName"] == "default-scheduler"
+    assert by_class["gvisor"]["got"]["nodeLabel"] == f"{PREFIX}/gvisor=true"
+    assert all(r["differences"] == [] for r in report["results"]), report
+    status, _, err = await _run(capsys, "--kubeconfig", str(fake_kubeconfig))
+    assert status == 0 and "Placement: default-scheduler (the pod admission table says so)" in err
