@@ -78,6 +78,8 @@ from tests.support.manifests import render
 Json = dict[str, Any]
 SELECTOR = {"runtime/gvisor": "true"}
 LABEL = "runtimeclass.node-restriction.kubernetes.io/gvisor"
+# The label kata-deploy sets on a node once kata is installed there.
+KATA_RUNTIME = "katacontainers.io/kata-runtime"
 TOBEDELETED = "ToBeDeletedByClusterAutoscaler"
 STARTUP = {"key": DEFAULT_STARTUP_TAINT, "effect": "NoSchedule"}
 # The gvisor group's nodes are tainted, as GKE Sandbox taints its pool; the class
@@ -300,6 +302,8 @@ def scene(
     extra_flags: Sequence[str] = (),
     startup_taint: str | None = DEFAULT_STARTUP_TAINT,
     ready_after: float = 0.0,
+    late_labels: dict[str, str] | None = None,
+    late_after: float = 0.0,
 ) -> Iterator[Scene]:
     """A namespace of the test's own; ``setup`` (an overlay, or rendered objects: the
     chart's) installed with its extender and its kube-scheduler (None: kube-scheduler
@@ -309,19 +313,15 @@ def scene(
     plane.ensure_namespace(namespace)
     current = Scene(plane, namespace)
     try:
-        if setup is None:
-            current.scheduler = start_scheduler(
-                plane,
-                {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"},
-                namespace=namespace,
-                service_account="kube-scheduler",
-            )
-            _bind_cluster_role(plane, namespace, "kube-scheduler", "system:kube-scheduler")
-            _bind_cluster_role(plane, namespace, "kube-scheduler", "system:volume-scheduler")
-        else:
-            docs = render(setup) if isinstance(setup, str) else tuple(setup)
+        docs = None if setup is None else render(setup) if isinstance(setup, str) else tuple(setup)
+        if docs is not None:
             current.installed = install(plane, docs, extra_flags=extra_flags)
-            _wait_for_the_table(plane, namespace)
+            _wait_for_the_table(plane, namespace, default_scheduler=not _second_scheduler(docs))
+        if docs is None or not _second_scheduler(docs):
+            # Kubernetes' own scheduler (in-tree, or the default-scheduler placement).
+            current.scheduler = default_scheduler(plane, namespace)
+        else:
+            assert current.installed is not None
             current.scheduler = start_scheduler(
                 plane,
                 scheduler_configuration(docs),
@@ -329,11 +329,33 @@ def scene(
                 extender_port=current.installed.extender.port,
             )
         current.registration = Registration(
-            plane, startup_taint=startup_taint, ready_after=ready_after
+            plane,
+            startup_taint=startup_taint,
+            ready_after=ready_after,
+            late_labels=dict(late_labels or {}),
+            late_after=late_after,
         ).start()
         yield current
     finally:
         current.close()
+
+
+def _second_scheduler(docs: Sequence[Json]) -> bool:
+    """The install runs a kube-scheduler of its own (all but the default-scheduler placement)."""
+    return any(d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("runtimeclass-scheduler-config") for d in docs)
+
+
+def default_scheduler(plane: ControlPlane, namespace: str) -> Process:
+    """kube-scheduler as Kubernetes ships it: its default profile, as kube-scheduler."""
+    scheduler = start_scheduler(
+        plane,
+        {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"},
+        namespace=namespace,
+        service_account="kube-scheduler",
+    )
+    _bind_cluster_role(plane, namespace, "kube-scheduler", "system:kube-scheduler")
+    _bind_cluster_role(plane, namespace, "kube-scheduler", "system:volume-scheduler")
+    return scheduler
 
 
 def _bind_cluster_role(plane: ControlPlane, namespace: str, service_account: str, role: str) -> None:
@@ -348,10 +370,11 @@ def _bind_cluster_role(plane: ControlPlane, namespace: str, service_account: str
     )
 
 
-def _wait_for_the_table(plane: ControlPlane, namespace: str) -> None:
-    """Pods of a class are routed once the leader has written the pod admission table
+def _wait_for_the_table(plane: ControlPlane, namespace: str, *, default_scheduler: bool = False) -> None:
+    """Pods of a class are routed (with the default-scheduler placement: admitted, with
+    the class's label requirement) once the leader has written the pod admission table
     and the API server's policies have seen it: until then they are admitted as they
-    came, unrouted (docs/pod-webhook.md, "While the table is missing")."""
+    came, unrouted, or refused (docs/pod-webhook.md, "While the table is missing")."""
     path = "/apis/runtimeclass-extender.dev/v1alpha1/podadmissiontables/runtimeclass-extender"
     probe = {
         "apiVersion": "v1",
@@ -366,6 +389,8 @@ def _wait_for_the_table(plane: ControlPlane, namespace: str) -> None:
             return False
         pods = f"/api/v1/namespaces/{namespace}/pods"
         admitted = plane.client.request("POST", pods, probe, query={"dryRun": "All"})
+        if default_scheduler:
+            return admitted.ok and LABEL in (admitted.body["spec"].get("nodeSelector") or {})
         return admitted.ok and admitted.body["spec"].get("schedulerName") == "runtimeclass-scheduler"
 
     wait_for(admitted, timeout=60, what="the pod admission table")
@@ -463,6 +488,66 @@ def test_large_cluster_mode_scales_the_gvisor_group_from_its_live_node(
             print(f"large-cluster, live template: gvisor 1->2, {node} bound {seconds:.1f} s after start")
 
 
+# --- the default-scheduler placement: the same, with no second scheduler --------------------
+
+
+def test_the_default_scheduler_placement_scales_the_gvisor_group_from_zero(
+    cloud: ControlPlane, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The chart with the default-scheduler placement, as docs/autoscaling.md installs it:
+    the cluster's own kube-scheduler places the pod, by the label requirement and
+    toleration pod admission gave it; the autoscaler grows the right group."""
+    chart = helm_template(
+        {
+            "labelNodes.enabled": "true",
+            "labelNodes.placement": "default-scheduler",
+            "nodeAutoscaling.enabled": "true",
+        }
+    )
+    assert not [d for d in chart if d["kind"] == "ConfigMap" and "scheduler" in d["metadata"]["name"]]
+    with scene(cloud, request, chart) as s:
+        s.node("plain-a")
+        s.node("plain-b")
+        s.node("gvisor-full", labels=SELECTOR, cpu="2", used="1800m")
+        s.pod("sandboxed-0")
+        assert "didn't match Pod's node affinity/selector" in s.unschedulable("sandboxed-0")
+        admitted = cloud.client.get(f"/api/v1/namespaces/{s.namespace}/pods/sandboxed-0")
+        assert admitted["spec"]["schedulerName"] == "default-scheduler"
+        assert admitted["spec"]["nodeSelector"] == {LABEL: "true"}
+        needed = template_labels(tmp_path, "runtime/gvisor=true", "kubernetes.io/os=linux")
+        gvisor = template("gvisor", labels={**SELECTOR, **needed}, taints=[STARTUP, SANDBOX])
+        with autoscaling(cloud, [gvisor, template("plain")]) as scaler:
+            node, seconds = s.bound("sandboxed-0", scaler)
+            assert node.startswith("gvisor-") and node != "gvisor-full"
+            assert scaler.scale_ups() == [("gvisor", 0, 1)]
+            wait_for(lambda: scaler.targets() == {"gvisor": 1, "plain": 0}, timeout=30, what="the status")
+            assert taint_keys(cloud, node) == ["sandbox"]
+            print(f"default-scheduler, scale from zero: gvisor 0->1, {node} bound {seconds:.1f} s after start")
+
+
+def test_the_default_scheduler_placement_scales_the_gvisor_group_from_its_live_node(
+    cloud: ControlPlane, request: pytest.FixtureRequest
+) -> None:
+    with scene(cloud, request, "overlays/default-scheduler") as s:
+        s.node("plain-a")
+        s.node("plain-b")
+        s.member("gvisor-live", "gvisor", labels=SELECTOR, cpu="2")
+        s.filler("gvisor-live", "1800m")
+        wait_for(
+            lambda: LABEL in cloud.client.get("/api/v1/nodes/gvisor-live")["metadata"]["labels"],
+            timeout=30,
+            what="the live node labelled",
+        )
+        s.pod("sandboxed-0")
+        s.unschedulable("sandboxed-0")
+        gvisor = template("gvisor", labels=SELECTOR, cpu="2", taints=[STARTUP, SANDBOX])
+        with autoscaling(cloud, [gvisor, template("plain")]) as scaler:
+            node, seconds = s.bound("sandboxed-0", scaler)
+            assert node.startswith("gvisor-") and node != "gvisor-live"
+            assert scaler.scale_ups() == [("gvisor", 1, 2)]
+            print(f"default-scheduler, live template: gvisor 1->2, {node} bound {seconds:.1f} s after start")
+
+
 # --- predicate mode: the refusal, seen before a pod pends ----------------------------------
 
 
@@ -555,17 +640,26 @@ SCALE_DOWN = {
 }
 
 
-@pytest.mark.parametrize("overlay", ["overlays/predicate-mode", "overlays/large-cluster", "in-tree"])
+@pytest.mark.parametrize("overlay", ["overlays/predicate-mode", "overlays/large-cluster", "overlays/default-scheduler"])
 def test_scale_down_never_removes_the_node_a_runtimeclass_pod_needs(
-    request: pytest.FixtureRequest, overlay: str
+    cloud: ControlPlane, request: pytest.FixtureRequest, overlay: str
 ) -> None:
+    _scale_down_keeps_the_node(cloud, request, overlay)
+
+
+def test_scale_down_never_removes_the_node_a_runtimeclass_pod_needs_in_tree(
+    in_tree: ControlPlane, request: pytest.FixtureRequest
+) -> None:
+    _scale_down_keeps_the_node(in_tree, request, "in-tree")
+
+
+def _scale_down_keeps_the_node(cloud: ControlPlane, request: pytest.FixtureRequest, overlay: str) -> None:
     predicate = overlay.endswith("predicate-mode")
-    cloud: ControlPlane = request.getfixturevalue("in_tree" if overlay == "in-tree" else "cloud")
     with scene(cloud, request, None if overlay == "in-tree" else overlay) as s:
         s.node("plain-a")
         s.node("plain-b")
         s.member("gvisor-keep", "gvisor", labels=SELECTOR)
-        if overlay.endswith("large-cluster"):
+        if overlay.endswith(("large-cluster", "default-scheduler")):
             wait_for(
                 lambda: LABEL in cloud.client.get("/api/v1/nodes/gvisor-keep")["metadata"]["labels"],
                 timeout=30,
@@ -592,6 +686,10 @@ def test_scale_down_never_removes_the_node_a_runtimeclass_pod_needs(
                 owner=s.replica_set("opted-out"),
                 nodeName="gvisor-spare",
             )
+        elif overlay.endswith("default-scheduler"):
+            # The label requirement shows the autoscaler where it may run; the mark says
+            # pod admission admitted it.
+            assert admitted["annotations"] == {"runtimeclass-extender.dev/admitted": "true"}
         else:
             # The autoscaler sees where the pod may run: the label (large-cluster mode), or
             # the class's selector the in-tree plugin merged.
@@ -667,6 +765,45 @@ def test_a_new_node_waiting_for_its_label_behind_a_busy_labeller_asks_for_no_sec
                 assert gap > 10, gap
                 assert scaler.lines(f"Overriding status of node {node}, which seems to have startup taint")
                 print(f"registration gap {gap:.1f} s: one scale-up, {node} bound {seconds:.1f} s after start")
+    finally:
+        cloud.delete(kata)
+
+
+def test_a_new_node_keeps_its_startup_taint_until_a_label_set_20_s_after_registration(
+    cloud: ControlPlane, request: pytest.FixtureRequest
+) -> None:
+    """kata's class reads katacontainers.io/kata-runtime, which kata-deploy sets once its
+    DaemonSet pod has run on the node: 20 s after it registers, here. The node fits no
+    class until then. It lost the startup taint at its first reconcile, and the
+    autoscaler, seeing a ready node the pod cannot use, added another. With
+    startup-taint-grace the node keeps the taint while the pod waits: one scale-up, the
+    taint gone in the write that labels the node, and the pod bound there."""
+    kata_label = "runtimeclass.node-restriction.kubernetes.io/kata"
+    kata = {**GVISOR, "metadata": {"name": "kata"}, "scheduling": {"nodeSelector": {KATA_RUNTIME: "true"}}}
+    cloud.apply(kata)
+    try:
+        with scene(
+            cloud,
+            request,
+            "overlays/large-cluster",
+            extra_flags=["--startup-taint-grace=90"],
+            late_labels={KATA_RUNTIME: "true"},
+            late_after=20.0,
+        ) as s:
+            s.node("plain-a")
+            s.pod("kata-0", runtimeClassName="kata")
+            s.unschedulable("kata-0")
+            # The template as node-template says: the derived label (the autoscaler reads
+            # it there), not the late one, which the node gets from kata-deploy.
+            group = template("kata", labels={kata_label: "true"}, taints=[STARTUP])
+            with autoscaling(cloud, [group, template("plain")]) as scaler:
+                node, seconds = s.bound("kata-0", scaler, within=120)
+                assert node.startswith("kata-")
+                assert scaler.scale_ups() == [("kata", 0, 1)]
+                (arrival,) = s.registration.made()  # type: ignore[union-attr]
+                assert arrival.untainted is not None and arrival.untainted - arrival.seen >= 20.0
+                assert arrival.labelled is not None and arrival.labelled == arrival.untainted
+                print(f"late label: one scale-up, taint kept {arrival.untainted - arrival.seen:.1f} s, bound {seconds:.1f} s")
     finally:
         cloud.delete(kata)
 

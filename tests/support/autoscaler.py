@@ -265,13 +265,17 @@ class Arrival:
 class Registration:
     """Watches Nodes (a real watch, as controllers do); for each node the autoscaler
     makes (``kwok.x-k8s.io/node`` and a name not in ``existing``), removes the not-ready
-    taint ``ready_after`` seconds after it appears, and records when a label under
-    ``label_prefix`` and the loss of ``startup_taint`` arrive."""
+    taint ``ready_after`` seconds after it appears, puts ``late_labels`` on it
+    ``late_after`` seconds after it appears (as kata-deploy labels a node once its
+    DaemonSet pod has run there), and records when a label under ``label_prefix`` and
+    the loss of ``startup_taint`` arrive."""
 
     plane: ControlPlane
     label_prefix: str = "runtimeclass.node-restriction.kubernetes.io/"
     startup_taint: str | None = None
     ready_after: float = 0.0
+    late_labels: dict[str, str] = field(default_factory=dict)
+    late_after: float = 0.0
     arrivals: dict[str, Arrival] = field(default_factory=dict)
     existing: set[str] = field(default_factory=set)
 
@@ -280,6 +284,7 @@ class Registration:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._due: dict[str, float] = {}
+        self._labels_due: dict[str, float] = {}
 
     def start(self) -> Registration:
         nodes = self.plane.client.get("/api/v1/nodes")
@@ -343,6 +348,8 @@ class Registration:
             if arrival is None:
                 arrival = self.arrivals[name] = Arrival(name, now, labels, taints)
                 self._due[name] = now + self.ready_after
+                if self.late_labels:
+                    self._labels_due[name] = now + self.late_after
             if arrival.labelled is None and any(k.startswith(self.label_prefix) for k in labels):
                 arrival.labelled = now
             if self.startup_taint and arrival.untainted is None and self.startup_taint not in taints:
@@ -359,6 +366,17 @@ class Registration:
                     with self._lock:
                         self._due.pop(name, None)
                         self.arrivals[name].ready = time.monotonic()
+            with self._lock:
+                late = [name for name, at in self._labels_due.items() if at <= now]
+            for name in late:
+                self.plane.client.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{name}",
+                    {"metadata": {"labels": self.late_labels}},
+                    content_type="application/merge-patch+json",
+                )
+                with self._lock:
+                    self._labels_due.pop(name, None)
             time.sleep(0.05)
 
     def _untaint(self, name: str) -> bool:

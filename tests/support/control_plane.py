@@ -727,16 +727,25 @@ class ControlPlane:
 
     # -- Services reachable on loopback ------------------------------------------------
 
-    def forward_service(self, namespace: str, name: str, target: tuple[str, int]) -> None:
-        """Make the Service's ClusterIP:port reach ``target`` (a local listener)."""
+    def forward_service(self, namespace: str, name: str, target: tuple[str, int]) -> list[tuple[str, int]]:
+        """Make the Service's ClusterIP:port reach ``target`` (a local listener); the
+        addresses forwarded, for ``stop_forwarding``."""
         service = self.client.get(f"/api/v1/namespaces/{namespace}/services/{name}")
         cluster_ip = service["spec"]["clusterIP"]
+        addresses = []
         for port in service["spec"]["ports"]:
             listen = (cluster_ip, int(port["port"]))
+            self.stop_forwarding([listen])
+            self._forwarders[listen] = _Forwarder(listen, target)
+            addresses.append(listen)
+        return addresses
+
+    def stop_forwarding(self, addresses: Sequence[tuple[str, int]]) -> None:
+        """Close the forwarders on ``addresses`` (the Service is gone with its install)."""
+        for listen in addresses:
             previous = self._forwarders.pop(listen, None)
             if previous is not None:
                 previous.close()
-            self._forwarders[listen] = _Forwarder(listen, target)
 
 
 def _now(at: datetime.datetime | None = None) -> str:

@@ -124,6 +124,8 @@ class Installed:
     docs: list[Manifest]
     namespace: str
     extenders: list[Extender] = field(default_factory=list)
+    # The webhook Service's addresses forwarded to a replica (kube-proxy's part).
+    forwarded: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def extender(self) -> Extender:
@@ -146,6 +148,7 @@ class Installed:
         until each CustomResourceDefinition is gone: one still terminating would take the
         next install's copy of it down with it."""
         self.stop_extenders()
+        self.plane.stop_forwarding(self.forwarded)
         for doc in reversed(self.docs):
             if doc["kind"] in _NOT_APPLIED or doc["kind"] == "Namespace":
                 continue
@@ -193,7 +196,9 @@ def install(
         installed.start_extenders()
     if has_service and not direct:
         # One replica answers the webhooks (the Service's endpoints, without kube-proxy).
-        plane.forward_service(namespace, WEBHOOK_SERVICE, ("127.0.0.1", installed.extender.admission_port))
+        installed.forwarded = plane.forward_service(
+            namespace, WEBHOOK_SERVICE, ("127.0.0.1", installed.extender.admission_port)
+        )
     return installed
 
 

@@ -1,0 +1,310 @@
+"""The default-scheduler placement on kube-apiserver and kube-scheduler 1.36 (docs/large-clusters.md).
+
+The chart installed with ``labelNodes.placement=default-scheduler`` (its extender run as
+its own ServiceAccount, tests/support/install.py), and kube-scheduler as Kubernetes
+ships it: its default profile, no extender, no second scheduler. What an operator gets:
+
+- pods of a class bound to the class's nodes by the default scheduler, by the label
+  requirement and toleration pod admission gave them, their schedulerName untouched;
+- a class edited to another pool moves its pending pods there (the labeller moves the
+  labels; kube-scheduler's NodeAffinity hint retries the pods);
+- a pending pod told why, naming its class: ``RuntimeClassFitsNoNode`` while the class
+  fits no node, ``RuntimeClassNodesUnavailable`` while its nodes have no room;
+- a pod of a class not in the pod admission table refused (created while no replica
+  ran), and admitted once a replica has written the class's entry; and a pod created
+  right after the install (the chart's pods ready, as ``helm install --wait`` waits
+  for) admitted with its requirement.
+
+Bound pods stay Pending (no kubelet): binding is ``spec.nodeName``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.autoscaler import start_scheduler
+from tests.support.control_plane import Assets, ControlPlane, Process
+from tests.support.helm import template as helm_template
+from tests.support.install import Installed, install
+
+Json = dict[str, Any]
+LABEL = "runtimeclass.node-restriction.kubernetes.io/gvisor"
+SELECTOR = {"runtime/gvisor": "true"}
+SANDBOX = {"key": "sandbox", "value": "gvisor", "effect": "NoSchedule"}
+GVISOR: Json = {
+    "apiVersion": "node.k8s.io/v1",
+    "kind": "RuntimeClass",
+    "metadata": {"name": "gvisor"},
+    "handler": "runsc",
+    "scheduling": {
+        "nodeSelector": SELECTOR,
+        "tolerations": [{"key": "sandbox", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"}],
+    },
+}
+NAMESPACE = "sandboxes"
+CHART_VALUES = {"labelNodes.enabled": "true", "labelNodes.placement": "default-scheduler"}
+REFUSED = "pod rejected: RuntimeClass {name} is not in the pod admission table runtimeclass-extender yet"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def binaries(assets: Assets) -> None:
+    if assets.binary("kube-scheduler") is None:
+        message = f"kube-scheduler not in {assets.directory} (KUBEBUILDER_ASSETS)"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
+def wait_for(condition: Any, *, timeout: float = 60.0, what: str, last: Any = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}" + (f": {last()}" if last else ""))
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def scheduler(plane: ControlPlane) -> Iterator[Process]:
+    """kube-scheduler as Kubernetes ships it, beside predicate mode's API server."""
+    process = default_scheduler(plane)
+    try:
+        yield process
+    finally:
+        process.stop()
+        plane.processes.remove(process)
+
+
+@pytest.fixture
+def installed(plane: ControlPlane, scheduler: Process) -> Iterator[Installed]:
+    """The chart with the default-scheduler placement, installed for the test alone;
+    returns once every replica is ready (what helm install --wait waits for)."""
+    plane.apply(GVISOR)
+    plane.ensure_namespace(NAMESPACE)
+    done = install(plane, helm_template(CHART_VALUES))
+    try:
+        yield done
+    finally:
+        done.uninstall()
+
+
+def default_scheduler(plane: ControlPlane) -> Process:
+    """kube-scheduler as Kubernetes ships it, as the kube-scheduler user."""
+    scheduler = start_scheduler(
+        plane,
+        {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"},
+        namespace="kube-system",
+        service_account="kube-scheduler",
+    )
+    for role in ("system:kube-scheduler", "system:volume-scheduler"):
+        plane.apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"test-default-scheduler-{role.replace(':', '-')}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "kube-scheduler", "namespace": "kube-system"}],
+            }
+        )
+    return scheduler
+
+
+def pod(name: str, *, runtime_class: str = "gvisor", cpu: str = "100m") -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "runtimeClassName": runtime_class,
+            "containers": [
+                {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}
+            ],
+        },
+    }
+
+
+def get_pod(plane: ControlPlane, name: str) -> Json:
+    return plane.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+
+
+def node_of(plane: ControlPlane, name: str) -> str:
+    return str(get_pod(plane, name)["spec"].get("nodeName") or "")
+
+
+def events_of(plane: ControlPlane, name: str) -> list[Json]:
+    listed = plane.client.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")
+    return [e for e in listed["items"] if e["regarding"]["name"] == name]
+
+
+@contextlib.contextmanager
+def nodes(plane: ControlPlane, names: dict[str, dict[str, str]], *, cpu: str = "2") -> Iterator[None]:
+    """Nodes (Ready, no not-ready taint), the gvisor ones tainted as GKE Sandbox taints
+    its pool; deleted after."""
+    for name, labels in names.items():
+        taints = [SANDBOX] if labels.get("runtime/gvisor") else []
+        plane.add_ready_node(name, labels=labels, taints=taints, cpu=cpu)
+    try:
+        yield
+    finally:
+        for name in names:
+            plane.client.request("DELETE", f"/api/v1/nodes/{name}")
+
+
+def labelled(plane: ControlPlane, node: str) -> bool:
+    return LABEL in (plane.client.get(f"/api/v1/nodes/{node}")["metadata"].get("labels") or {})
+
+
+def delete_pods(plane: ControlPlane, *names: str) -> None:
+    for name in names:
+        plane.client.request(
+            "DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", query={"gracePeriodSeconds": "0"}
+        )
+
+
+def test_pods_of_a_class_are_bound_to_its_nodes_by_the_default_scheduler(
+    plane: ControlPlane, installed: Installed
+) -> None:
+    with nodes(plane, {"gvisor-a": SELECTOR, "gvisor-b": SELECTOR, "plain-a": {}, "plain-b": {}}):
+        wait_for(lambda: labelled(plane, "gvisor-a") and labelled(plane, "gvisor-b"), what="the pool labelled")
+        assert not labelled(plane, "plain-a")
+        names = [f"sandboxed-{i}" for i in range(6)]
+        for name in names:
+            plane.apply(pod(name))
+        try:
+            bound = {name: wait_for(lambda n=name: node_of(plane, n), what=f"{name} bound") for name in names}
+            assert set(bound.values()) <= {"gvisor-a", "gvisor-b"}, bound
+            spec = get_pod(plane, names[0])["spec"]
+            # Not routed: the default scheduler placed it, by what admission gave it.
+            assert spec["schedulerName"] == "default-scheduler"
+            assert spec["nodeSelector"] == {LABEL: "true"}
+            assert {"key": "sandbox", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"} in spec[
+                "tolerations"
+            ]
+            assert get_pod(plane, names[0])["metadata"]["annotations"] == {
+                "runtimeclass-extender.dev/admitted": "true"
+            }
+        finally:
+            delete_pods(plane, *names)
+
+
+def test_a_class_edited_to_another_pool_moves_its_pending_pods_and_each_pending_pod_hears_why(
+    plane: ControlPlane, installed: Installed
+) -> None:
+    """The class selects a pool with no node: its pods pend, and say so naming it. Its
+    pool is edited to one with nodes: the labeller moves the label, and kube-scheduler
+    places the pending pods there (NodeAffinity's queueing hint: a node gained a label
+    the pod requires). A pod its class's nodes have no room for says that too."""
+    elsewhere = {"runtime/gvisor": "elsewhere"}
+    plane.apply({**GVISOR, "scheduling": {**GVISOR["scheduling"], "nodeSelector": elsewhere}})
+    try:
+        with nodes(plane, {"gvisor-c": SELECTOR, "plain-c": {}}):
+            wait_for(lambda: not labelled(plane, "gvisor-c"), what="no node labelled for the empty pool")
+            plane.apply(pod("waiting-0"))
+            event = wait_for(
+                lambda: [e for e in events_of(plane, "waiting-0") if e["reason"] == "RuntimeClassFitsNoNode"],
+                what="the pending pod's event",
+            )[0]
+            assert event["note"].startswith('RuntimeClass "gvisor": 0 of ')
+            assert node_of(plane, "waiting-0") == ""
+            plane.apply(GVISOR)  # the pool with nodes
+            assert wait_for(lambda: node_of(plane, "waiting-0"), what="the pod moved to the new pool") == "gvisor-c"
+            # A pod no node of its class has room for (the node has 2 CPUs).
+            plane.apply(pod("too-big", cpu="3"))
+            event = wait_for(
+                lambda: [e for e in events_of(plane, "too-big") if e["reason"] == "RuntimeClassNodesUnavailable"],
+                what="the event of a pod no node of its class has room for",
+            )[0]
+            assert event["note"].startswith(
+                'RuntimeClass "gvisor": 1 of 2 nodes can run it, and kube-scheduler found none of them can take '
+                "the pod (kube-scheduler: 0/2 nodes are available: "
+            ), event["note"]
+            assert "Insufficient cpu" in event["note"]
+            assert event["reportingController"] == "runtimeclass-extender.dev/node-labeller"
+    finally:
+        delete_pods(plane, "waiting-0", "too-big")
+        plane.apply(GVISOR)
+
+
+def test_a_pod_of_a_class_not_in_the_table_is_refused_until_a_replica_writes_its_entry(
+    plane: ControlPlane, installed: Installed
+) -> None:
+    """A class created while no replica runs has no entry: its pod would get no node
+    requirement and could land on a node that cannot run it. The placement's guard
+    refuses it with words that say why (its controller retries); once a replica is
+    back and writes the entry, the same pod is admitted with its requirement."""
+    installed.stop_extenders()
+    kata: Json = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": "kata"},
+        "handler": "kata",
+        "scheduling": {"nodeSelector": {"runtime/kata": "true"}},
+    }
+    plane.apply(kata)
+    try:
+        refused = plane.client.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod("kata-0", runtime_class="kata"))
+        assert refused.status == 403 and REFUSED.format(name="kata") in refused.message, refused.message
+        # A pod of a class in the table is admitted meanwhile, from the table.
+        admitted = plane.client.request(
+            "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod("gvisor-0"), query={"dryRun": "All"}
+        )
+        assert admitted.ok and admitted.body["spec"]["nodeSelector"] == {LABEL: "true"}
+        installed.start_extenders()
+
+        def admitted_now() -> Json | None:
+            answer = plane.client.request(
+                "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod("kata-0", runtime_class="kata"), query={"dryRun": "All"}
+            )
+            return answer.body if answer.ok else None
+
+        body = wait_for(admitted_now, what="the kata pod admitted once the entry is written")
+        assert body["spec"]["nodeSelector"] == {"runtimeclass.node-restriction.kubernetes.io/kata": "true"}
+    finally:
+        plane.delete(kata)
+
+
+def test_a_pod_created_right_after_the_install_is_admitted_with_its_requirement(
+    plane: ControlPlane, installed: Installed
+) -> None:
+    """The install's pods ready (what helm install --wait and kubectl rollout status
+    wait for: /readyz only once the table exists), a pod of a class created at once is
+    admitted with its label requirement, never unconstrained."""
+    answer = plane.client.request(
+        "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod("first-0"), query={"dryRun": "All"}
+    )
+    assert answer.ok, answer.message
+    assert answer.body["spec"]["nodeSelector"] == {LABEL: "true"}
+    assert answer.body["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_before_the_table_exists_a_pod_of_a_class_is_refused_and_one_of_none_admitted(plane: ControlPlane) -> None:
+    """A GitOps tool that applies the install and a workload at once: the policies are
+    there, the table not yet (no replica has started). A pod of a class is refused,
+    with words that say why, and its controller retries; a pod that names no class is
+    admitted as ever."""
+    plane.apply(GVISOR)
+    plane.ensure_namespace(NAMESPACE)
+    done = install(plane, helm_template(CHART_VALUES), start=False)
+    try:
+        pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
+
+        def refused() -> Any:
+            answer = plane.client.request("POST", pods, pod("early-0"), query={"dryRun": "All"})
+            return answer if answer.status == 403 else None
+
+        # The guard is enforced a moment after it is created.
+        answer = wait_for(refused, timeout=30, what="the pod refused")
+        assert REFUSED.format(name="gvisor") in answer.message, answer.message
+        plain = pod("plain-0")
+        del plain["spec"]["runtimeClassName"]
+        assert plane.client.request("POST", pods, plain, query={"dryRun": "All"}).ok
+    finally:
+        done.uninstall()
