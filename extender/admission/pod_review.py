@@ -45,7 +45,10 @@ asks for (``RequiredNodeAffinity``, component-helpers/scheduling/corev1/nodeaffi
 so one more entry constrains a pod with any affinity. A pod that already asks for
 another value of that label is denied, as the in-tree plugin denies a conflicting
 selector. Opted-out pods and namespaces, as for routing, get no label; nor does a pod
-whose class is unknown or whose rules select every node.
+whose class is unknown or whose rules select every node, nor one whose nodeSelector
+holds its class's whole scheduling.nodeSelector when that is all of its node rules (the
+in-tree RuntimeClass plugin merged it: ``extender.admission.pod_table``,
+``unlessNodeSelector``).
 
 **The class's tolerations, with ``--label-nodes``**: a pod of a class with tolerations
 gets each of them the extender honours (``pod_tolerations``: NoSchedule ones) that no
@@ -292,6 +295,7 @@ def review_pod(body: bytes, state: ClusterState, routing: RoutingConfig) -> PodR
         if (
             labels is not None
             and labels.has_node_rules(runtime_class)
+            and not _shows(pod, labels.visible_selector(runtime_class))
             and not _opted_out(request, pod, routing)
         ):
             key_name = labels.key(class_name)

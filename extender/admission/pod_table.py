@@ -51,10 +51,15 @@ One entry per class, under the class's name:
   filters alone, never the extender (kubernetes/autoscaler#506), so a pod whose class's
   rules are not in its spec "can be moved" to any node with room, one that cannot run
   the class included; its node would be drained and removed, and the pod left pending.
-- ``unlessNodeSelector``: with ``podAnnotations``, the class's ``scheduling.nodeSelector``
-  when that is all of its node rules: a pod whose ``nodeSelector`` holds every entry
-  (the in-tree RuntimeClass admission plugin merged it, alongside admission; or its
-  author wrote it) shows the autoscalers where it can run, and gets no annotation.
+- ``unlessNodeSelector``: the class's ``scheduling.nodeSelector`` when that is all of
+  its node rules: a pod whose ``nodeSelector`` holds every entry (the in-tree
+  RuntimeClass admission plugin merged it, as it does on every cluster that runs it;
+  or its author wrote it) is held to the class's nodes by its own selector, which
+  also shows the autoscalers where it can run: it gets no ``podAnnotations`` and no
+  ``nodeLabel`` requirement. The derived label would add nothing for it (its merged
+  selector pins the class's rules of its admission, as the label does), and a node
+  group's template lacks that label where its nodes register through a kubelet (GKE,
+  AKS): without it, an autoscaler scales such a group from zero for the pod.
 
 A class that is not in the table (created while no replica ran) gets routing and
 nothing else, as a class that does not exist (docs/pod-webhook.md, "The window").
@@ -119,6 +124,7 @@ def entry(runtime_class: RuntimeClassView, labels: ClassLabels | None, rules: Cl
     found: dict[str, Any] = {}
     if runtime_class.overhead is not None:
         found["overhead"] = dict(runtime_class.overhead)
+    visible = rules.visible_selector(runtime_class) if rules.has_node_rules(runtime_class) else None
     if labels is not None:
         if labels.has_node_rules(runtime_class):
             found["nodeLabel"] = labels.key(runtime_class.name)
@@ -126,9 +132,8 @@ def entry(runtime_class: RuntimeClassView, labels: ClassLabels | None, rules: Cl
             found["tolerations"] = tolerations
     elif rules.has_node_rules(runtime_class):
         found["podAnnotations"] = dict(AUTOSCALER_ANNOTATIONS)
-        visible = rules.visible_selector(runtime_class)
-        if visible is not None:
-            found["unlessNodeSelector"] = dict(visible)
+    if visible is not None:
+        found["unlessNodeSelector"] = dict(visible)
     return found
 
 

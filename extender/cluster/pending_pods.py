@@ -49,6 +49,7 @@ REQUEUE_ANNOTATION = "runtimeclass-extender.dev/requeued-at"
 REVISION_ANNOTATION = "runtimeclass-extender.dev/requeued-for"
 
 _NONE: frozenset[str] = frozenset()
+_NO_PAIRS: frozenset[tuple[str, str]] = frozenset()
 
 
 @with_config(STRICT_FIELDS)
@@ -112,8 +113,10 @@ class PendingPod:
     schedulable: bool = True
     # REVISION_ANNOTATION's value: the class revision it was last nudged for.
     requeued_for: str = ""
-    # Its nodeSelector keys under the derived-label prefix (label-nodes).
+    # Its nodeSelector keys under the derived-label prefix (label-nodes), and its whole
+    # nodeSelector (shared between alike pods).
     required: frozenset[str] = _NONE
+    node_selector: frozenset[tuple[str, str]] = frozenset()
     # Why kube-scheduler last found it unschedulable (its PodScheduled condition's
     # message while the reason is Unschedulable; "" before a try, or for another reason).
     unschedulable: str = ""
@@ -132,8 +135,9 @@ def pending_pod_converter(label_prefix: str | None) -> Any:
     ``label_prefix`` ("<prefix>/"; None: none). The converter raises ObjectError."""
     owned = None if label_prefix is None else label_prefix.rstrip("/") + "/"
     # Every pod of a class requires the same keys: one frozenset each, shared (a set
-    # per pod was half of what a pending pod cost).
+    # per pod was half of what a pending pod cost); so are alike selectors.
     shared: dict[frozenset[str], frozenset[str]] = {}
+    selectors: dict[frozenset[tuple[str, str]], frozenset[tuple[str, str]]] = {}
 
     def convert(obj: Any) -> PendingPod:
         pod = decode_pod(_ADAPTER, obj)
@@ -157,6 +161,7 @@ def pending_pod_converter(label_prefix: str | None) -> Any:
             # A handful of revisions across thousands of pods: one string each.
             requeued_for=sys.intern((metadata.get("annotations") or {}).get(REVISION_ANNOTATION, "")),
             required=required,
+            node_selector=selectors.setdefault(items := frozenset(selector.items()), items) if selector else _NO_PAIRS,
             unschedulable=_unschedulable(pod.get("status")),
             tolerations=_tolerations(spec.get("tolerations")),
         )

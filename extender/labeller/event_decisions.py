@@ -155,7 +155,9 @@ class EventDecisions:
         fitting = self._fitting_nodes(runtime_class)
         labels = self.labels
         lacks = []
-        if labels.has_node_rules(runtime_class) and labels.key(runtime_class.name) not in pod.required:
+        visible = labels.visible_selector(runtime_class)
+        shows = visible is not None and all(item in pod.node_selector for item in visible.items())
+        if labels.has_node_rules(runtime_class) and labels.key(runtime_class.name) not in pod.required and not shows:
             lacks.append(f"its node label requirement ({labels.key(runtime_class.name)})")
         own = [_as_api(t) for t in pod.tolerations]
         missing = [t for t in pod_tolerations(runtime_class) if not any(covers(o, t) for o in own)]

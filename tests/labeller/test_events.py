@@ -360,3 +360,27 @@ async def test_a_pod_admitted_without_its_classs_label_and_tolerations_hears_wha
         f"({PREFIX}/gvisor) and its tolerations (sandbox Equal gvisor:NoSchedule): it was admitted before its "
         "class was in the pod admission table, before the mode was on, or opted out (recreate it)"
     ), note
+
+
+async def test_a_pod_that_shows_its_classs_selector_is_not_told_it_lacks_the_label(
+    fake_apiserver: FakeApiServer, replicas: Start
+) -> None:
+    """A pod whose nodeSelector holds its class's whole selector (the in-tree plugin
+    merged it) is admitted without the derived label on purpose: its own selector holds
+    it to the class's nodes. Its event names only what it does lack."""
+    pool_cluster(fake_apiserver)
+    pod = make_pod("merged", runtime_class="gvisor")
+    pod["spec"]["nodeSelector"] = {"pool": "gvisor"}
+    fake_apiserver.add(
+        PODS,
+        unschedulable(
+            pod,
+            "0/5 nodes are available: 2 node(s) had untolerated taint(s), 3 node(s) didn't match Pod's "
+            "node affinity/selector. preemption: 0/5 nodes are available: 5 Preemption is not helpful for scheduling.",
+        ),
+    )
+    await replicas("a")
+    await eventually(lambda: len(events(fake_apiserver)) == 1, what="the event")
+    note = events(fake_apiserver)[0]["note"]
+    assert "node label requirement" not in note, note
+    assert "; the pod lacks what pod admission gives a pod of the class: its tolerations (sandbox Equal gvisor:NoSchedule)" in note, note

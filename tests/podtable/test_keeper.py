@@ -147,7 +147,14 @@ async def test_with_label_nodes_each_class_with_node_rules_names_its_label(
     await eventually(
         lambda: (
             entries(fake_apiserver)
-            == {"gvisor": {**OVERHEAD, "nodeLabel": DEFAULT_NODE_LABEL_PREFIX + "/gvisor"}, "runc": {}}
+            == {
+                "gvisor": {
+                    **OVERHEAD,
+                    "nodeLabel": DEFAULT_NODE_LABEL_PREFIX + "/gvisor",
+                    "unlessNodeSelector": {"runtime": "gvisor"},
+                },
+                "runc": {},
+            }
         ),
         what="the labels in the table",
     )

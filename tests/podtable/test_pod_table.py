@@ -48,7 +48,7 @@ CASES: list[tuple[RuntimeClassView, dict[str, Any], dict[str, Any]]] = [
         view("gvisor", overhead={"podFixed": OVERHEAD}, scheduling={"nodeSelector": {"a": "b"}}),
         # ...unless the pod's nodeSelector shows the class's selector, all its rules.
         {"overhead": OVERHEAD, **MARKED, "unlessNodeSelector": {"a": "b"}},
-        {"overhead": OVERHEAD, "nodeLabel": f"{DEFAULT_NODE_LABEL_PREFIX}/gvisor"},
+        {"overhead": OVERHEAD, "nodeLabel": f"{DEFAULT_NODE_LABEL_PREFIX}/gvisor", "unlessNodeSelector": {"a": "b"}},
     ),
     # A term no nodeSelector can show: marked whatever the pod asks for.
     (
@@ -75,7 +75,7 @@ CASES: list[tuple[RuntimeClassView, dict[str, Any], dict[str, Any]]] = [
     (
         view(LONG, overhead={"podFixed": {"cpu": "1"}}, scheduling={"nodeSelector": {"a": "b"}}),
         {"overhead": {"cpu": "1"}, **MARKED, "unlessNodeSelector": {"a": "b"}},
-        {"overhead": {"cpu": "1"}, "nodeLabel": label_key(DEFAULT_NODE_LABEL_PREFIX, LONG)},
+        {"overhead": {"cpu": "1"}, "nodeLabel": label_key(DEFAULT_NODE_LABEL_PREFIX, LONG), "unlessNodeSelector": {"a": "b"}},
     ),
 ]
 

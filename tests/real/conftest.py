@@ -14,10 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.control_plane import MISSING, Assets, ControlPlane, find_assets
-
-# What predicate mode asks of the API server (docs/install.md).
-PREDICATE_MODE = {"--disable-admission-plugins": "RuntimeClass"}
+from tests.support.control_plane import MISSING, PREDICATE_MODE, Assets, ControlPlane, find_assets
 
 
 @pytest.fixture(scope="session")

@@ -71,6 +71,8 @@ REQUIRED = ("kube-apiserver", "etcd", "kubectl")
 # The range kube-apiserver takes Service ClusterIPs from: loopback, so a forwarder can
 # bind them (127.100.0.1 is the "kubernetes" Service's).
 SERVICE_RANGE = "127.100.0.0/24"
+# What predicate mode asks of the API server (docs/install.md).
+PREDICATE_MODE = {"--disable-admission-plugins": "RuntimeClass"}
 MISSING = (
     "no Kubernetes control plane binaries: set KUBEBUILDER_ASSETS to a directory holding "
     "kube-apiserver, etcd and kubectl (docs/development.md, 'The real control plane')"

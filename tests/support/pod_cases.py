@@ -468,8 +468,11 @@ EXPECTED: dict[str, Callable[[Setup, Admitted], None]] = {
     "gvisor-own-selector": _gvisor(
         selector=lambda s: {"topology.kubernetes.io/zone": "a", **_label(s, "gvisor")}
     ),
+    # Its own selector holds the class's whole one (as the in-tree plugin merges it):
+    # that holds it to the class's nodes, so it gets no derived label (nor annotations),
+    # unless the policy adds rules of its own (RuntimeHandler).
     "gvisor-class-selector": _gvisor(
-        selector=lambda s: {**GVISOR_SELECTOR, **_label(s, "gvisor")}, annotations=lambda s: {}
+        selector=lambda s: {**GVISOR_SELECTOR, **_rules_label("gvisor")(s)}, annotations=lambda s: {}
     ),
     "gvisor-own-toleration": _gvisor(tolerations=_tolerating(SANDBOX_TOLERATION)),
     "gvisor-toleration-without-operator": _gvisor(
