@@ -57,6 +57,7 @@ from extender.cluster.state import ClusterState
 from extender.cluster.validation import object_problems, object_reference, runtime_class_decode_problems
 from extender.documents import DocumentError, load_document, load_documents
 from extender.policy_file import load_policy
+from extender.tools.images import GET_THE_IMAGE, unserved_images
 from extender.tools.inputs import STDIN, load_state, read_text
 from extender.tools.output import EXIT_USAGE, UsageError, guarded, print_structured
 from policies.objects import RuntimeClassView
@@ -336,11 +337,31 @@ def check_text(source: str, text: str, judged: Judge, *, walked: bool = False) -
             if not isinstance(obj, dict):
                 yield Finding(source, where, "", "invalid", errors=[f"{source}: {where}: expected an object"])
             elif obj.get("kind") != "RuntimeClass":
-                yield Finding(source, where, object_reference(obj), "skipped", reason="not a RuntimeClass")
+                yield _other_kind(obj, source, where, walked=walked)
             else:
                 yield judged(obj, source, where)
     except ClusterFileError as exc:
         yield Finding(source, "", "", "invalid", errors=[f"{source}: {exc}"])
+
+
+def _other_kind(obj: dict[str, Any], source: str, where: str, *, walked: bool) -> Finding:
+    """An object of another kind is skipped, but an install that names the extender's
+    image without a registry is warned about. Only where it is checked as rendered: in
+    a directory walk it is a kustomize base, whose overlay may set the image (a note)."""
+    ref = object_reference(obj)
+    images = unserved_images(obj)
+    if not images:
+        return Finding(source, where, ref, "skipped", reason="not a RuntimeClass")
+    if walked:
+        reason = f"not a RuntimeClass; its image {images[0][1]} names no registry: an overlay must set it ({GET_THE_IMAGE})"
+        return Finding(source, where, ref, "skipped", reason=reason)
+    warnings = [
+        f"{source}: {where}: {ref}: container {container}: image {image} names no registry, and none serves "
+        f"it (docker.io/library/ holds Docker's official images only): its pods would not start; build and "
+        f"push it, then name it ({GET_THE_IMAGE})"
+        for container, image in images
+    ]
+    return Finding(source, where, ref, "warned", warnings=warnings)
 
 
 def exit_status(findings: Sequence[Finding], *, warnings_as_errors: bool) -> int:

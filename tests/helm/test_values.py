@@ -299,6 +299,17 @@ def test_notes_say_what_to_check_next_in_the_release_namespace() -> None:
     assert "--disable-admission-plugins=RuntimeClass" in notes
 
 
+def test_notes_warn_of_an_image_no_registry_serves() -> None:
+    """The chart's default repository, runtimeclass-extender, is Docker Hub's
+    library/runtimeclass-extender, which does not exist: the pods would never start."""
+    assert "WARNING: the extender image runtimeclass-extender:" in _notes({})
+    assert (
+        "--set extender.image.repository=REGISTRY/runtimeclass-extender" in _notes({})
+    )
+    for repository in ("ghcr.io/example/runtimeclass-extender", "example/runtimeclass-extender"):
+        assert "WARNING" not in _notes({"extender.image.repository": repository}), repository
+
+
 def test_notes_follow_the_parts() -> None:
     notes = _notes({"tls.enabled": "true", "certManager.enabled": "true", "namespace.create": "false"})
     commands = _commands(notes)
@@ -308,6 +319,7 @@ def test_notes_follow_the_parts() -> None:
     assert "kubectl label namespace other runtimeclass-extender.dev/webhook=ignore" in commands
     large = _commands(_notes({"labelNodes.enabled": "true", "monitoring.enabled": "true"}))
     assert "kubectl get events --field-selector reason=RuntimeClassFitsNoNode" in large
+    assert "kubectl get events --field-selector reason=RuntimeClassNodesUnavailable" in large
     assert "kubectl -n other get podmonitor,prometheusrule runtimeclass-extender" in large
     alongside = _notes({"mode": "alongside-admission", "podAdmission.mode": "none"})
     assert "--disable-admission-plugins" not in alongside

@@ -801,3 +801,85 @@ def test_this_repositorys_deploy_directory_passes_as_the_docs_say(capsys: pytest
     # The kustomize patches and the chart's templates are skipped, each said once.
     assert any("skipped (a kustomize patch of " in line for line in err)
     assert sum("Helm chart templates" in line for line in err) == 1
+
+
+def _workload(kind: str, image: str) -> dict[str, Any]:
+    pod_spec = {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}, {"name": "ext", "image": image}]}
+    if kind == "Pod":
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"}, "spec": pod_spec}
+    spec: dict[str, Any] = {"template": {"spec": pod_spec}}
+    if kind == "CronJob":
+        spec = {"schedule": "* * * * *", "jobTemplate": {"spec": spec}}
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "w"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("image", "unserved"),
+    [
+        ("runtimeclass-extender:0.1.0", True),
+        ("runtimeclass-extender", True),
+        ("runtimeclass-extender@sha256:" + "0" * 64, True),
+        ("runtimeclass-extender:0.1.0@sha256:" + "0" * 64, True),
+        # A registry, or a Docker Hub namespace anyone may push to: the operator's own.
+        ("ghcr.io/example/runtimeclass-extender:0.1.0", False),
+        ("example/runtimeclass-extender:0.1.0", False),
+        ("localhost:5000/runtimeclass-extender", False),
+        ("runtimeclass-extender-fork:1", False),
+    ],
+)
+@pytest.mark.parametrize("kind", ["Deployment", "Pod", "DaemonSet", "CronJob"])
+def test_an_install_naming_the_extenders_image_without_a_registry_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], image: str, unserved: bool, kind: str
+) -> None:
+    """docker.io/library/ holds Docker's official images only: the pods would never
+    start. Warned of as the install is applied; --warnings-as-errors fails it."""
+    path = write(tmp_path / "install.yaml", _workload(kind, image))
+    status, out, err = run(capsys, str(path), "--warnings-as-errors")
+    ref = f"{kind.lower()}/w"
+    if unserved:
+        assert status == 1
+        assert out == [f"{ref} warned"]
+        assert err[1] == (
+            f"Warning: {path}: document 0: {ref}: container ext: image {image} names no registry, and none "
+            "serves it (docker.io/library/ holds Docker's official images only): its pods would not start; "
+            "build and push it, then name it (docs/install.md#get-the-image)"
+        )
+    else:
+        assert (status, out) == (0, [])
+        assert err[1] == f"note: {path}: document 0: {ref} skipped (not a RuntimeClass)"
+
+
+def test_a_base_in_a_directory_walk_gets_a_note_about_its_image(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Walked, the file is a kustomize base an overlay may rewrite (``images:``): a note,
+    and the status stays 0, as this repository's deploy/ is checked in CI."""
+    write(tmp_path / "base" / "deployment.yaml", _workload("Deployment", "runtimeclass-extender:0.1.0"))
+    status, out, err = run(capsys, str(tmp_path), "--warnings-as-errors")
+    assert (status, out) == (0, [])
+    assert err[1] == (
+        f"note: {tmp_path / 'base' / 'deployment.yaml'}: document 0: deployment/w skipped (not a RuntimeClass; "
+        "its image runtimeclass-extender:0.1.0 names no registry: an overlay must set it "
+        "(docs/install.md#get-the-image))"
+    )
+    status, _, _ = run(capsys, str(REPO / "deploy"), "--cluster-file", str(EXAMPLE_CLUSTER), "--warnings-as-errors")
+    assert status == 0
+
+
+def test_a_rendered_overlay_that_names_a_registry_passes(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What docs/install.md's "Get the image" pipes in: the shipped overlay rendered,
+    warned about, then with an image of the operator's registry, clean."""
+    from tests.support.manifests import render
+
+    docs = render("overlays/default-scheduler")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(yaml.safe_dump_all(docs)))
+    status, out, _ = run(capsys, "-", "--warnings-as-errors")
+    assert (status, out) == (1, ["deployment/runtimeclass-scheduler warned"])
+    for doc in docs:
+        for container in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            container["image"] = container["image"].replace("runtimeclass-extender:", "ghcr.io/example/runtimeclass-extender:")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(yaml.safe_dump_all(docs)))
+    status, out, _ = run(capsys, "-", "--warnings-as-errors")
+    assert (status, out) == (0, [])

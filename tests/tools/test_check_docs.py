@@ -37,7 +37,7 @@ def transcript() -> list[tuple[str, list[str]]]:
 
 def test_the_page_has_a_transcript() -> None:
     commands = [command for command, _ in transcript()]
-    assert len(commands) == 7
+    assert len(commands) == 9
     assert all(c == "echo $?" or c.startswith(".venv/bin/runtimeclass-extender check ") for c in commands)
 
 
