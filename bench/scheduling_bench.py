@@ -647,6 +647,7 @@ def run_arm(assets: Assets, arm: Arm, args: argparse.Namespace) -> Json:
             result["ready_s"] = time.perf_counter() - started
 
             names = [f"pod-{i:05d}" for i in range(args.pods)]
+            before = cpu_seconds(plane)
             created = create_pods(plane, names, arm.shape, args.threads, check)
             missing = binds.wait(names, args.timeout)
             if missing:
@@ -660,6 +661,8 @@ def run_arm(assets: Assets, arm: Arm, args: argparse.Namespace) -> Json:
             missing = binds.wait(burst, args.timeout)
             if missing:
                 raise ArmFailed(unbound(plane, missing, scheduler))
+            after = cpu_seconds(plane)
+            result["cpu_s"] = {name: round(after[name] - before.get(name, 0.0), 2) for name in after}
             latencies = sorted(binds.at[n] - sent[n] for n in burst)
             result["burst_p50_ms"] = percentile(latencies, 0.50) * 1e3
             result["burst_p99_ms"] = percentile(latencies, 0.99) * 1e3
@@ -682,6 +685,20 @@ def run_arm(assets: Assets, arm: Arm, args: argparse.Namespace) -> Json:
         finally:
             binds.stop()
     return result
+
+
+def cpu_seconds(plane: ControlPlane) -> dict[str, float]:
+    """CPU seconds (user and system) each process of the plane has used so far: who paid
+    for the pods, on a machine where they all share the cores (``/proc/PID/stat``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for process in plane.processes:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{process.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            found[process.name] = (int(fields[11]) + int(fields[12])) / tick
+    own = os.times()
+    found["bench"] = own.user + own.system  # its clients and the watch of binds
+    return found
 
 
 def unbound(plane: ControlPlane, missing: Sequence[str], scheduler: Process) -> str:
@@ -774,6 +791,11 @@ def report(results: Sequence[Json], medians: Mapping[str, Json], args: argparse.
             print(f"{r['arm']:18} {r['round']:>6}  FAILED: {r['error'].splitlines()[0]}")
             continue
         print(_row(r["arm"], str(r["round"]), r))
+    print("\nCPU seconds each process used over the throughput pods and the burst:")
+    for r in results:
+        if "cpu_s" in r:
+            used = ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(r["cpu_s"].items()))
+            print(f"{r['arm']:18} {r['round']:>6}  {used}")
     print("\nmedians of the rounds:")
     print(_header("rounds"))
     for name, m in medians.items():
