@@ -15,14 +15,24 @@ from extender.autoscaling.finder import AutoscalerCheck
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import runtime_class_from_api
 from extender.cluster.state import ClusterState
+from extender.http.wiring import build_app
 from extender.kube import connect as kube
 from extender.policy_file import load_policy
-from extender.settings import DEFAULT_NODE_LABEL_PREFIX
+from extender.settings import DEFAULT_NODE_LABEL_PREFIX, default_serve_settings
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from policies.objects import NodeView, RuntimeClassView
-from tests.support.apiserver import CONFIGMAPS, FakeApiServer
+from tests.support.apiserver import (
+    CONFIGMAPS,
+    NODES,
+    RUNTIME_CLASSES,
+    FakeApiServer,
+    make_node,
+    make_runtime_class,
+)
+from tests.support.apps import ClientFactory
 from tests.support.autoscaler import status_configmap as cluster_autoscaler_status
 from tests.support.docs import page
+from tests.support.waiting import eventually
 
 RULES = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy())
 GAUGE = "runtimeclass_extender_autoscaler_unseen_runtimeclasses"
@@ -97,7 +107,7 @@ def status_configmap(server: FakeApiServer) -> None:
     server.add(CONFIGMAPS, cluster_autoscaler_status())
 
 
-async def test_serve_warns_once_while_cluster_autoscaler_runs_and_says_when_it_is_over(
+async def test_the_check_warns_once_while_cluster_autoscaler_runs_and_says_when_it_is_over(
     fake_apiserver: FakeApiServer, api: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="extender.autoscalers")
@@ -176,3 +186,32 @@ def test_the_warning_docs_autoscaling_md_shows_is_the_one_serve_logs() -> None:
         if line.startswith("      cluster-autoscaler (")
     ]
     assert shown == [text]
+
+
+async def test_serve_says_it_in_its_log_readyz_and_metric_while_cluster_autoscaler_runs(
+    fake_apiserver: FakeApiServer,
+    fake_kubeconfig: Path,
+    aiohttp_client: ClientFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """serve as wired (build_app, live mode, predicate mode without label-nodes): the
+    check runs once the caches are listed, and its warning reaches the log once, the
+    ``warnings`` of /readyz and the gauge on /metrics."""
+    caplog.set_level(logging.INFO, logger="extender.autoscalers")
+    fake_apiserver.add(NODES, make_node("n1", labels={"pool": "gvisor"}))
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("gvisor", node_selector={"pool": "gvisor"}))
+    status_configmap(fake_apiserver)
+    app, _ = await build_app(default_serve_settings(kubeconfig=str(fake_kubeconfig)))
+    client = await aiohttp_client(app)
+
+    async def warned() -> list[str]:
+        body = await (await client.get("/readyz")).json()
+        return [w for w in body["warnings"] if w.startswith("cluster-autoscaler (ConfigMap kube-system/")]
+
+    await eventually(warned, what="the warning in /readyz")
+    (message,) = await warned()
+    assert "cannot see the node rules of RuntimeClass gvisor" in message
+    metrics = await (await client.get("/metrics")).text()
+    assert f'{GAUGE}{{autoscaler="{CLUSTER_AUTOSCALER}"}} 1.0' in metrics
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [message]
