@@ -1334,10 +1334,10 @@ def test_pod_webhook_routes_to_the_profile_and_knows_its_namespace(overlay: str)
         settings.webhook_mutating_configuration
         == _one(docs, "MutatingWebhookConfiguration")["metadata"]["name"]
     )
-    # Container order survives (the other components patch the extender as container 1).
+    # Container order survives (the other components patch the extender as container 0).
     assert [c["name"] for c in _deployment(docs)["spec"]["template"]["spec"]["containers"]] == [
-        "kube-scheduler",
         "extender",
+        "kube-scheduler",
     ]
 
 

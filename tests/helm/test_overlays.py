@@ -531,11 +531,11 @@ def test_sizes_and_images_are_values_and_change_nothing_else() -> None:
     containers = f"{prefix}.template.spec.containers"
     assert differences(changed, plain) == [
         f"{prefix}.replicas: chart 3 != overlay 2",
-        f"{containers}[0].image: chart 'registry.k8s.io/kube-scheduler:v1.36.3' != "
-        "overlay 'registry.k8s.io/kube-scheduler:v1.36.2'",
-        f"{containers}[1].image: chart 'registry.example/runtimeclass-extender:9.9.9' != "
+        f"{containers}[0].image: chart 'registry.example/runtimeclass-extender:9.9.9' != "
         "overlay 'runtimeclass-extender:0.1.0'",
-        f"{containers}[1].resources.limits.memory: chart '1Gi' != overlay '512Mi'",
+        f"{containers}[0].resources.limits.memory: chart '1Gi' != overlay '512Mi'",
+        f"{containers}[1].image: chart 'registry.k8s.io/kube-scheduler:v1.36.3' != "
+        "overlay 'registry.k8s.io/kube-scheduler:v1.36.2'",
     ]
 
 
@@ -611,7 +611,7 @@ def test_a_changed_template_is_caught(tmp_path: Path) -> None:
     assert found == [
         "('PodDisruptionBudget', 'runtimeclass-extender', 'runtimeclass-scheduler'): only in the overlay",
         "('Deployment', 'runtimeclass-extender', 'runtimeclass-scheduler').spec.template.spec"
-        ".containers[1].args[2]: chart '--port=8889' != overlay '--port=8888'",
+        ".containers[0].args[2]: chart '--port=8889' != overlay '--port=8888'",
     ]
 
 

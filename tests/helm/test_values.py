@@ -98,55 +98,82 @@ REFUSED = [
         "- at '/labelNodes/placement': value must be one of 'runtimeclass-scheduler', 'default-scheduler'",
     ),
     ({"tls": "null"}, "- at '': missing property 'tls'"),
-    # Combinations no overlay ships.
+    (
+        {"labelNodes.startupTaint": "Bad Key!"},
+        "- at '/labelNodes/startupTaint': 'Bad Key!' does not match pattern",
+    ),
+    ({"labelNodes.startupTaintGrace": "-1"}, "- at '/labelNodes/startupTaintGrace': minimum: got -1, want 0"),
+]
+
+# Combinations no overlay ships (templates/_validate.tpl): each refused saying what it
+# means and what to set, every broken rule in one message.
+NOT_TOGETHER = [
     (
         {"labelNodes.enabled": "true", "podAdmission.mode": "none"},
-        "- at '/podAdmission/mode': value must be one of 'auto', 'policy', 'webhook', 'both'",
+        "- labelNodes.enabled=true needs pod admission (podAdmission.mode auto, policy, webhook or both, not none)",
     ),
     (
         {"labelNodes.enabled": "true", "mode": "alongside-admission"},
-        "- at '/mode': value must be 'predicate'",
+        "- labelNodes.enabled=true is large-cluster mode, which is predicate mode (deploy/overlays/large-cluster): "
+        "set mode=predicate, not alongside-admission",
     ),
-    ({"tls.enabled": "true", "mode": "alongside-admission"}, "- at '/mode': value must be 'predicate'"),
+    (
+        {"tls.enabled": "true", "mode": "alongside-admission"},
+        "- tls.enabled=true is deploy/overlays/tls, predicate mode",
+    ),
     # An autoscaled cluster in predicate mode: its autoscaler cannot see the classes'
     # rules, and pods of a class would pend for good (docs/autoscaling.md).
-    ({"nodeAutoscaling.enabled": "true"}, "- at '/nodeAutoscaling/enabled': value must be false"),
+    (
+        {"nodeAutoscaling.enabled": "true"},
+        "- nodeAutoscaling.enabled=true in predicate mode needs labelNodes.enabled=true: cluster-autoscaler and "
+        "Karpenter never call the extender (kubernetes/autoscaler#506)",
+    ),
     (
         {"tls.enabled": "true", "labelNodes.enabled": "true"},
-        "- at '/labelNodes/enabled': value must be false",
+        "- tls.enabled=true and labelNodes.enabled=true: no shipped scheduler configuration has both",
     ),
     (
         {"leaderElection.enabled": "false", "certManager.enabled": "true"},
-        "- at '/requeuePendingPods/enabled': value must be false",
-    ),
-    # The default-scheduler placement: the node labels place the pods, and only the pod
-    # admission policies give them their requirement; no kube-scheduler runs, for tls to
-    # talk to or requeueing to nudge pods for.
-    ({"labelNodes.placement": "default-scheduler"}, "- at '/labelNodes/enabled': value must be true"),
-    *(
-        (
-            {**DEFAULT_SCHEDULER, "podAdmission.mode": mode},
-            "- at '/podAdmission/mode': value must be one of 'auto', 'policy'",
-        )
-        for mode in ("webhook", "both", "none")
-    ),
-    ({**DEFAULT_SCHEDULER, "tls.enabled": "true"}, "- at '/tls/enabled': value must be false"),
-    (
-        {**DEFAULT_SCHEDULER, "requeuePendingPods.enabled": "true"},
-        "- at '/requeuePendingPods/enabled': value must be false",
+        "- leaderElection.enabled=false leaves no replica to act, and these need one: podAdmission.mode=auto "
+        "(the pod admission table; webhook or none keep none), requeueing (predicate mode requeues unless "
+        "requeuePendingPods.enabled=false)",
     ),
     (
-        {"leaderElection.enabled": "false", "mode": "alongside-admission"},
-        "- at '/certManager/enabled': value must be true",
+        {"leaderElection.enabled": "false", "mode": "alongside-admission", "podAdmission.mode": "none"},
+        "these need one: certManager.enabled=false (the leader renews the self-managed webhook certificates)",
     ),
     (
         {
             "leaderElection.enabled": "false",
             "certManager.enabled": "true",
             "mode": "alongside-admission",
+            "podAdmission.mode": "webhook",
             "auditRunningPods.enabled": "true",
         },
-        "- at '/auditRunningPods/enabled': value must be false",
+        "these need one: auditRunningPods.enabled=true",
+    ),
+    # The default-scheduler placement: the node labels place the pods, and only the pod
+    # admission policies give them their requirement; no kube-scheduler runs, for tls to
+    # talk to or requeueing to nudge pods for.
+    (
+        {"labelNodes.placement": "default-scheduler"},
+        "- labelNodes.placement=default-scheduler needs labelNodes.enabled=true",
+    ),
+    *(
+        (
+            {**DEFAULT_SCHEDULER, "podAdmission.mode": mode},
+            f"- labelNodes.placement=default-scheduler needs pod admission by the policies (podAdmission.mode auto "
+            f"or policy, not {mode})",
+        )
+        for mode in ("webhook", "both", "none")
+    ),
+    (
+        {**DEFAULT_SCHEDULER, "tls.enabled": "true"},
+        "- labelNodes.placement=default-scheduler runs no kube-scheduler: tls.enabled=true",
+    ),
+    (
+        {**DEFAULT_SCHEDULER, "requeuePendingPods.enabled": "true"},
+        "- labelNodes.placement=default-scheduler has no requeueing",
     ),
 ]
 
@@ -158,6 +185,22 @@ def test_the_schema_refuses_with_a_message_saying_where(values: dict[str, str], 
     error = refusal(values)
     assert "values don't meet the specifications of the schema" in error
     assert message in error, error
+
+
+@pytest.mark.parametrize(
+    ("values", "message"), NOT_TOGETHER, ids=lambda v: json.dumps(v) if isinstance(v, dict) else ""
+)
+def test_values_that_do_not_go_together_are_refused_saying_why(values: dict[str, str], message: str) -> None:
+    error = refusal(values, api_versions=SERVER_1_36)
+    assert "these values do not go together (docs/install.md#install-with-helm):" in error, error
+    assert message in error, error
+
+
+def test_every_combination_refused_is_listed_at_once() -> None:
+    """Three broken rules, three lines: no fix-one-run-again."""
+    error = refusal({"tls.enabled": "true", "labelNodes.enabled": "true", "mode": "alongside-admission"})
+    lines = [line for line in error.splitlines() if line.startswith("- ")]
+    assert len(lines) == 3, error
 
 
 @pytest.mark.parametrize("section", SECTIONS)
@@ -245,7 +288,7 @@ def test_predicate_mode_without_requeueing_leaves_out_the_component_and_nothing_
             "ValidatingAdmissionPolicyBinding",
         )
     ]
-    assert len(found) == 5 and ".containers[1].args: chart" in found[4]
+    assert len(found) == 5 and ".containers[0].args: chart" in found[4]
     assert _extender_args(chart) == [a for a in _extender_args(overlay) if not a.startswith("--requeue-")]
 
 
@@ -303,9 +346,7 @@ def test_notes_warn_of_an_image_no_registry_serves() -> None:
     """The chart's default repository, runtimeclass-extender, is Docker Hub's
     library/runtimeclass-extender, which does not exist: the pods would never start."""
     assert "WARNING: the extender image runtimeclass-extender:" in _notes({})
-    assert (
-        "--set extender.image.repository=REGISTRY/runtimeclass-extender" in _notes({})
-    )
+    assert "--set extender.image.repository=REGISTRY/runtimeclass-extender" in _notes({})
     for repository in ("ghcr.io/example/runtimeclass-extender", "example/runtimeclass-extender"):
         assert "WARNING" not in _notes({"extender.image.repository": repository}), repository
 
@@ -373,3 +414,27 @@ def test_notes_in_the_default_scheduler_placement_check_what_it_runs() -> None:
     assert "kube-scheduler v1" not in notes and "--disable-admission-plugins" not in notes
     large = _notes({"labelNodes.enabled": "true"})
     assert "--scheduler-name" not in large and "2/2 ready" in large
+
+
+def test_the_startup_taint_values_set_the_flag_and_the_node_policy_alike() -> None:
+    """EKS managed node groups refuse taints under kubernetes.io/ (docs/autoscaling.md):
+    a key of one's own goes to --startup-taint and to the node policy's startupTaint
+    variable, which allows removing exactly that key. The defaults add no flag."""
+
+    def rendered(values: dict[str, str]) -> tuple[list[str], str]:
+        docs = template({"labelNodes.enabled": "true", **values})
+        policy = next(
+            d
+            for d in docs
+            if d["kind"] == "ValidatingAdmissionPolicy"
+            and d["metadata"]["name"] == "runtimeclass-extender-node-labels"
+        )
+        variable = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "startupTaint")
+        return [a for a in _extender_args(docs) if a.startswith("--startup-taint")], variable
+
+    assert rendered({}) == ([], "'startup-taint.cluster-autoscaler.kubernetes.io/runtimeclass-labels'")
+    own = {"labelNodes.startupTaint": "example.com/runtimeclass-labels", "labelNodes.startupTaintGrace": "90"}
+    assert rendered(own) == (
+        ["--startup-taint=example.com/runtimeclass-labels", "--startup-taint-grace=90"],
+        "'example.com/runtimeclass-labels'",
+    )

@@ -107,9 +107,13 @@ def template(
     return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc is not None)
 
 
-def refusal(values: dict[str, str], *, namespace: str = NAMESPACE) -> str:
-    """What ``helm template`` says when it refuses ``values`` (it must refuse them)."""
-    result = run_helm("template", RELEASE, str(CHART), "--namespace", namespace, *_set_flags(values))
+def refusal(values: dict[str, str], *, namespace: str = NAMESPACE, api_versions: Iterable[str] = ()) -> str:
+    """What ``helm template`` says when it refuses ``values`` (it must refuse them), as
+    for an API server that serves ``api_versions`` (by default what helm knows alone)."""
+    versions = [flag for version in api_versions for flag in ("--api-versions", version)]
+    result = run_helm(
+        "template", RELEASE, str(CHART), "--namespace", namespace, *versions, *_set_flags(values)
+    )
     assert result.returncode != 0, f"helm accepted {values}"
     return result.stderr
 

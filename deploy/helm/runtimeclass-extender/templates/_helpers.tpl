@@ -93,10 +93,12 @@ or for "auto" policy where the API server serves admissionregistration.k8s.io/v1
 MutatingAdmissionPolicy (Kubernetes 1.36), else webhook. helm install and upgrade read
 what the cluster serves; helm template knows only what --api-versions tells it.
 
-The default-scheduler placement needs the policies (the schema refuses webhook, both and
-none there); auto choosing the webhook, which only the schema cannot see, fails the render.
+The default-scheduler placement needs the policies (_validate.tpl refuses webhook, both
+and none there, and runs first: every template that renders pod admission asks this);
+auto choosing the webhook, which the values alone cannot show, fails the render too.
 */}}
 {{- define "runtimeclass-extender.podAdmission" -}}
+{{- include "runtimeclass-extender.validate" . -}}
 {{- $mode := .Values.podAdmission.mode -}}
 {{- if eq $mode "auto" -}}
 {{- $mode = ternary "policy" "webhook" (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") -}}
