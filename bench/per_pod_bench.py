@@ -176,7 +176,7 @@ def pod_admission_policies() -> list[dict[str, Any]]:
         or d["kind"] == "CustomResourceDefinition"
     ]
     labels = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy())
-    entries = table((runtime_class_from_api(rc) for rc in cluster_gen.RUNTIME_CLASSES), labels)
+    entries = table((runtime_class_from_api(rc) for rc in cluster_gen.RUNTIME_CLASSES), labels, labels)
     return [
         *docs,
         {
