@@ -56,11 +56,11 @@ from tests.support.autoscaler import (
     scheduler_configuration,
     start_scheduler,
     template,
-    wait_for,
 )
 from tests.support.control_plane import ControlPlane, find_assets
 from tests.support.install import install
 from tests.support.manifests import render
+from tests.support.waiting import wait_for
 
 Manifest = dict[str, Any]
 ARMS = ("taint", "none")

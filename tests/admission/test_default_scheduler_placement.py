@@ -14,7 +14,6 @@ missing, every pod of a class is refused, and a pod that names none is admitted.
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 import aiohttp
@@ -28,15 +27,13 @@ from tests.support.pod_cases import (
     NAMESPACES,
     PODS_TABLE,
     SETUPS,
-    STAMPED,
     TABLES,
     Admitted,
     PodCase,
-    refusal_message,
+    create_pod,
 )
 
 Manifest = dict[str, Any]
-ADMIN_HEADERS = {"Content-Type": "application/json"}
 LARGE = SETUPS[1]
 KNOWN = {rc["metadata"]["name"] for rc in CLASSES}
 REFUSED = (
@@ -63,22 +60,6 @@ async def _server(manifests: list[Manifest]) -> FakeApiServer:
     return server
 
 
-async def _create(session: aiohttp.ClientSession, server: FakeApiServer, pod: Manifest) -> Admitted:
-    namespace = pod["metadata"]["namespace"]
-    async with session.post(
-        f"{server.url}/api/v1/namespaces/{namespace}/pods",
-        data=json.dumps(pod),
-        headers={**ADMIN_HEADERS, "Authorization": f"Bearer {server.token}"},
-    ) as response:
-        body = await response.json()
-    if response.status != 201:
-        return Admitted(response.status, None, refusal_message(body))
-    stored = copy.deepcopy(body)
-    for key in STAMPED:
-        stored["metadata"].pop(key, None)
-    return Admitted(201, stored, "")
-
-
 def _placed_by_the_default_scheduler(case: PodCase, routed: Admitted) -> Admitted:
     """What large-cluster mode's admission gives the pod, without the routing, and with
     the admitted mark on a pod of a class in the table."""
@@ -97,11 +78,11 @@ async def test_every_pod_comes_out_as_in_large_cluster_mode_unrouted_and_a_class
     try:
         async with aiohttp.ClientSession() as session:
             for case in PODS_TABLE:
-                got = await _create(session, placement, case.manifest())
+                got = await create_pod(session, placement, case.manifest())
                 if case.runtime_class and case.runtime_class not in KNOWN and case.namespace == "apps":
                     assert (got.status, got.message) == (403, REFUSED.format(name=case.runtime_class)), case.id
                     continue
-                routed = await _create(session, large, case.manifest())
+                routed = await create_pod(session, large, case.manifest())
                 assert got == _placed_by_the_default_scheduler(case, routed), case.id
     finally:
         await large.stop()
@@ -117,7 +98,7 @@ async def test_while_the_table_is_missing_every_pod_of_a_class_is_refused_and_no
     try:
         async with aiohttp.ClientSession() as session:
             for case in PODS_TABLE:
-                got = await _create(session, without, case.manifest())
+                got = await create_pod(session, without, case.manifest())
                 if case.runtime_class and case.namespace == "apps" and not case.labels:
                     assert (got.status, got.message) == (403, REFUSED.format(name=case.runtime_class)), case.id
                 elif case.runtime_class == "":

@@ -56,21 +56,18 @@ from tests.support.pod_cases import (
     PODS_TABLE,
     SCHEDULER,
     SETUPS,
-    STAMPED,
     TABLES,
-    Admitted,
     PodCase,
     Setup,
     admitted_as_it_came,
     agrees_with_the_labeller,
+    create_pod,
     injector_configuration,
     injector_patch,
-    refusal_message,
     spec_of,
 )
 
 Manifest = dict[str, Any]
-ADMIN_HEADERS = {"Content-Type": "application/json"}
 SERVICE = ("runtimeclass-extender", "runtimeclass-extender-webhook", 443)
 SERVER_NAME = "runtimeclass-extender-webhook.runtimeclass-extender.svc"
 # --- the two API servers ------------------------------------------------------------
@@ -129,22 +126,6 @@ async def _api_server(manifests: list[Manifest], webhook: Webhook) -> FakeApiSer
     return server
 
 
-async def _create(session: aiohttp.ClientSession, server: FakeApiServer, pod: Manifest) -> Admitted:
-    namespace = pod["metadata"]["namespace"]
-    async with session.post(
-        f"{server.url}/api/v1/namespaces/{namespace}/pods",
-        data=json.dumps(pod),
-        headers={**ADMIN_HEADERS, "Authorization": f"Bearer {server.token}"},
-    ) as response:
-        body = await response.json()
-    if response.status != 201:
-        return Admitted(response.status, None, refusal_message(body))
-    stored = copy.deepcopy(body)
-    for key in STAMPED:
-        stored["metadata"].pop(key, None)
-    return Admitted(201, stored, "")
-
-
 # --- the comparison ---------------------------------------------------------------------
 
 
@@ -164,8 +145,8 @@ async def test_every_pod_of_the_table_comes_out_the_same_both_ways(setup: Setup,
             for case in PODS_TABLE:
                 if case.large_only and not setup.label_nodes:
                     continue
-                by_policy = await _create(session, policies, case.manifest())
-                by_webhook = await _create(session, webhook_only, case.manifest())
+                by_policy = await create_pod(session, policies, case.manifest())
+                by_webhook = await create_pod(session, webhook_only, case.manifest())
                 assert by_policy == by_webhook, case.id
                 EXPECTED[case.id](setup, by_policy)
                 agrees_with_the_labeller(setup, case, by_policy)
@@ -185,7 +166,7 @@ async def test_with_the_extender_stopped_the_policies_still_admit_every_pod(pki:
     webhook = await anext(webhooks)
     up = await _api_server(setup.policies_way(), webhook)
     async with aiohttp.ClientSession() as session:
-        expected = {case.id: await _create(session, up, case.manifest()) for case in PODS_TABLE}
+        expected = {case.id: await create_pod(session, up, case.manifest()) for case in PODS_TABLE}
     await up.stop()
     await webhooks.aclose()  # every replica stopped: nothing listens on the port
     down = await _api_server(setup.policies_way(), webhook)
@@ -193,8 +174,8 @@ async def test_with_the_extender_stopped_the_policies_still_admit_every_pod(pki:
     try:
         async with aiohttp.ClientSession() as session:
             for case in PODS_TABLE:
-                got = await _create(session, down, case.manifest())
-                refused = await _create(session, webhook_down, case.manifest())
+                got = await create_pod(session, down, case.manifest())
+                refused = await create_pod(session, webhook_down, case.manifest())
                 assert got == expected[case.id], case.id
                 if case.runtime_class and case.namespace == "apps":
                     assert refused.status == 500, case.id
@@ -220,7 +201,7 @@ async def test_while_the_table_is_missing_every_pod_is_admitted_as_it_came(pki: 
     try:
         async with aiohttp.ClientSession() as session:
             for case in PODS_TABLE:
-                got = await _create(session, without, case.manifest())
+                got = await create_pod(session, without, case.manifest())
                 if admitted_as_it_came(case):
                     assert got.status == 201 and got.pod is not None, case.id
                     asked = case.manifest()
@@ -228,7 +209,7 @@ async def test_while_the_table_is_missing_every_pod_is_admitted_as_it_came(pki: 
                     for field in ("labels", "annotations"):
                         assert got.pod["metadata"].get(field) == asked["metadata"].get(field), case.id
                 else:
-                    assert got == await _create(session, with_table, case.manifest()), case.id
+                    assert got == await create_pod(session, with_table, case.manifest()), case.id
     finally:
         await with_table.stop()
         await without.stop()
@@ -301,10 +282,10 @@ async def test_a_class_set_by_a_later_webhook_gets_nothing_from_pod_admission(pk
     ).manifest()
     try:
         async with aiohttp.ClientSession() as session:
-            by_policy = await _create(session, policies, unrouted)
-            by_webhook = await _create(session, webhook_only, unrouted)
-            routed_by_policy = await _create(session, policies, routed)
-            routed_by_webhook = await _create(session, webhook_only, routed)
+            by_policy = await create_pod(session, policies, unrouted)
+            by_webhook = await create_pod(session, webhook_only, unrouted)
+            routed_by_policy = await create_pod(session, policies, routed)
+            routed_by_webhook = await create_pod(session, webhook_only, routed)
         assert by_policy == by_webhook
         spec = spec_of(by_webhook)
         assert spec["runtimeClassName"] == "gvisor"

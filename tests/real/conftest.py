@@ -32,3 +32,15 @@ def plane(assets: Assets) -> Iterator[ControlPlane]:
     """kube-apiserver (and etcd) as predicate mode runs it: RuntimeClass admission off."""
     with ControlPlane(assets, apiserver_flags=PREDICATE_MODE) as control_plane:
         yield control_plane
+
+
+@pytest.fixture
+def new_plane(assets: Assets) -> Iterator[ControlPlane]:
+    """A control plane of the test alone, on which nothing was ever installed, as a new
+    cluster is. Where a test needs that: on the module's, an earlier test installed the
+    PodAdmissionTable CRD and removed it, and for a few seconds after its next install
+    kube-apiserver 1.36.2's policies still read the table as absent (the informer of
+    their param kind relists the recreated kind after a backoff), which is not the first
+    install a test of it means."""
+    with ControlPlane(assets, apiserver_flags=PREDICATE_MODE) as control_plane:
+        yield control_plane

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -29,10 +28,11 @@ from typing import Any
 import pytest
 
 from tests.support.autoscaler import scheduler_configuration, start_scheduler
-from tests.support.control_plane import PREDICATE_MODE, Assets, ControlPlane
+from tests.support.control_plane import Assets, ControlPlane
 from tests.support.helm import template as helm_template
 from tests.support.install import install
 from tests.support.manifests import render
+from tests.support.waiting import wait_for
 
 Json = dict[str, Any]
 NAMESPACE = "workloads"
@@ -52,17 +52,6 @@ GVISOR: Json = {
 }
 CRD = "podadmissiontables.runtimeclass-extender.dev"
 TABLE = "/apis/runtimeclass-extender.dev/v1alpha1/podadmissiontables/runtimeclass-extender"
-
-
-def wait_for(condition: Any, *, timeout: float = 60.0, what: str, last: Any = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = condition()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}" + (f": {last()}" if last else ""))
-        time.sleep(0.1)
 
 
 def pod(name: str, **spec: Any) -> Json:
@@ -180,18 +169,10 @@ def test_a_pod_without_its_classs_tolerations_hears_why_it_pends(plane: ControlP
         done.uninstall()
 
 
-@pytest.fixture
-def never_served(assets: Assets) -> Iterator[ControlPlane]:
-    """An API server that never served the table's kind, as after an upgrade that
-    skipped the CRD. Not the module's: there an earlier test installed the CRD and
-    removed it, and for a while after that kube-apiserver 1.36.2 admitted pods as if
-    the table were merely absent (the binding's parameterNotFoundAction, Allow)."""
-    with ControlPlane(assets, apiserver_flags=PREDICATE_MODE) as control_plane:
-        yield control_plane
-
-
-def test_without_the_crd_the_leader_labels_nodes_and_says_which_crd_is_missing(never_served: ControlPlane) -> None:
-    plane = never_served
+def test_without_the_crd_the_leader_labels_nodes_and_says_which_crd_is_missing(new_plane: ControlPlane) -> None:
+    """On an API server that never served the table's kind, as after an upgrade that
+    skipped the CRD."""
+    plane = new_plane
     plane.apply(GVISOR)
     plane.ensure_namespace(NAMESPACE)
     docs = [d for d in render("overlays/large-cluster") if d["kind"] != "CustomResourceDefinition"]
@@ -232,10 +213,12 @@ def test_without_the_crd_the_leader_labels_nodes_and_says_which_crd_is_missing(n
         done.uninstall()
 
 
-def test_a_pod_created_right_after_the_install_is_routed(plane: ControlPlane) -> None:
+def test_a_pod_created_right_after_the_install_is_routed(new_plane: ControlPlane) -> None:
     """The chart's pods ready (install() returns once every replica's /readyz is 200,
     which now waits for the table): a pod of a class created at once is routed and
-    given its requirement, not admitted unrouted for good."""
+    given its requirement, not admitted unrouted for good. A first install, as on a new
+    cluster (new_plane says why)."""
+    plane = new_plane
     plane.apply(GVISOR)
     plane.ensure_namespace(NAMESPACE)
     done = install(plane, helm_template({"labelNodes.enabled": "true"}))

@@ -52,7 +52,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -526,22 +526,6 @@ def autoscaling(plane: ControlPlane, templates: Sequence[Json], **flags: str) ->
         yield scaler
     finally:
         scaler.stop()
-
-
-def wait_for(
-    condition: Callable[[], Any], *, timeout: float, what: str, last: Callable[[], object] | None = None
-) -> Any:
-    """Poll ``condition`` until it returns something true (returned), or fail."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout:.0f} s waiting for {what}" + (f": {last()}" if last else "")
-            )
-        time.sleep(0.2)
 
 
 def node_of(plane: ControlPlane, namespace: str, pod: str) -> str:

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import aiohttp
 
 from extender.admission.pod_table import API_VERSION, AUTOSCALER_ANNOTATIONS, KIND, PLURAL, table, table_spec
 from extender.cluster.class_labels import ClassLabels, label_key
@@ -25,7 +28,7 @@ from extender.settings import DEFAULT_NODE_LABEL_PREFIX
 from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from policies.quantity import resource_lists_equal
 from policies.registry import Policy
-from tests.support.apiserver import ResourceType
+from tests.support.apiserver import FakeApiServer, ResourceType
 from tests.support.manifests import one, render, render_webhook_way
 from tests.support.paths import REPO
 
@@ -314,6 +317,24 @@ PREFIXES = (
     'admission webhook "pods.runtimeclass-extender.dev" denied the request: ',
     "with binding '",
 )
+
+
+async def create_pod(session: aiohttp.ClientSession, server: FakeApiServer, pod: Manifest) -> Admitted:
+    """The pod created as an administrator would: what the server stored (without what
+    it stamps on every object), or its refusal in the mechanism's own words."""
+    namespace = pod["metadata"]["namespace"]
+    async with session.post(
+        f"{server.url}/api/v1/namespaces/{namespace}/pods",
+        data=json.dumps(pod),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {server.token}"},
+    ) as response:
+        body = await response.json()
+    if response.status != 201:
+        return Admitted(response.status, None, refusal_message(body))
+    stored = copy.deepcopy(body)
+    for key in STAMPED:
+        stored["metadata"].pop(key, None)
+    return Admitted(201, stored, "")
 
 
 def refusal_message(status: Manifest) -> str:

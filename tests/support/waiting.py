@@ -1,10 +1,13 @@
-"""Bounded waiting for tests of asynchronous machinery (watches, requeueing)."""
+"""Bounded waiting for tests of asynchronous machinery (watches, requeueing) and, in
+the real tier, of processes (wait_for)."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 
 async def eventually(
@@ -37,3 +40,21 @@ async def stays(condition: Callable[[], bool], *, duration: float = 0.5, what: s
         if loop.time() > deadline:
             return
         await asyncio.sleep(0.005)
+
+
+def wait_for(
+    condition: Callable[[], Any], *, timeout: float = 60.0, what: str, last: Callable[[], object] | None = None
+) -> Any:
+    """Poll ``condition`` until it returns something true (returned), or fail saying what
+    was awaited and, with ``last``, what was seen last. For the real tier, whose state
+    lives in other processes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout:.0f} s waiting for {what}" + (f": {last()}" if last else "")
+            )
+        time.sleep(0.1)
