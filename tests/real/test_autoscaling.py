@@ -542,7 +542,7 @@ def test_predicate_mode_is_refused_where_cluster_autoscaler_runs_and_it_adds_no_
     cloud: ControlPlane, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     # The chart refuses the combination outright.
-    assert "at '/nodeAutoscaling/enabled': value must be false" in refusal(
+    assert "- nodeAutoscaling.enabled=true in predicate mode needs labelNodes.enabled=true" in refusal(
         {"nodeAutoscaling.enabled": "true"}
     )
     gvisor = template("gvisor", labels=SELECTOR, taints=[STARTUP, SANDBOX])
