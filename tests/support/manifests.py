@@ -7,6 +7,7 @@ docs/install.md tells operators to write one.
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -39,10 +40,15 @@ def _kubectl() -> str:
     return kubectl
 
 
-@cache
 def render(kustomization: str, *components: str, namespace: str | None = None) -> tuple[Manifest, ...]:
     """``deploy/<kustomization>``, with ``components`` and ``namespace`` added by an
-    overlay of our own when given (kustomize accepts relative paths only)."""
+    overlay of our own when given (kustomize accepts relative paths only). Rendered
+    once; each caller gets objects of its own, which it may change."""
+    return copy.deepcopy(_render(kustomization, *components, namespace=namespace))
+
+
+@cache
+def _render(kustomization: str, *components: str, namespace: str | None = None) -> tuple[Manifest, ...]:
     kubectl = _kubectl()
     with tempfile.TemporaryDirectory() as directory:
         target = str(DEPLOY / kustomization)
@@ -90,12 +96,16 @@ def webhook_way(kustomization: str) -> str:
     return kustomization.replace(_POLICIES, "- ../../components/pod-webhook\n")
 
 
-@cache
 def render_webhook_way(overlay: str, *components: str, namespace: str | None = None) -> tuple[Manifest, ...]:
     """``deploy/<overlay>`` the webhook way (``webhook_way``), with ``components`` and
     ``namespace`` added as ``render`` adds them: every overlay is copied beside
     deploy/overlays (its relative paths stay right, and tls's ../predicate-mode is the
-    copy) and edited."""
+    copy) and edited. Rendered once; each caller gets objects of its own."""
+    return copy.deepcopy(_render_webhook_way(overlay, *components, namespace=namespace))
+
+
+@cache
+def _render_webhook_way(overlay: str, *components: str, namespace: str | None = None) -> tuple[Manifest, ...]:
     kubectl = _kubectl()
     with tempfile.TemporaryDirectory(dir=DEPLOY) as directory:
         copies = Path(directory)
