@@ -98,19 +98,28 @@ def _command(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:160]
 
 
-def _listening() -> set[int]:
-    """The TCP ports this process listens on."""
+def _sockets() -> set[str]:
+    """The inodes of this process's sockets (``/proc/self/fd``: cheap to read)."""
+    found = set()
     try:
-        inodes = set()
-        for fd in (PROC / "self" / "fd").iterdir():
-            try:
-                target = os.readlink(fd)
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
+        names = os.listdir(PROC / "self" / "fd")
     except OSError:
-        return set()
+        return found
+    for name in names:
+        try:
+            target = os.readlink(PROC / "self" / "fd" / name)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(target[8:-1])
+    return found
+
+
+def _listening(inodes: set[str]) -> set[int]:
+    """The TCP ports the sockets ``inodes`` listen on. Read only for sockets new since
+    the test began: the kernel writes ``/proc/net/tcp`` out whole for every read (a few
+    milliseconds, every socket of the machine), which after each of thousands of tests
+    would add up to a good part of the suite's time."""
     ports: set[int] = set()
     for table in ("tcp", "tcp6"):
         try:
@@ -152,18 +161,19 @@ class Snapshot:
     """What exists now, of what a test could leave behind."""
 
     processes: dict[int, str]
-    ports: set[int]
+    sockets: set[str]
     threads: dict[int, str]
     files: set[str]
 
     @classmethod
     def take(cls) -> Snapshot:
-        return cls(_descendants(os.getpid()), _listening(), _threads(), _temporary())
+        return cls(_descendants(os.getpid()), _sockets(), _threads(), _temporary())
 
     def left_since(self, before: Snapshot) -> list[str]:
         """What exists now and did not before, each said in one line."""
         left = [f"process {pid}: {command}" for pid, command in self.processes.items() if pid not in before.processes]
-        left += [f"listening port {port}" for port in sorted(self.ports - before.ports)]
+        new_sockets = self.sockets - before.sockets
+        left += [f"listening port {port}" for port in sorted(_listening(new_sockets) if new_sockets else ())]
         left += [f"thread {name!r}" for ident, name in self.threads.items() if ident not in before.threads]
         left += [f"{tempfile.gettempdir()}/{name}" for name in sorted(self.files - before.files)]
         return left
