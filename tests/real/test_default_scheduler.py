@@ -256,16 +256,12 @@ def test_a_pod_of_a_class_not_in_the_table_is_refused_until_a_replica_writes_its
         refused = plane.client.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod("kata-0", runtime_class="kata"))
         assert refused.status == 403 and REFUSED.format(name="kata") in refused.message, refused.message
         # A pod of a class in the table is admitted meanwhile, from the table.
-        admitted = plane.client.request(
-            "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod("gvisor-0"), query={"dryRun": "All"}
-        )
+        admitted = admit(plane, pod("gvisor-0"))
         assert admitted.ok and admitted.body["spec"]["nodeSelector"] == {LABEL: "true"}
         installed.start_extenders()
 
         def admitted_now() -> Json | None:
-            answer = plane.client.request(
-                "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod("kata-0", runtime_class="kata"), query={"dryRun": "All"}
-            )
+            answer = admit(plane, pod("kata-0", runtime_class="kata"))
             return answer.body if answer.ok else None
 
         body = wait_for(admitted_now, what="the kata pod admitted once the entry is written")
@@ -302,10 +298,8 @@ def test_before_the_table_exists_a_pod_of_a_class_is_refused_and_one_of_none_adm
     plane.ensure_namespace(NAMESPACE)
     done = install(plane, helm_template(CHART_VALUES), start=False)
     try:
-        pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
-
         def refused_by_the_guard() -> Any:
-            answer = plane.client.request("POST", pods, pod("early-0"), query={"dryRun": "All"})
+            answer = admit(plane, pod("early-0"))
             return answer if answer.status == 403 and REFUSED.format(name="gvisor") in answer.message else None
 
         # The policies are enforced a moment after they are created, and for a moment
@@ -315,11 +309,11 @@ def test_before_the_table_exists_a_pod_of_a_class_is_refused_and_one_of_none_adm
             refused_by_the_guard,
             timeout=30,
             what="the pod refused by the guard",
-            last=lambda: plane.client.request("POST", pods, pod("early-0"), query={"dryRun": "All"}).message,
+            last=lambda: admit(plane, pod("early-0")).message,
         )
         assert answer.status == 403
         plain = pod("plain-0")
         del plain["spec"]["runtimeClassName"]
-        assert plane.client.request("POST", pods, plain, query={"dryRun": "All"}).ok
+        assert admit(plane, plain).ok
     finally:
         done.uninstall()
