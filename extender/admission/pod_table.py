@@ -77,7 +77,7 @@ from extender.cluster.class_labels import ClassLabels
 from policies.objects import RuntimeClassView
 
 __all__ = [
-    "ADMITTED_ANNOTATION",
+    "ADMITTED_LABEL",
     "API_VERSION",
     "AUTOSCALER_ANNOTATIONS",
     "KIND",
@@ -106,8 +106,10 @@ MISSING_CRD_HINT: Final = (
     "(kubectl apply -f deploy/components/pod-admission-policy/crd.yaml, or helm upgrade with the chart): "
     "until then pod admission admits the pods of every RuntimeClass as they came"
 )
-# On a pod of a class the mutating policy admitted, with the default-scheduler placement.
-ADMITTED_ANNOTATION: Final = "runtimeclass-extender.dev/admitted"
+# A label, on a pod of a class the mutating policy admitted, with the default-scheduler
+# placement: the guard's binding selects the pods without it, so an admitted pod never
+# invokes the guard.
+ADMITTED_LABEL: Final = "runtimeclass-extender.dev/admitted"
 # A pod the autoscalers must not move: cluster-autoscaler never removes a node running a
 # pod with the first (FAQ, "What types of pods can prevent CA from removing a node?"),
 # Karpenter never disrupts one with the second (its disruption docs, "Pod-Level
@@ -187,7 +189,7 @@ def table_spec(
     - ``placement: DefaultScheduler`` (``serve --placement default-scheduler``): the
       cluster's default scheduler places the pods by what admission gives them, with no
       extender in its path. Pods are not routed; a pod of a class is marked admitted
-      (``ADMITTED_ANNOTATION``) when its class is in the table, and the guard of
+      (the label ``ADMITTED_LABEL``) when its class is in the table, and the guard of
       components/default-scheduler-placement refuses every pod of a class that is not:
       nothing else would keep it off nodes that cannot run its class. Absent: pods are
       routed to the RuntimeClass scheduler, whose extender judges them."""

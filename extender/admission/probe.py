@@ -28,15 +28,16 @@ from typing import Any, Final
 import orjson
 
 from extender.admission.pod_review import RoutingConfig, review_pod
-from extender.admission.pod_table import ADMITTED_ANNOTATION, AUTOSCALER_ANNOTATIONS
+from extender.admission.pod_table import ADMITTED_LABEL, AUTOSCALER_ANNOTATIONS
 from extender.admission.reviews import API_VERSION, KIND
 from extender.cluster.state import ClusterState
 from extender.kube.defaults import DEFAULT_SCHEDULER
 from policies.quantity import QuantityError, resource_lists_equal
 
-# The annotations pod admission sets: the autoscalers', and the default-scheduler
-# placement's admitted mark.
-_AUTOSCALER_KEYS: Final = frozenset({*(key for key, _ in AUTOSCALER_ANNOTATIONS), ADMITTED_ANNOTATION})
+# The annotations pod admission sets: the autoscalers'.
+_AUTOSCALER_KEYS: Final = frozenset(key for key, _ in AUTOSCALER_ANNOTATIONS)
+# The labels it sets: the default-scheduler placement's admitted mark.
+_MARKS: Final = frozenset({ADMITTED_LABEL})
 
 __all__ = [
     "PROBE_IMAGE",
@@ -168,6 +169,8 @@ def differences(expected: Admission, got: Admission, *, label_prefix: str) -> li
         found.append(f"node label {_labels(have['labels'])}, want {_labels(want['labels'])}")
     if have["annotations"] != want["annotations"]:
         found.append(f"annotations {_labels(have['annotations'])}, want {_labels(want['annotations'])}")
+    if have["marks"] != want["marks"]:
+        found.append(f"pod labels {_labels(have['marks'])}, want {_labels(want['marks'])}")
     if have["tolerations"] != want["tolerations"]:
         found.append(
             f"NoSchedule tolerations {_tolerations(have['tolerations'])}, "
@@ -190,13 +193,15 @@ def summary(admission: Admission, *, label_prefix: str) -> dict[str, str]:
 
 def _fields(pod: Mapping[str, Any], label_prefix: str) -> dict[str, Any]:
     spec = pod.get("spec") or {}
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
     owned = label_prefix + "/"
     return {
         "schedulerName": spec.get("schedulerName") or "",
         "overhead": dict(spec.get("overhead") or {}),
         "labels": {k: v for k, v in (spec.get("nodeSelector") or {}).items() if k.startswith(owned)},
         "annotations": {k: v for k, v in annotations.items() if k in _AUTOSCALER_KEYS},
+        "marks": {k: v for k, v in (metadata.get("labels") or {}).items() if k in _MARKS},
         # The API server adds NoExecute tolerations of its own (DefaultTolerationSeconds:
         # plugin/pkg/admission/defaulttolerationseconds); pod admission adds NoSchedule ones.
         "tolerations": sorted(

@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from extender.admission.pod_review import NEVER_ROUTED_NAMESPACES, RoutingConfig
 from extender.admission.pod_table import (
-    ADMITTED_ANNOTATION,
+    ADMITTED_LABEL,
     MISSING_CRD_HINT,
     PLURAL,
     TABLE_PATH,
@@ -104,7 +104,7 @@ async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix:
                 got = await _dry_run(api, pod, args.namespace, timeout)
                 expected = expected_admission(pod, state, routing)
                 if placement == PLACEMENT_DEFAULT_SCHEDULER and expected.pod is not None:
-                    expected.pod["metadata"].setdefault("annotations", {})[ADMITTED_ANNOTATION] = "true"
+                    expected.pod["metadata"].setdefault("labels", {})[ADMITTED_LABEL] = "true"
                 found = differences(expected, got, label_prefix=label_prefix)
                 checked.append(Checked(name, expected, got, found, placement))
             if any(item.differences for item in checked):

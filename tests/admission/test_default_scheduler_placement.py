@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from extender.admission.pod_table import ADMITTED_ANNOTATION
+from extender.admission.pod_table import ADMITTED_LABEL
 from tests.support.apiserver import RUNTIME_CLASSES, FakeApiServer
 from tests.support.pod_cases import (
     CLASSES,
@@ -68,7 +68,7 @@ def _placed_by_the_default_scheduler(case: PodCase, routed: Admitted) -> Admitte
     pod = copy.deepcopy(routed.pod)
     pod["spec"]["schedulerName"] = case.manifest()["spec"].get("schedulerName") or "default-scheduler"
     if case.runtime_class in KNOWN and case.namespace == "apps" and not case.labels:
-        pod["metadata"].setdefault("annotations", {})[ADMITTED_ANNOTATION] = "true"
+        pod["metadata"].setdefault("labels", {})[ADMITTED_LABEL] = "true"
     return Admitted(201, pod, "")
 
 

@@ -674,9 +674,10 @@ def _scale_down_keeps_the_node(cloud: ControlPlane, request: pytest.FixtureReque
                 nodeName="gvisor-spare",
             )
         elif overlay.endswith("default-scheduler"):
-            # The label requirement shows the autoscaler where it may run; the mark says
-            # pod admission admitted it.
-            assert admitted["annotations"] == {"runtimeclass-extender.dev/admitted": "true"}
+            # The label requirement shows the autoscaler where it may run, so no annotation
+            # keeps it from moving the pod; the mark says pod admission admitted it.
+            assert "annotations" not in admitted
+            assert admitted["labels"] == {"app": "sandboxed", "runtimeclass-extender.dev/admitted": "true"}
         else:
             # The autoscaler sees where the pod may run: the label (large-cluster mode), or
             # the class's selector the in-tree plugin merged.

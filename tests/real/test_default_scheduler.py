@@ -11,7 +11,8 @@ ships it: its default profile, no extender, no second scheduler. What an operato
 - a pending pod told why, naming its class: ``RuntimeClassFitsNoNode`` while the class
   fits no node, ``RuntimeClassNodesUnavailable`` while its nodes have no room;
 - a pod of a class not in the pod admission table refused (created while no replica
-  ran), and admitted once a replica has written the class's entry; and a pod created
+  ran), and admitted once a replica has written the class's entry; a pod admitted from
+  the table never reaching the guard (its admitted label); and a pod created
   right after the install (the chart's pods ready, as ``helm install --wait`` waits
   for) admitted with its requirement.
 
@@ -191,9 +192,9 @@ def test_pods_of_a_class_are_bound_to_its_nodes_by_the_default_scheduler(
             assert {"key": "sandbox", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"} in spec[
                 "tolerations"
             ]
-            assert get_pod(plane, names[0])["metadata"]["annotations"] == {
-                "runtimeclass-extender.dev/admitted": "true"
-            }
+            metadata = get_pod(plane, names[0])["metadata"]
+            assert metadata["labels"]["runtimeclass-extender.dev/admitted"] == "true"
+            assert "annotations" not in metadata
         finally:
             delete_pods(plane, *names)
 
@@ -268,6 +269,37 @@ def test_a_pod_of_a_class_not_in_the_table_is_refused_until_a_replica_writes_its
         assert body["spec"]["nodeSelector"] == {"runtimeclass.node-restriction.kubernetes.io/kata": "true"}
     finally:
         plane.delete(kata)
+
+
+GUARD = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/runtimeclass-extender-pod-admission-required"
+
+
+def test_a_pod_pod_admission_admitted_never_reaches_the_guard(plane: ControlPlane, installed: Installed) -> None:
+    """The mutating policy labels each pod it admits (runtimeclass-extender.dev/admitted),
+    and the guard's binding selects only pods without that label, which kube-apiserver
+    matches before it evaluates anything: an admitted pod costs the API server nothing
+    of the guard. Shown with a guard made to refuse every pod that reaches it: a pod of
+    a class the table holds is still admitted, while one of a class it does not hold
+    hears the edited guard."""
+    installed.stop_extenders()
+    kata: Json = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "kata"}, "handler": "kata"}
+    plane.apply(kata)
+    guard = plane.client.get(GUARD)
+    edited = {**guard, "spec": {**guard["spec"], "validations": [{"expression": "false", "message": "reached the guard"}]}}
+    assert plane.client.request("PUT", GUARD, edited).ok
+    try:
+        wait_for(
+            lambda: "reached the guard" in admit(plane, pod("kata-0", runtime_class="kata")).message,
+            what="the API server evaluating the edited guard",
+        )
+        admitted = admit(plane, pod("gvisor-0"))
+        assert admitted.ok, admitted.message
+        assert admitted.body["metadata"]["labels"] == {"runtimeclass-extender.dev/admitted": "true"}
+        assert admitted.body["spec"]["nodeSelector"] == {LABEL: "true"}
+    finally:
+        plane.client.request("PUT", GUARD, {**plane.client.get(GUARD), "spec": guard["spec"]})
+        plane.delete(kata)
+        installed.start_extenders()
 
 
 def test_a_pod_created_right_after_the_install_is_admitted_with_its_requirement(new_plane: ControlPlane) -> None:
