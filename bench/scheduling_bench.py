@@ -58,7 +58,15 @@ Measured per arm and round, after one warm-up pod is bound:
   the namespace's bound pods (``spec.nodeName`` set) sees it. Beside it the rate the pods
   were created at: where the two are close, the creation paced the scheduling;
 - burst: ``--burst`` more pods created at once by the same clients; each pod's latency
-  from just before its create request to when the watch sees it bound, p50 and p99.
+  from just before its create request to when the watch sees it bound, p50 and p99;
+- the two halves apart: ``--backlog`` pods created while kube-scheduler is stopped
+  (SIGSTOP), their creation rate (pod admission with the cores to itself), then bound
+  once it goes on (SIGCONT), pods/s from its first bind of them to its last (scheduling
+  alone: where the throughput above is paced by creation, this says what the
+  scheduling of the same pods costs);
+- beside them, the CPU seconds each process used over the throughput pods and the
+  burst, and kube-apiserver's own account of the time its admission took
+  (``apiserver_admission_step_admission_duration_seconds``, by step, per pod).
 
 Every pod must be bound to a node of the pool, and every pod that pod admission should
 have admitted must carry what it gives (routed or not, the label, the toleration): an arm
@@ -75,6 +83,8 @@ import functools
 import http.client
 import json
 import os
+import re
+import signal
 import statistics
 import sys
 import threading
@@ -648,6 +658,7 @@ def run_arm(assets: Assets, arm: Arm, args: argparse.Namespace) -> Json:
 
             names = [f"pod-{i:05d}" for i in range(args.pods)]
             before = cpu_seconds(plane)
+            admitting = admission_seconds(plane)
             created = create_pods(plane, names, arm.shape, args.threads, check)
             missing = binds.wait(names, args.timeout)
             if missing:
@@ -663,9 +674,16 @@ def run_arm(assets: Assets, arm: Arm, args: argparse.Namespace) -> Json:
                 raise ArmFailed(unbound(plane, missing, scheduler))
             after = cpu_seconds(plane)
             result["cpu_s"] = {name: round(after[name] - before.get(name, 0.0), 2) for name in after}
+            admitted = admission_seconds(plane)
+            result["admission_ms"] = {
+                step: round((admitted[step] - admitting.get(step, 0.0)) * 1e3 / (len(names) + len(burst)), 3)
+                for step in admitted
+            }
             latencies = sorted(binds.at[n] - sent[n] for n in burst)
             result["burst_p50_ms"] = percentile(latencies, 0.50) * 1e3
             result["burst_p99_ms"] = percentile(latencies, 0.99) * 1e3
+            if args.backlog:
+                result |= backlog(plane, scheduler, binds, arm, args, check)
 
             elsewhere = {n: node for n, node in binds.node.items() if node not in pool}
             if elsewhere:
@@ -685,6 +703,53 @@ def run_arm(assets: Assets, arm: Arm, args: argparse.Namespace) -> Json:
         finally:
             binds.stop()
     return result
+
+
+def backlog(
+    plane: ControlPlane,
+    scheduler: Process,
+    binds: Binds,
+    arm: Arm,
+    args: argparse.Namespace,
+    check: Callable[[Json], str] | None,
+) -> Json:
+    """The two halves of the throughput apart: ``--backlog`` pods created while
+    kube-scheduler is stopped (SIGSTOP: pod creation and admission with the cores to
+    themselves), then bound once it goes on (SIGCONT: scheduling alone, from its first
+    bind of them to its last, so its catching up on the watch is not counted)."""
+    names = [f"backlog-{i:05d}" for i in range(args.backlog)]
+    os.kill(scheduler.popen.pid, signal.SIGSTOP)
+    try:
+        created = create_pods(plane, names, arm.shape, args.threads, check)
+    finally:
+        os.kill(scheduler.popen.pid, signal.SIGCONT)
+    missing = binds.wait(names, args.timeout)
+    if missing:
+        raise ArmFailed(unbound(plane, missing, scheduler))
+    times = sorted(binds.at[n] for n in names)
+    return {
+        "backlog_created_per_s": len(names) / created.seconds,
+        "backlog_bound_per_s": (len(names) - 1) / (times[-1] - times[0]) if len(names) > 1 else 0.0,
+    }
+
+
+# kube-apiserver's own account of its admission work (staging/src/k8s.io/apiserver/pkg/
+# admission/metrics/metrics.go): seconds summed over requests, by step (admit: the
+# mutating plugins, policies and webhooks; validate: the validating ones).
+ADMISSION_STEP = re.compile(
+    r'^apiserver_admission_step_admission_duration_seconds_sum\{[^}]*operation="CREATE"[^}]*type="(\w+)"[^}]*\} (\S+)$',
+    re.MULTILINE,
+)
+
+
+def admission_seconds(plane: ControlPlane) -> dict[str, float]:
+    """Seconds kube-apiserver has spent in admission of creates so far, by step: wall
+    time, so on shared cores it counts waiting too (ResourceQuota's queue above all)."""
+    answer = plane.client.request("GET", "/metrics")
+    found: dict[str, float] = {}
+    for step, seconds in ADMISSION_STEP.findall(answer.body.get("message", "")):
+        found[step] = found.get(step, 0.0) + float(seconds)
+    return found
 
 
 def cpu_seconds(plane: ControlPlane) -> dict[str, float]:
@@ -744,10 +809,11 @@ def run(args: argparse.Namespace) -> list[Json]:
     return results
 
 
-FULL = {"nodes": 5000, "pods": 1000, "burst": 500, "rounds": 3}
-QUICK = {"nodes": 300, "pods": 100, "burst": 50, "rounds": 1}
-MEASURES = ("nodes_s", "ready_s", "created_per_s", "bound_per_s", "burst_p50_ms", "burst_p99_ms")
-RATIOS = ("bound_per_s", "burst_p50_ms", "burst_p99_ms")
+FULL = {"nodes": 5000, "pods": 1000, "burst": 500, "rounds": 3, "backlog": 1000}
+QUICK = {"nodes": 300, "pods": 100, "burst": 50, "rounds": 1, "backlog": 100}
+BACKLOG = ("backlog_created_per_s", "backlog_bound_per_s")
+MEASURES = ("nodes_s", "ready_s", "created_per_s", "bound_per_s", "burst_p50_ms", "burst_p99_ms", *BACKLOG)
+RATIOS = ("bound_per_s", "burst_p50_ms", "burst_p99_ms", *BACKLOG)
 
 
 def ratios(results: Sequence[Json]) -> None:
@@ -756,7 +822,7 @@ def ratios(results: Sequence[Json]) -> None:
     for r in results:
         base = alone.get(r["round"])
         if base is not None and "error" not in r and r["arm"] != "alone":
-            r["vs_alone"] = {m: r[m] / base[m] for m in RATIOS}
+            r["vs_alone"] = {m: r[m] / base[m] for m in RATIOS if m in r and base.get(m)}
 
 
 def summary(results: Sequence[Json], names: Sequence[str]) -> dict[str, Json]:
@@ -769,10 +835,14 @@ def summary(results: Sequence[Json], names: Sequence[str]) -> dict[str, Json]:
             continue
         entry: Json = {"rounds": len(good), "failed": len(failed)}
         if good:
-            entry |= {m: statistics.median(r[m] for r in good) for m in MEASURES}
+            entry |= {m: statistics.median(r[m] for r in good) for m in MEASURES if all(m in r for r in good)}
             with_ratio = [r["vs_alone"] for r in good if "vs_alone" in r]
             if with_ratio:
-                entry["vs_alone"] = {m: statistics.median(v[m] for v in with_ratio) for m in RATIOS}
+                entry["vs_alone"] = {
+                    m: statistics.median(v[m] for v in with_ratio)
+                    for m in RATIOS
+                    if all(m in v for v in with_ratio)
+                }
         found[name] = entry
     return found
 
@@ -796,6 +866,23 @@ def report(results: Sequence[Json], medians: Mapping[str, Json], args: argparse.
         if "cpu_s" in r:
             used = ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(r["cpu_s"].items()))
             print(f"{r['arm']:18} {r['round']:>6}  {used}")
+    print(
+        "\nkube-apiserver's admission of creates (the pod, its binding, its event), ms a pod, "
+        "wall time, by step:"
+    )
+    for r in results:
+        if "admission_ms" in r:
+            steps = ", ".join(f"{step} {ms:.2f}" for step, ms in sorted(r["admission_ms"].items()))
+            print(f"{r['arm']:18} {r['round']:>6}  {steps}")
+    if any("backlog_bound_per_s" in r for r in results):
+        print(
+            f"\nthe halves apart: {args.backlog} pods created while kube-scheduler was stopped, "
+            "then bound once it went on (pods/s; vs alone):"
+        )
+        print(f"{'arm':18} {'round':>6} {'created/s':>10} {'bound/s':>8}  vs alone: created/s, bound/s")
+        for r in results:
+            if "backlog_bound_per_s" in r:
+                print(_backlog_row(r["arm"], str(r["round"]), r))
     print("\nmedians of the rounds:")
     print(_header("rounds"))
     for name, m in medians.items():
@@ -804,6 +891,12 @@ def report(results: Sequence[Json], medians: Mapping[str, Json], args: argparse.
             print(_row(name, f"{m['rounds']}", m) + failed)
         else:
             print(f"{name:18} {'':>6}  every round failed")
+    backlogs = {name: m for name, m in medians.items() if "backlog_bound_per_s" in m}
+    if backlogs:
+        print("\nthe halves apart, medians of the rounds:")
+        print(f"{'arm':18} {'rounds':>6} {'created/s':>10} {'bound/s':>8}  vs alone: created/s, bound/s")
+        for name, m in backlogs.items():
+            print(_backlog_row(name, f"{m['rounds']}", m))
 
 
 def _header(rounds: str) -> str:
@@ -824,6 +917,18 @@ def _row(name: str, round_: str, m: Mapping[str, Any]) -> str:
     )
 
 
+def _backlog_row(name: str, round_: str, m: Mapping[str, Any]) -> str:
+    vs = m.get("vs_alone") or {}
+    ratio = (
+        f"{vs['backlog_created_per_s']:.2f}x, {vs['backlog_bound_per_s']:.2f}x"
+        if all(k in vs for k in BACKLOG)
+        else ""
+    )
+    return (
+        f"{name:18} {round_:>6} {m['backlog_created_per_s']:10.1f} {m['backlog_bound_per_s']:8.1f}  {ratio}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--floor-extender"]:
@@ -841,6 +946,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--scheduler-qps", type=float, help="kube-scheduler's API client limit (burst twice it); default 50"
     )
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        help="pods created while kube-scheduler is stopped, then bound: the two halves apart (1000; 0: none)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for a phase's binds")
     parser.add_argument(
         "--quick", action="store_true", help="300 nodes, 100 pods, burst 50, 1 round (where not given)"
@@ -850,8 +960,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, value in (QUICK if args.quick else FULL).items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    if args.nodes < 2 or args.pods < 1 or args.burst < 1 or args.rounds < 1 or args.threads < 1:
-        parser.error("--nodes at least 2; --pods, --burst, --rounds and --threads at least 1")
+    if args.nodes < 2 or args.pods < 1 or args.burst < 1 or args.rounds < 1 or args.threads < 1 or args.backlog < 0:
+        parser.error("--nodes at least 2; --pods, --burst, --rounds and --threads at least 1; --backlog at least 0")
     results = run(args)
     ratios(results)
     medians = summary(results, args.arms)
