@@ -56,7 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from local import cpu_model
+from local import cpu_model, cpu_seconds
 
 from tests.support.control_plane import ControlPlane, find_assets
 from tests.support.install import install
@@ -135,8 +135,11 @@ def arm_documents(docs: Sequence[Manifest]) -> list[Manifest]:
     """The overlay with each pod admission binding serving its arms: the shipped
     policies ``shipped`` (and, but the placement's guard, ``no-guard``); copies of the
     mutating policy and the guard with the annotation mark ``annotation``."""
-    policies = {MUTATING: "MutatingAdmissionPolicy", REFUSAL_GUARD: "ValidatingAdmissionPolicy"}
-    policies[GUARD] = "ValidatingAdmissionPolicy"
+    policies = {
+        MUTATING: "MutatingAdmissionPolicy",
+        REFUSAL_GUARD: "ValidatingAdmissionPolicy",
+        GUARD: "ValidatingAdmissionPolicy",
+    }
     out = [
         d
         for d in docs
@@ -226,8 +229,7 @@ class Bench:
         return answer.ok and not fault(arm, "class", answer.body)
 
     def cpu(self) -> float:
-        fields = Path(f"/proc/{self.apiserver_pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.apiserver_pid)
 
     def create(self, arm: str, kind: str) -> None:
         answer = self.plane.client.request("POST", f"/api/v1/namespaces/{namespace_of(arm)}/pods", pod_body(kind))
