@@ -216,7 +216,7 @@ def test_a_pass_after_node_events_judges_those_nodes_alone() -> None:
     """The events' decisions under node churn: each pass says how many nodes run the
     class as a count over every node would, and costs rule checks for the nodes that
     changed only (a recount of every node after each change made a pass at 15,000
-    nodes and 10 classes take 200 ms: bench/events_pass_bench.py)."""
+    nodes and 10 classes take 0.2 to 0.4 s: bench/events_pass_bench.py)."""
     state = ClusterState()
     labels = CountingLabels(PREFIX, load_policy())
     pods = PendingPods()
