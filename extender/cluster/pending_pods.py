@@ -146,8 +146,8 @@ class Shared(Generic[T]):
     of what a pending pod cost. The table holds each set weakly, as its key and (by a
     weak reference to itself) its value, so a set no pod holds any more leaves the
     table with the last pod: interning every selector ever decoded kept them all for
-    good (5,000 selectors, 1.5 MiB, after five rounds of 1,000 pods with selectors of
-    their own, and growing)."""
+    good (5,000 selectors, 1.9 MiB, after five rounds of 1,000 pods with selectors of
+    their own, and growing: bench/pending_selectors_bench.py)."""
 
     def __init__(self) -> None:
         self._table: weakref.WeakKeyDictionary[frozenset[T], weakref.ref[frozenset[T]]] = (
