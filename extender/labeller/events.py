@@ -38,16 +38,18 @@ pod's uid and the revision of what decides the class's nodes
 (``ClassLabels.rules_key``: an edit of the class's labels or annotations is no new
 revision, and writes nothing), and it is created with POST: a second write for the
 same pair (a new leader, a re-list) is answered ``409 AlreadyExists``, which the
-reconcile reads as done (counted ``existing``). The names known to exist (written, or
-found existing) are kept per pod uid while the pod pends, so a pass queues nothing for
-them. client-go's recorder dedupes on (type, action, reason, controller, instance,
-regarding, related); this never writes a series at all, so a thousand pending pods are
-a thousand events, each once, at the queue's rate. A write refused (403, 422) is tried
-again with the key's backoff, never once per pass; a refusal is said once for the
-actor, one event probing while the others wait (``extender.leader.refusal``). The queue owns the term: a new term starts from the caches, a follower
-queues nothing, and on shutdown while leading the events queued get ``drain_timeout``.
-The pending pods come from the informer every actor that reads them shares
-(``extender.cluster.pending_pods``).
+reconcile reads as done (counted ``existing``). The events known to exist (written, or
+found existing) are kept per pod uid while the pod pends, each by what its name holds
+besides the pod (``Event.key``: class, revision, reason), so a pass queues nothing for
+them and hashes no name to know it. client-go's recorder dedupes on (type, action,
+reason, controller, instance, regarding, related); this never writes a series at all,
+so a thousand pending pods are a thousand events, each once, at the queue's rate. A
+write refused (403, 422) is tried again with the key's backoff, never once per pass; a
+refusal is said once for the actor, one event probing while the others wait
+(``extender.leader.refusal``). The queue owns the term: a new term starts from the
+caches, a follower queues nothing, and on shutdown while leading the events queued get
+``drain_timeout``. The pending pods come from the informer every actor that reads them
+shares (``extender.cluster.pending_pods``).
 """
 
 from __future__ import annotations
@@ -160,10 +162,10 @@ class ClassEvents(Controller[PodEvent]):
         # The informer of pending pods the actors share (its own when built alone).
         self.pod_informer = pending or PendingPodInformer(api, label_prefix=prefix)
         self.pods = self.pod_informer.pods
-        # Event names known to exist (written, or found existing), by pod uid: never
-        # written again; forgotten when the pod leaves the pending set, so the map stays
-        # as large as the pending pods.
-        self.written: dict[str, set[str]] = {}
+        # Events known to exist (written, or found existing), by pod uid, each by its
+        # ``Event.key`` (with the uid, its name): never written again; forgotten when the
+        # pod leaves the pending set, so the map stays as large as the pending pods.
+        self.written: dict[str, set[tuple[str, str, str]]] = {}
         self.counter: Counter | None = None
         self.decisions = EventDecisions(self.labels, state.nodes, state.runtime_classes, self.pods)
         state.nodes.add_listener(self._changed)
@@ -204,7 +206,7 @@ class ClassEvents(Controller[PodEvent]):
         self._changed(kind, old, new)
 
     def _known(self, event: Event) -> bool:
-        return event.name in self.written.get(event.pod.uid, ())
+        return event.key in self.written.get(event.pod.uid, ())
 
     # ----- reconciling --------------------------------------------------------------
 
@@ -227,7 +229,7 @@ class ClassEvents(Controller[PodEvent]):
             event = _event_of(result.write)
             current = self.pods.get(event.pod.name)
             if current is not None and current.uid == event.pod.uid:  # else forgotten already
-                self.written.setdefault(event.pod.uid, set()).add(event.name)
+                self.written.setdefault(event.pod.uid, set()).add(event.key)
         return result
 
     def _write(self, key: PodEvent) -> Write | Unchanged:

@@ -7,16 +7,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from extender.cluster.objects import nodes_from_api, runtime_class_from_api
 from extender.cluster.pending_pods import PendingPod
-from extender.labeller.events import REASON, REPORTING_CONTROLLER, ClassEvents, event_name
+from extender.cluster.state import ClusterState
+from extender.kube.answer import Sent
+from extender.labeller import event_decisions
+from extender.labeller.events import REASON, REPORTING_CONTROLLER, ClassEvents, PodEvent, event_name
+from extender.leader.results import Done, Result, Retry, Unchanged, Write
 from extender.leader.runner import LeaderRunner
+from extender.leader.writes import Turn
 from extender.policy_file import load_policy
 from tests.support import replicas as replica_support
 from tests.support.apiserver import (
@@ -384,3 +390,52 @@ async def test_a_pod_that_shows_its_classs_selector_is_not_told_it_lacks_the_lab
     note = events(fake_apiserver)[0]["note"]
     assert "node label requirement" not in note, note
     assert "; the pod lacks what pod admission gives a pod of the class: its tolerations (sandbox Equal gvisor:NoSchedule)" in note, note
+
+
+class Created(Turn):
+    """A key's turn whose write is made at once and answered 201 Created."""
+
+    def __init__(self) -> None:  # no pace, no damping
+        pass
+
+    async def write(self, plan: Callable[[], Write | Unchanged | Retry]) -> Result:
+        wanted = plan()
+        assert isinstance(wanted, Write)
+        return Done(wanted, Sent(201))
+
+
+async def test_a_pass_over_pods_whose_events_are_known_hashes_no_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The events known to exist are kept by what their names hold besides the pod: a
+    pass over pending pods whose events were written queues none and makes no name
+    (it hashed one per pod at every pass)."""
+    state = ClusterState()
+    state.nodes.replace(nodes_from_api([make_node(f"n{i}", labels={"runtime/pool": "a"}) for i in range(4)]))
+    gvisor = make_runtime_class("gvisor", node_selector={"runtime/pool": "b"})
+    state.runtime_classes.replace(runtime_class_from_api(c) for c in [gvisor])
+    actor = ClassEvents(None, state, load_policy(), prefix=PREFIX)
+    queued: list[PodEvent] = []
+    monkeypatch.setattr(actor.queue, "add", lambda key, first=False: queued.append(key))
+    for i in range(50):
+        actor.pods.upsert(PendingPod("default", f"p{i}", f"uid-{i}", "gvisor", SCHED))
+    await actor.resync()
+    assert len(queued) == 50
+    for key in queued:
+        assert isinstance(await actor.reconcile(key, Created()), Done)
+
+    names: list[str] = []
+
+    def name(*args: Any) -> str:
+        names.append(made := event_name(*args))
+        return made
+
+    monkeypatch.setattr(event_decisions, "event_name", name)
+    queued.clear()
+    await actor.resync()
+    assert queued == [] and names == []
+    # A new revision of the class: every pod is owed an event again.
+    gvisor["scheduling"]["nodeSelector"] = {"runtime/pool": "c"}
+    state.runtime_classes.upsert(runtime_class_from_api(gvisor))
+    await actor.resync()
+    assert len(queued) == 50 and names == []
