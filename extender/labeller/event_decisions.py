@@ -90,24 +90,29 @@ def event_name(pod: PendingPod, class_name: str, class_version: str, reason: str
     return head + suffix
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class Event:
     """One event as decided from the state of that moment: on ``pod``, for
     ``class_name`` at ``class_version`` (the digest of what decides its nodes, or
     ``ABSENT_VERSION`` for a deleted class). ``says`` is its note, or what makes it
-    when first read (``note``, from the stores as they are then, and kept): a pass
-    decides every pending pod's event and reads the note of none. Equal to an event
-    on the same pod, for the same class revision and reason, that says the same."""
+    from the pod when first read (``note``, from the stores as they are then, and
+    kept): a pass decides every pending pod's event and reads the note of none. Equal
+    to an event on the same pod, for the same class revision and reason, that says the
+    same.
+
+    Never changed once made, but not a frozen dataclass: its ``__init__`` (an
+    ``object.__setattr__`` per field) cost 1.3 µs an event, most of a pass at 10,000
+    pending pods (bench/events_pass_bench.py)."""
 
     pod: PendingPod
     class_name: str
     class_version: str
-    says: str | Callable[[], str]
+    says: str | Callable[[PendingPod], str]
     reason: str = REASON
 
     @cached_property
     def note(self) -> str:
-        return self.says if isinstance(self.says, str) else self.says()
+        return self.says if isinstance(self.says, str) else self.says(self.pod)
 
     @cached_property
     def name(self) -> str:
@@ -188,7 +193,7 @@ class EventDecisions:
             return [Event(pod, class_name, version, fits_none) for pod in pods]
         unavailable = partial(self.unavailable_note, runtime_class)
         return [
-            Event(pod, class_name, version, partial(unavailable, pod), UNAVAILABLE_REASON)
+            Event(pod, class_name, version, unavailable, UNAVAILABLE_REASON)
             for pod in pods
             if pod.unschedulable
         ]

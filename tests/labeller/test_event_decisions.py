@@ -256,7 +256,7 @@ def test_a_pass_digests_each_class_once_and_makes_no_note(monkeypatch: pytest.Mo
     """A pass over many pending pods of one class no node of which can take them: the
     class's revision is digested once (and again only after the class store changes),
     and no pod's note is made until it is read (both were made for every pod at every
-    pass: 14 us a pod, a pass of 131 ms at 10,000 pods, bench/events_pass_bench.py)."""
+    pass: 14 µs a pod, a pass of 131 ms at 10,000 pods, bench/events_pass_bench.py)."""
     digested: list[Hashable] = []
 
     def digest(revision: Hashable) -> str:
@@ -301,7 +301,7 @@ def test_a_pass_digests_each_class_once_and_makes_no_note(monkeypatch: pytest.Mo
 def test_events_are_equal_when_they_are_on_the_same_pod_for_the_same_revision_and_say_the_same() -> None:
     pod = PendingPod("default", "p", "uid-p", "gvisor", "runtimeclass-scheduler")
     said = Event(pod, "gvisor", "v1", "no node", UNAVAILABLE_REASON)
-    made = Event(pod, "gvisor", "v1", lambda: "no node", UNAVAILABLE_REASON)
+    made = Event(pod, "gvisor", "v1", lambda _pod: "no node", UNAVAILABLE_REASON)
     assert said == made and hash(said) == hash(made) and made.name == said.name
-    assert said != Event(pod, "gvisor", "v1", lambda: "another", UNAVAILABLE_REASON)
+    assert said != Event(pod, "gvisor", "v1", lambda _pod: "another", UNAVAILABLE_REASON)
     assert said != Event(pod, "gvisor", "v2", "no node", UNAVAILABLE_REASON)
