@@ -27,6 +27,29 @@ def assets() -> Assets:
     return found
 
 
+def _require(assets: Assets, *names: str) -> None:
+    """Skip without these binaries beside the control plane's, except under CI, where
+    .ci/run unpacks them: fail."""
+    missing = [name for name in names if assets.binary(name) is None]
+    if missing:
+        message = f"{', '.join(missing)} not in {assets.directory} (KUBEBUILDER_ASSETS)"
+        if os.environ.get("CI"):
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def kube_scheduler(assets: Assets) -> None:
+    """kube-scheduler beside the control plane (a module's ``pytestmark`` asks for it)."""
+    _require(assets, "kube-scheduler")
+
+
+@pytest.fixture(scope="module")
+def cluster_autoscaler(assets: Assets) -> None:
+    """kube-scheduler and cluster-autoscaler (kwok provider) beside the control plane."""
+    _require(assets, "kube-scheduler", "cluster-autoscaler")
+
+
 @pytest.fixture(scope="module")
 def plane(assets: Assets) -> Iterator[ControlPlane]:
     """kube-apiserver (and etcd) as predicate mode runs it: RuntimeClass admission off."""

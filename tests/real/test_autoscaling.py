@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -76,6 +75,8 @@ from tests.support.install import Installed, install
 from tests.support.manifests import render
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.usefixtures("cluster_autoscaler")
+
 Json = dict[str, Any]
 SELECTOR = {"runtime/gvisor": "true"}
 LABEL = "runtimeclass.node-restriction.kubernetes.io/gvisor"
@@ -100,15 +101,6 @@ GVISOR = {
 BOUND_WITHIN = 60.0
 
 
-@pytest.fixture(scope="module", autouse=True)
-def binaries(assets: Assets) -> None:
-    """kube-scheduler and cluster-autoscaler (kwok provider) beside the control plane's."""
-    missing = [name for name in ("kube-scheduler", "cluster-autoscaler") if assets.binary(name) is None]
-    if missing:
-        message = f"{', '.join(missing)} not in {assets.directory} (KUBEBUILDER_ASSETS)"
-        if os.environ.get("CI"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
 
 
 @pytest.fixture(scope="module")

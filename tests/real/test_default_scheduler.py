@@ -22,17 +22,18 @@ Bound pods stay Pending (no kubelet): binding is ``spec.nodeName``.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.autoscaler import start_scheduler
-from tests.support.control_plane import Assets, ControlPlane, Process
+from tests.support.autoscaler import start_default_scheduler
+from tests.support.control_plane import ControlPlane, Process
 from tests.support.helm import template as helm_template
 from tests.support.install import Installed, install
 from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.usefixtures("kube_scheduler")
 
 Json = dict[str, Any]
 LABEL = "runtimeclass.node-restriction.kubernetes.io/gvisor"
@@ -53,19 +54,12 @@ CHART_VALUES = {"labelNodes.enabled": "true", "labelNodes.placement": "default-s
 REFUSED = "pod rejected: RuntimeClass {name} is not in the pod admission table runtimeclass-extender yet"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def binaries(assets: Assets) -> None:
-    if assets.binary("kube-scheduler") is None:
-        message = f"kube-scheduler not in {assets.directory} (KUBEBUILDER_ASSETS)"
-        if os.environ.get("CI"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
 
 
 @pytest.fixture(scope="module")
 def scheduler(plane: ControlPlane) -> Iterator[Process]:
     """kube-scheduler as Kubernetes ships it, beside predicate mode's API server."""
-    process = default_scheduler(plane)
+    process = start_default_scheduler(plane)
     try:
         yield process
     finally:
@@ -98,27 +92,6 @@ def admit(plane: ControlPlane, manifest: Json) -> Any:
     return plane.client.request(
         "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", manifest, query={"dryRun": "All"}
     )
-
-
-def default_scheduler(plane: ControlPlane) -> Process:
-    """kube-scheduler as Kubernetes ships it, as the kube-scheduler user."""
-    scheduler = start_scheduler(
-        plane,
-        {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"},
-        namespace="kube-system",
-        service_account="kube-scheduler",
-    )
-    for role in ("system:kube-scheduler", "system:volume-scheduler"):
-        plane.apply(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": f"test-default-scheduler-{role.replace(':', '-')}"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": "kube-scheduler", "namespace": "kube-system"}],
-            }
-        )
-    return scheduler
 
 
 def pod(name: str, *, runtime_class: str = "gvisor", cpu: str = "100m") -> Json:

@@ -205,6 +205,28 @@ def start_scheduler(
     )
 
 
+def start_default_scheduler(plane: ControlPlane) -> Process:
+    """kube-scheduler as Kubernetes ships it (its default profile, no extender), as the
+    kube-scheduler user would run it: a ServiceAccount bound to the bootstrap roles."""
+    scheduler = start_scheduler(
+        plane,
+        {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"},
+        namespace="kube-system",
+        service_account="kube-scheduler",
+    )
+    for role in ("system:kube-scheduler", "system:volume-scheduler"):
+        plane.apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"test-default-scheduler-{role.replace(':', '-')}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "kube-scheduler", "namespace": "kube-system"}],
+            }
+        )
+    return scheduler
+
+
 # ----- registration: what the kubelet and the node lifecycle controller would do -------
 
 STRIP_POLICY = "test-kubelet-cannot-set-restricted-labels"

@@ -620,7 +620,6 @@ class ControlPlane:
         """The namespace and its ``default`` ServiceAccount (no controller-manager makes it)."""
         if name in self._namespaces and not labels:
             return
-        self._namespaces.add(name)
         self.apply(
             {
                 "apiVersion": "v1",
@@ -628,12 +627,11 @@ class ControlPlane:
                 "metadata": {"name": name, "labels": dict(labels or {})},
             }
         )
-        self.apply(
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name}}
-        )
 
     def apply(self, obj: Json) -> Json:
-        """Create the object, or replace it (keeping its resourceVersion) if it exists."""
+        """Create the object, or replace it (keeping its resourceVersion) if it exists. A
+        Namespace gets its ``default`` ServiceAccount too, and is then known: an object
+        applied in it later does not make it again (which would replace its labels)."""
         meta = obj.get("metadata", {})
         if obj["kind"] != "Namespace" and meta.get("namespace") and meta["namespace"] not in self._namespaces:
             self.ensure_namespace(meta["namespace"])
@@ -646,6 +644,11 @@ class ControlPlane:
             answer = self.client.request("PUT", object_path(obj), replacement)
         if not answer.ok:
             raise ApiError(f"apply {obj['kind']} {meta.get('name')}: {answer.status} {answer.message}")
+        if obj["kind"] == "Namespace" and meta["name"] not in self._namespaces:
+            self._namespaces.add(meta["name"])
+            self.apply(
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": meta["name"]}}
+            )
         return answer.body
 
     def apply_all(self, objects: Sequence[Json]) -> None:

@@ -59,14 +59,20 @@ policy matches (the administrator too, as on a real server), in the real order:
 
 1. defaulting of a created object (only a pod's ``spec.schedulerName``:
    ``default-scheduler`` when empty);
-2. mutating admission: loaded MutatingAdmissionPolicies (JSONPatch mutations, with
+2. mutating admission: with ``FakeApiServer(runtimeclass_plugin=True)``, the in-tree
+   RuntimeClass admission plugin on a pod create (``runtimeclass_plugin.py``: the
+   class's overhead, selector and tolerations merged, a class that does not exist
+   refused), as every kube-apiserver runs it unless its flags turn it off; loaded
+   MutatingAdmissionPolicies (JSONPatch mutations, with
    params, matchConditions, variables, failurePolicy, reinvocationPolicy), then, if
    ``call_webhooks``, the webhooks of stored MutatingWebhookConfigurations, called over
    HTTPS; run once more when a mutation asks for it, as the real chain reinvokes;
 3. for a create: uid, creationTimestamp, and the name of a ``generateName`` create;
-4. validating admission: loaded ValidatingAdmissionPolicies (with params), which deny
-   with the 422 (or the validation's reason) a real server sends. Validating webhooks
-   are never called.
+4. validating admission: the RuntimeClass plugin's check of the pod's overhead, where it
+   runs; loaded ValidatingAdmissionPolicies (with params), which deny with the 422 (or
+   the validation's reason) a real server sends. Validating webhooks are never called.
+   A loaded ValidatingAdmissionPolicy can be read back by name (``GET
+   /apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/<name>``).
 
 The object stored (or, in a dry run, answered) is the mutated one. Refusals carry the
 real wording and code. What the fake cannot evaluate as a real server would (an

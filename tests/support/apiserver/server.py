@@ -70,7 +70,14 @@ import orjson
 import yaml
 from aiohttp import web
 
-from tests.support.apiserver import admission_policy, json_patch, mutating_policy, rbac, webhooks
+from tests.support.apiserver import (
+    admission_policy,
+    json_patch,
+    mutating_policy,
+    rbac,
+    runtimeclass_plugin,
+    webhooks,
+)
 from tests.support.apiserver.defaults import apply_defaults
 from tests.support.apiserver.objects import resource_details, status_object
 
@@ -343,6 +350,7 @@ class FakeApiServer:
         history_limit: int | None = None,
         default_watch_timeout: float = 1800.0,
         call_webhooks: bool = False,
+        runtimeclass_plugin: bool = False,
     ) -> None:
         self.host = host
         self.port = port
@@ -379,6 +387,9 @@ class FakeApiServer:
         self.admission_policies = admission_policy.Policies()
         # Call the webhooks of stored MutatingWebhookConfigurations on writes (webhooks.py).
         self.call_webhooks = call_webhooks
+        # Run the RuntimeClass admission plugin on pod creates, as kube-apiserver does
+        # unless --disable-admission-plugins names it (runtimeclass_plugin.py).
+        self.runtimeclass_plugin = runtimeclass_plugin
         # Where a webhook's ``clientConfig.service`` is reached: (namespace, name, port)
         # -> (host, port) to dial; TLS is verified for ``<name>.<namespace>.svc``.
         self.webhook_addresses: dict[tuple[str, str, int], tuple[str, int]] = {}
@@ -816,6 +827,25 @@ class FakeApiServer:
             return None
         return _Route(rtype, namespace, rest[1] if len(rest) >= 2 else None, subresource)
 
+    def _loaded_policy(self, request: web.Request) -> web.Response | None:
+        """A GET of a ValidatingAdmissionPolicy by name: the one ``apply`` loaded, or 404
+        (not authorized: the fake serves policies for reading alone). None for any other
+        request."""
+        prefix = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/"
+        if request.method != "GET" or not request.path.startswith(prefix):
+            return None
+        name = request.path.removeprefix(prefix)
+        policy = self.admission_policies.policies.get(name)
+        if policy is None:
+            return _status_response(
+                status_object(
+                    404,
+                    f'validatingadmissionpolicies.admissionregistration.k8s.io "{name}" not found',
+                    reason="NotFound",
+                )
+            )
+        return web.json_response(policy)
+
     def _injected_failure(self, request: RecordedRequest, rtype: ResourceType) -> web.Response | None:
         verb = request.verb
         for failure in self._failures:
@@ -847,6 +877,10 @@ class FakeApiServer:
         query = dict(request.query)
         route = self._route(request.path)
         is_watch = query.get("watch") in ("1", "true")
+        loaded = self._loaded_policy(request)
+        if loaded is not None:
+            self.requests.append(RecordedRequest("get", request.path, query))
+            return loaded
         if route is None:
             self.requests.append(RecordedRequest(request.method, request.path, query))
             return _status_response(status_object(404, "the server could not find the requested resource"))
@@ -1069,9 +1103,14 @@ class FakeApiServer:
         old: JsonObj | None,
         kind: tuple[str, str, str] | None = None,
     ) -> web.Response | None:
-        """Validating admission of a write (admission_policy.py): the denial to answer
-        with, or None. Every write passes here once its object is known and before
-        anything is stored."""
+        """Validating admission of a write (the RuntimeClass plugin's validating half, then
+        admission_policy.py): the denial to answer with, or None. Every write passes
+        here once its object is known and before anything is stored."""
+        if self._plugin_applies(write, operation) and new is not None:
+            runtime_class, refusal = self._runtime_class_of(new)
+            refusal = refusal or runtimeclass_plugin.validate(new, runtime_class)
+            if refusal:
+                return _status_response(_forbidden(new, refusal))
         if not self.admission_policies:
             return None
         try:
@@ -1113,6 +1152,21 @@ class FakeApiServer:
             dry_run=write.dry_run,
             namespace_object=self._namespace_object(write.namespace),
         )
+
+    def _plugin_applies(self, write: _Write, operation: str) -> bool:
+        """The RuntimeClass plugin handles pod creates alone (``shouldIgnore``)."""
+        return self.runtimeclass_plugin and write.rtype.key == PODS.key and operation == "CREATE" and not write.subresource
+
+    def _runtime_class_of(self, pod: JsonObj) -> tuple[JsonObj | None, str]:
+        """The stored class the pod names (None: it names none), or the plugin's refusal
+        of a class that does not exist."""
+        name = (pod.get("spec") or {}).get("runtimeClassName")
+        if name is None:
+            return None, ""
+        stored = self._objects[RUNTIME_CLASSES.key].get(("", name))
+        if stored is None:
+            return None, runtimeclass_plugin.NOT_FOUND.format(name=name)
+        return stored, ""
 
     def _namespace_object(self, namespace: str | None) -> JsonObj | None:
         """The CEL ``namespaceObject``: the stored Namespace if ``namespaces`` is a
@@ -1159,12 +1213,22 @@ class FakeApiServer:
         hooks: list[webhooks.Webhook] = []
         if self.call_webhooks and MUTATING_WEBHOOKS.key in self._objects:
             hooks = webhooks.webhooks_in_order(self.objects(MUTATING_WEBHOOKS))
-        if not run_policies and not hooks:
+        plugin = self._plugin_applies(write, operation)
+        if not run_policies and not hooks and not plugin:
             return new
         attributes = self._attributes(write, operation, name, new, old, kind)
         reinvocation = mutating_policy.ReinvocationContext()
         try:
             while True:
+                # The in-tree plugins first, on every run of the chain.
+                if plugin and attributes.object is not None:
+                    runtime_class, refusal = self._runtime_class_of(attributes.object)
+                    admitted, refusal = (
+                        runtimeclass_plugin.admit(attributes.object, runtime_class) if not refusal else (None, refusal)
+                    )
+                    if admitted is None:
+                        return _status_response(_forbidden(attributes.object, refusal))
+                    attributes = replace(attributes, object=admitted)
                 if run_policies:
                     verdict = mutating_policy.mutate(
                         self.admission_policies, attributes, params=self._params, reinvocation=reinvocation
@@ -1725,6 +1789,19 @@ def _invalid(rtype: ResourceType, name: str, obj: JsonObj) -> web.Response | Non
             + _DNS1123_SUBDOMAIN_MESSAGE,
             reason="Invalid",
         )
+    )
+
+
+def _forbidden(pod: JsonObj, refusal: str) -> JsonObj:
+    """An in-tree admission plugin's refusal of a pod (admission.NewForbidden): named as
+    the pod is, or by its generateName before it has a name."""
+    metadata = pod.get("metadata") or {}
+    name = metadata.get("name") or metadata.get("generateName") or "Unknown"
+    return status_object(
+        403,
+        f'pods "{name}" is forbidden: {refusal}',
+        reason="Forbidden",
+        details={"name": name, "kind": "pods"},
     )
 
 
