@@ -536,14 +536,6 @@ class ServeSettings:
         "(docs/autoscaling.md)",
         "SECONDS",
     )
-    runtimeclass_admission_plugin: bool = _setting(
-        False,
-        _bool,
-        "the API server runs the RuntimeClass admission plugin (alongside admission, or a managed "
-        "cluster that cannot turn it off), which merges each class's scheduling.nodeSelector into its "
-        "pods, where node autoscalers see it: only the other node rules then go unseen by them "
-        "(docs/autoscaling.md)",
-    )
     cluster_autoscaler_status: str = _setting(
         DEFAULT_CLUSTER_AUTOSCALER_STATUS,
         configmap_reference,

@@ -46,6 +46,17 @@ def confines_the_extender(policy: Manifest) -> bool:
     return conditions[0].get("name") == "only-the-extender"
 
 
+# The one policy bound to some namespaces only: the pod creates it confines can only be
+# in the extender's own namespace (a Role there grants them), which carries this label
+# (deploy/base/namespace.yaml); bound so, no other pod of the cluster costs the API server
+# its match condition.
+BOUND_TO = {
+    "runtimeclass-extender-plugin-probe": {
+        "namespaceSelector": {"matchLabels": {"runtimeclass-extender.dev/webhook": "ignore"}}
+    }
+}
+
+
 def policies() -> dict[str, Manifest]:
     """Every policy of every shipped overlay that confines the extender's writes, by name
     (each overlay carries the same text)."""
@@ -58,7 +69,12 @@ def policies() -> dict[str, Manifest]:
             name = doc["metadata"]["name"]
             assert found.setdefault(name, doc)["spec"] == doc["spec"], name
             binding = one(docs, "ValidatingAdmissionPolicyBinding", name)
-            assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+            selects = BOUND_TO.get(name)
+            assert binding["spec"] == {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                **({"matchResources": selects} if selects else {}),
+            }
     return found
 
 
@@ -74,6 +90,7 @@ def evaluate(
     user: str = EXTENDER,
     sub_resource: str | None = None,
     name: str = "",
+    dry_run: bool = False,
 ) -> list[str] | None:
     """The messages of the validations that deny (empty: allowed); None when the policy
     does not apply to the request (a match condition is false)."""
@@ -86,6 +103,8 @@ def evaluate(
     }
     if sub_resource is not None:
         request["subResource"] = sub_resource
+    # Always present, true or false (the API server's AdmissionRequest for CEL).
+    request["dryRun"] = dry_run
     context: dict[str, Any] = {"request": request, "object": new, "oldObject": old, "variables": {}}
     for condition in spec.get("matchConditions", []):
         if cel.evaluate(condition["expression"], context) is not True:
@@ -120,6 +139,8 @@ def test_every_write_the_extender_is_granted_is_confined() -> None:
         "runtimeclass-extender-webhook-certificate",
         "runtimeclass-extender-leader-election",
         "runtimeclass-extender-pod-admission-table",
+        "runtimeclass-extender-namespace-annotation",
+        "runtimeclass-extender-plugin-probe",
     }
 
 
@@ -219,10 +240,20 @@ NODE_CASES: list[tuple[str, Callable[[Manifest], None], dict[str, Any], list[str
         {"old": _set("spec.taints", TAINTED)},
         [],
     ),
-    ("remove-only-startup-taint", _set("spec.taints", None), {"old": _set("spec.taints", [STARTUP_TAINT])}, []),
+    (
+        "remove-only-startup-taint",
+        _set("spec.taints", None),
+        {"old": _set("spec.taints", [STARTUP_TAINT])},
+        [],
+    ),
     # ...and nothing else with it: another taint, a taint added, another spec field.
     ("remove-both-taints", _set("spec.taints", []), {"old": _set("spec.taints", TAINTED)}, [SPEC]),
-    ("remove-other-taint", _set("spec.taints", [STARTUP_TAINT]), {"old": _set("spec.taints", TAINTED)}, [SPEC]),
+    (
+        "remove-other-taint",
+        _set("spec.taints", [STARTUP_TAINT]),
+        {"old": _set("spec.taints", TAINTED)},
+        [SPEC],
+    ),
     ("add-startup-taint", _set("spec.taints", TAINTED), {}, [SPEC]),
     (
         "startup-taint-and-unschedulable",
@@ -722,7 +753,10 @@ def test_leases_are_only_the_extenders_own(
 TABLE: Manifest = {
     "apiVersion": "runtimeclass-extender.dev/v1alpha1",
     "kind": "PodAdmissionTable",
-    "metadata": {"name": "runtimeclass-extender", "labels": {"app.kubernetes.io/part-of": "runtimeclass-extender"}},
+    "metadata": {
+        "name": "runtimeclass-extender",
+        "labels": {"app.kubernetes.io/part-of": "runtimeclass-extender"},
+    },
     "spec": {"runtimeClasses": {"gvisor": {"overhead": {"cpu": "250m", "memory": "64Mi"}}}},
 }
 ONLY_THE_TABLE = "may only write the PodAdmissionTable runtimeclass-extender"
@@ -748,4 +782,140 @@ TABLE_METADATA = "the table's labels, annotations, finalizers and ownerReference
 def test_the_table_is_only_its_entries(
     operation: str, old: Manifest | None, new: Manifest | None, expected: list[str]
 ) -> None:
-    assert evaluate("runtimeclass-extender-pod-admission-table", operation=operation, old=old, new=new) == expected
+    assert (
+        evaluate("runtimeclass-extender-pod-admission-table", operation=operation, old=old, new=new)
+        == expected
+    )
+
+
+# --- the extender's own Namespace -------------------------------------------------------
+
+NAMESPACE: Manifest = {
+    "apiVersion": "v1",
+    "kind": "Namespace",
+    "metadata": {
+        "name": "runtimeclass-extender",
+        "labels": {
+            "kubernetes.io/metadata.name": "runtimeclass-extender",
+            "runtimeclass-extender.dev/webhook": "ignore",
+        },
+        "annotations": {"runtimeclass-extender.dev/placement": "default-scheduler"},
+    },
+    "spec": {"finalizers": ["kubernetes"]},
+}
+ADMITTED_BY_PLUGIN = "metadata.annotations.runtimeclass-extender.dev/admitted-by-plugin"
+NAMESPACE_ANNOTATIONS = "may change no annotation but runtimeclass-extender.dev/admitted-by-plugin"
+NAMESPACE_REST = "the namespace's labels, finalizers, ownerReferences and spec may not change"
+
+
+def _annotation(key: str, value: str | None) -> Callable[[Manifest], None]:
+    def change(namespace: Manifest) -> None:
+        annotations = namespace["metadata"].setdefault("annotations", {})
+        if value is None:
+            annotations.pop(key, None)
+        else:
+            annotations[key] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("operation", "old", "new", "sub_resource", "expected"),
+    [
+        # What the keeper does: write, change and clear the one annotation.
+        (
+            "UPDATE",
+            NAMESPACE,
+            updated(NAMESPACE, _annotation("runtimeclass-extender.dev/admitted-by-plugin", "gvisor,runc")),
+            None,
+            [],
+        ),
+        (
+            "UPDATE",
+            updated(NAMESPACE, _annotation("runtimeclass-extender.dev/admitted-by-plugin", "gvisor")),
+            updated(NAMESPACE, _annotation("runtimeclass-extender.dev/admitted-by-plugin", "")),
+            None,
+            [],
+        ),
+        (
+            "UPDATE",
+            updated(NAMESPACE, _set("metadata.annotations", None)),
+            updated(
+                NAMESPACE, _set("metadata.annotations", {"runtimeclass-extender.dev/admitted-by-plugin": "a"})
+            ),
+            None,
+            [],
+        ),
+        # What patch on the Namespace would allow without the policy: its placement (the
+        # guard would go inert), its labels (the bindings select namespaces by them).
+        (
+            "UPDATE",
+            NAMESPACE,
+            updated(NAMESPACE, _annotation("runtimeclass-extender.dev/placement", None)),
+            None,
+            [NAMESPACE_ANNOTATIONS],
+        ),
+        ("UPDATE", NAMESPACE, updated(NAMESPACE, _annotation("x", "y")), None, [NAMESPACE_ANNOTATIONS]),
+        (
+            "UPDATE",
+            NAMESPACE,
+            updated(NAMESPACE, _label("runtimeclass-extender.dev/webhook", None)),
+            None,
+            [NAMESPACE_REST],
+        ),
+        (
+            "UPDATE",
+            NAMESPACE,
+            updated(NAMESPACE, _set("metadata.finalizers", ["x/y"])),
+            None,
+            [NAMESPACE_REST],
+        ),
+        ("UPDATE", NAMESPACE, updated(NAMESPACE, _set("spec.finalizers", [])), None, [NAMESPACE_REST]),
+        ("UPDATE", NAMESPACE, NAMESPACE, "status", ["may only update the namespace object itself"]),
+        ("DELETE", NAMESPACE, None, None, ["may only update the namespace object itself"]),
+    ],
+    ids=[
+        "write",
+        "clear",
+        "first-annotation",
+        "placement",
+        "other-annotation",
+        "label",
+        "finalizer",
+        "spec",
+        "status",
+        "delete",
+    ],
+)
+def test_the_namespace_is_only_its_list_of_classes_the_plugin_constrains(
+    operation: str, old: Manifest | None, new: Manifest | None, sub_resource: str | None, expected: list[str]
+) -> None:
+    assert (
+        evaluate(
+            "runtimeclass-extender-namespace-annotation",
+            operation=operation,
+            old=old,
+            new=new,
+            sub_resource=sub_resource,
+        )
+        == expected
+    )
+
+
+@pytest.mark.parametrize(
+    ("dry_run", "expected"), [(True, []), (False, ["may only create pods as a dry run"])]
+)
+def test_pods_are_only_created_as_dry_runs(dry_run: bool, expected: list[str]) -> None:
+    """The probe for the RuntimeClass admission plugin stores nothing, nor can any other
+    pod the extender's right to create them in its namespace would allow."""
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "runtimeclass-extender"},
+    }
+    assert (
+        evaluate(
+            "runtimeclass-extender-plugin-probe", operation="CREATE", old=None, new=probe, dry_run=dry_run
+        )
+        == expected
+    )

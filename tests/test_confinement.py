@@ -487,7 +487,7 @@ async def test_the_actors_do_their_work_as_the_extenders_identity(install: Insta
         replica = await start(
             "a",
             label=LabelOptions(rate=1000.0, burst=100, request_timeout=2.0),
-            table=TableOptions(name="runtimeclass-extender"),
+            table=TableOptions(name="runtimeclass-extender", namespace=install.namespace),
         )
         await eventually(lambda: replica.leading, what="leads")
         await eventually(

@@ -159,6 +159,7 @@ CA_BUNDLE_ROLE = "runtimeclass-extender-webhook-ca-bundle"
 WEBHOOK_CERT_ROLES = frozenset({CERT_ROLE, CA_BUNDLE_ROLE})
 # --pod-admission-table: a ClusterRole on the one PodAdmissionTable (and create), in
 # every overlay with the pod admission policies (test_pod_admission_table_rbac_*).
+PROBE_ROLE = "runtimeclass-extender-pod-admission"
 TABLE_ROLE = "runtimeclass-extender-pod-admission-table"
 # get on cluster-autoscaler's status ConfigMap (components/autoscaler-status).
 AUTOSCALER_STATUS_ROLE = "runtimeclass-extender-autoscaler-status"
@@ -404,7 +405,7 @@ def test_extender_rbac_is_read_only_nodes_and_runtimeclasses(kustomization: str)
     namespace = _deployment(docs)["metadata"]["namespace"]
     # The requeue role is checked on its own (test_requeue_rbac_only_where_the_flag_is_on).
     rules = _rules_for(
-        docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, LEASE_ROLE, AUTOSCALER_STATUS_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE}
+        docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, LEASE_ROLE, AUTOSCALER_STATUS_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE, PROBE_ROLE}
     )
     _assert_read_only_nodes_and_runtimeclasses(list(rules))
     # The sidecar runs as that ServiceAccount: its token is mounted at the in-cluster
@@ -440,8 +441,10 @@ def test_requeue_rbac_only_where_the_flag_is_on(kustomization: str, requeue: boo
     roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == REQUEUE_ROLE]
     assert bool(roles) == requeue
     if not requeue:
-        # Read-only install: nothing may write, or even read, pods.
-        all_rules = list(_rules_for(docs, namespace, EXTENDER_SA))
+        # Read-only install: nothing may write, or even read, pods, but the dry-run
+        # creates of the RuntimeClass admission plugin's probe, in its own namespace
+        # (test_pod_admission_table_rbac_is_least_privilege).
+        all_rules = list(_rules_for(docs, namespace, EXTENDER_SA, skip_roles=frozenset({PROBE_ROLE})))
         assert all("pods" not in rule["resources"] for rule in all_rules)
         return
     # The pods it nudges are those of the profile this deployment's scheduler runs.
@@ -451,7 +454,7 @@ def test_requeue_rbac_only_where_the_flag_is_on(kustomization: str, requeue: boo
             docs,
             namespace,
             EXTENDER_SA,
-            skip_roles=frozenset({LEASE_ROLE, AUTOSCALER_STATUS_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE},
+            skip_roles=frozenset({LEASE_ROLE, AUTOSCALER_STATUS_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE, PROBE_ROLE},
         )
     )
     requeue_rules = [r for r in everything if r not in _one(docs, "ClusterRole", EXTENDER_SA)["rules"]]
@@ -938,8 +941,9 @@ def test_pod_admission_table_rbac_is_least_privilege(overlay: str, way: str) -> 
     namespace = _deployment(docs)["metadata"]["namespace"]
     settings = _serve_settings(_container(docs, "extender"))
     roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == TABLE_ROLE]
+    probes = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == PROBE_ROLE]
     if way == "webhook":
-        assert settings.pod_admission_table is None and roles == []
+        assert settings.pod_admission_table is None and roles == [] and probes == []
         assert not [d for d in docs if d["kind"] == "CustomResourceDefinition"]
         return
     assert settings.pod_admission_table == TABLE
@@ -952,6 +956,19 @@ def test_pod_admission_table_rbac_is_least_privilege(overlay: str, way: str) -> 
     }
     binding = _one(docs, "ClusterRoleBinding", TABLE_ROLE)
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
+    # In its own namespace alone: its Namespace object (the list of classes the
+    # RuntimeClass admission plugin constrains fully, an annotation), and pods, created
+    # as dry runs, to find out whether the API server runs that plugin (both confined
+    # by the policies below).
+    (probe,) = probes
+    assert probe["metadata"]["namespace"] == namespace
+    assert _grants(probe) == {("", "namespaces", "get", ()), ("", "namespaces", "patch", ()), ("", "pods", "create", ())}
+    binding = _one(docs, "RoleBinding", PROBE_ROLE)
+    assert binding["metadata"]["namespace"] == namespace
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
+    for name in ("runtimeclass-extender-namespace-annotation", "runtimeclass-extender-plugin-probe"):
+        confining = _one(docs, "ValidatingAdmissionPolicy", name)
+        assert confining["spec"]["matchConditions"][0]["name"] == "only-the-extender"
     crd = _one(docs, "CustomResourceDefinition", "podadmissiontables.runtimeclass-extender.dev")
     assert crd["spec"]["scope"] == "Cluster" and crd["spec"]["group"] == group
     # The mutating policy reads that object, by name; the guard reads none.
@@ -1142,7 +1159,7 @@ def test_audit_component_adds_the_flag_and_only_list_watch_pods(overlay: str) ->
         docs,
         namespace,
         EXTENDER_SA,
-        skip_roles=frozenset({REQUEUE_ROLE, AUDIT_ROLE, LEASE_ROLE, AUTOSCALER_STATUS_ROLE})
+        skip_roles=frozenset({REQUEUE_ROLE, AUDIT_ROLE, LEASE_ROLE, AUTOSCALER_STATUS_ROLE, PROBE_ROLE})
         | WEBHOOK_CERT_ROLES
         | {TABLE_ROLE},
     )
@@ -1175,8 +1192,11 @@ def test_the_autoscaler_status_is_read_by_name_only_where_rules_are_not_in_pods(
     binding = _one(docs, "ClusterRoleBinding", AUTOSCALER_STATUS_ROLE)
     assert binding["roleRef"]["name"] == AUTOSCALER_STATUS_ROLE
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
-    # Alongside admission the API server merges the classes' selectors: the extender knows.
-    assert settings.runtimeclass_admission_plugin == kustomization.endswith("alongside-admission")
+    # Whether the API server merges the classes' selectors the extender finds out itself,
+    # with a dry-run pod in its own namespace (every overlay keeps the pod admission table).
+    probe = _one(docs, "Role", PROBE_ROLE)
+    assert probe["metadata"]["namespace"] == namespace
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]} in probe["rules"]
 
 
 # --- the overlays the docs show ---------------------------------------------------------
@@ -1588,10 +1608,13 @@ def test_an_overlay_installs_into_another_namespace(overlay: str) -> None:
             ]
     # Pod admission, by policies, leaves out the opted-out namespaces, the install's own
     # among them by its label.
+    confining = {policy["metadata"]["name"] for policy in policies}
     selectors = [
         d["spec"]["matchResources"]["namespaceSelector"]
         for d in docs
-        if d["kind"].endswith("AdmissionPolicyBinding") and "matchResources" in d["spec"]
+        if d["kind"].endswith("AdmissionPolicyBinding")
+        and "matchResources" in d["spec"]
+        and d["spec"]["policyName"] not in confining
     ]
     selectors += [hook["namespaceSelector"] for hook in _pod_webhooks(docs)]
     # The mutating policy and the guard (and the default-scheduler placement's own guard).

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -77,7 +78,7 @@ class AutoscalerCheck:
         rules: ClassLabels,
         *,
         status_configmap: tuple[str, str] | None,
-        admission_plugin: bool,
+        admission_plugin: Callable[[], bool | None] = lambda: None,
         interval: float = 60.0,
     ) -> None:
         self._api = api
@@ -122,7 +123,8 @@ class AutoscalerCheck:
             self.state.runtime_classes.values(),
             self.rules,
             label_nodes=False,
-            admission_plugin=self.admission_plugin,
+            # Not known yet: as without the plugin (every class with node rules unseen).
+            admission_plugin=bool(self.admission_plugin()),
         )
         self.found, self.unseen = found, [rc.name for rc in classes]
         message = warning(found, classes[:NAMED], more=max(0, len(classes) - NAMED))

@@ -22,7 +22,7 @@ pauses all of them, each keeping its own rate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,12 +68,14 @@ def leader_actors(
     gate: LeaderGate | None,
     limiter: WriteLimiter | None = None,
     others: Sequence[LeaderActor] = (),
+    plugin: Callable[[], bool | None] = lambda: None,
 ) -> list[LeaderActor]:
     """The actors ``options`` asks for, then ``others`` (built where their I/O lives: the
     certificate keeper needs the admission listener's context), writing through
     ``limiter``, the API client's (one made here when not given: pass the one the
-    ``others`` write through). Build them before the cluster watch starts: they hear
-    its first LISTs."""
+    ``others`` write through). ``plugin``: whether the API server runs the RuntimeClass
+    admission plugin (``extender.podtable.plugin_finder``; None: not known). Build them
+    before the cluster watch starts: they hear its first LISTs."""
     limiter = limiter or WriteLimiter()
     pending = None
     if options.requeue is not None or options.label is not None or options.events is not None:
@@ -113,12 +115,11 @@ def leader_actors(
             )
         )
     if options.table is not None:
-        # With label-nodes the table names each class's label, as the labeller keeps it;
-        # without, it marks the pods of classes with node rules for the autoscalers.
+        # The table names each class's label as the labeller keeps it, whether or not
+        # this replica's leader keeps them (labelNodes says so).
         rules = ClassLabels(options.label_prefix, policy)
-        labels = rules if options.label is not None else None
         actors.append(
-            PodAdmissionTable(api, state, options=options.table, rules=rules, labels=labels, limiter=limiter)
+            PodAdmissionTable(api, state, options=options.table, rules=rules, plugin=plugin, limiter=limiter)
         )
     actors.extend(others)
     return actors

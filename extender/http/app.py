@@ -54,6 +54,7 @@ from extender.http.keys import (
     METRICS,
     NODE_LOOKUP,
     PLACEMENT,
+    PLUGIN_FINDER,
     POD_ADMISSION_TABLE,
     POLICY,
     ROUTING,
@@ -282,6 +283,11 @@ async def readyz(request: web.Request) -> web.Response:
     table = request.app.get(POD_ADMISSION_TABLE)
     if table is not None:
         body["podAdmissionTable"] = table.details()
+    # Live mode: whether the API server runs the RuntimeClass admission plugin, as this
+    # replica last found out (pod admission leaves to it what it does).
+    plugin = request.app.get(PLUGIN_FINDER)
+    if plugin is not None:
+        body["runtimeClassAdmissionPlugin"] = plugin.details()
     informers = request.app.get(INFORMERS)
     missing = [report for stats in informers() if (report := missing_report(stats))] if informers else []
     if missing:

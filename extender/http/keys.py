@@ -23,6 +23,7 @@ from extender.http.metrics import Metrics
 from extender.kube.health import SourceStats
 from extender.leader.gate import LeaderGate
 from extender.podtable.keeper import PodAdmissionTable
+from extender.podtable.plugin_finder import PluginFinder
 from extender.tasks import BackgroundTasks
 from policies.registry import Policy
 
@@ -74,3 +75,5 @@ PLACEMENT: web.AppKey[str] = web.AppKey("placement")
 # Set with pod-admission-table: the table the API server's pod admission reads, for
 # /readyz (a detail on the main listener, the status on the probe and admission ones).
 POD_ADMISSION_TABLE = web.AppKey("pod_admission_table", PodAdmissionTable)
+# Live mode: whether the API server runs the RuntimeClass admission plugin, for /readyz.
+PLUGIN_FINDER = web.AppKey("plugin_finder", PluginFinder)

@@ -26,7 +26,7 @@ from extender.labeller.labeller import LabelOptions
 from extender.leader.gate import ElectionOptions, LeaderGate, identity
 from extender.podtable.keeper import TableOptions
 from extender.requeue.requeuer import RequeueOptions
-from extender.settings import PLACEMENT_DEFAULT_SCHEDULER, ServeSettings, SettingsError
+from extender.settings import ServeSettings, SettingsError
 from policies.registry import Policy
 
 if TYPE_CHECKING:
@@ -66,8 +66,8 @@ def actor_options(settings: ServeSettings) -> ActorOptions:
         table=(
             TableOptions(
                 name=settings.pod_admission_table,
-                admission_plugin=settings.runtimeclass_admission_plugin,
-                default_scheduler=settings.placement == PLACEMENT_DEFAULT_SCHEDULER,
+                namespace=settings.namespace or own_namespace(),
+                label_nodes=settings.label_nodes,
             )
             if settings.pod_admission_table
             else None

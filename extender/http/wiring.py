@@ -44,6 +44,7 @@ from extender.http.keys import (
     METRICS,
     NODE_LOOKUP,
     PLACEMENT,
+    PLUGIN_FINDER,
     POD_ADMISSION_TABLE,
     SOURCES,
     TASKS,
@@ -66,9 +67,12 @@ from extender.http.tls import (
     tls_files,
 )
 from extender.kube.health import SourceStats, waiting_report
+from extender.kube.incluster import own_namespace
 from extender.leader.limits import WriteLimiter
 from extender.leader.runner import LeaderRunner
 from extender.podtable.keeper import PodAdmissionTable
+from extender.podtable.placement import InstalledPlacement
+from extender.podtable.plugin_finder import PluginFinder
 from extender.policy_file import load_policy
 from extender.settings import ServeSettings
 from extender.startup_checks import configuration_warnings
@@ -105,6 +109,7 @@ def leader_runner(
     *,
     limiter: WriteLimiter,
     keeper: WebhookCertificates | None = None,
+    plugin: PluginFinder | None = None,
 ) -> LeaderRunner:
     """The leader actors the settings ask for, built before the watch starts (they hear
     the first LISTs), behind a gate with ``leader-elect``, writing through ``limiter``
@@ -118,7 +123,11 @@ def leader_runner(
         gate=gate,
         limiter=limiter,
         others=(keeper,) if keeper is not None else (),
+        plugin=(lambda: plugin.runs) if plugin is not None else (lambda: None),
     )
+    table = next((actor for actor in actors if isinstance(actor, PodAdmissionTable)), None)
+    if plugin is not None and table is not None:
+        plugin.add_listener(table.plugin_changed)
 
     def cluster_state_waiting() -> list[str]:
         # Campaign on warm caches only: a new leader acts at once, never cold.
@@ -153,8 +162,37 @@ def attach_autoscaler_check(app: web.Application, check: AutoscalerCheck) -> Non
     app.cleanup_ctx.append(app[TASKS].job("autoscaler-check", check.run))
 
 
+def attach_plugin_finder(app: web.Application, finder: PluginFinder) -> None:
+    """After ``attach_live``: finding out whether the API server runs the RuntimeClass
+    admission plugin, its gauge, and what it found in ``/readyz``."""
+    app[PLUGIN_FINDER] = finder
+    finder.register_metrics(app[METRICS].registry)
+    app.cleanup_ctx.append(app[TASKS].job("runtimeclass-plugin-finder", finder.run))
+
+
+def installed_placement(settings: ServeSettings, live: LiveCluster) -> InstalledPlacement:
+    return InstalledPlacement(live.api, settings.namespace or own_namespace(), running=settings.placement)
+
+
+def attach_installed_placement(app: web.Application, table: PodAdmissionTable, placement: InstalledPlacement) -> None:
+    """After ``attach_live``: the install's placement against this replica's, read by
+    every replica, in the table's part of ``/readyz``."""
+    table.placement = placement
+    app.cleanup_ctx.append(app[TASKS].job("installed-placement", placement.run))
+
+
+def plugin_finder(settings: ServeSettings, live: LiveCluster, state: ClusterState) -> PluginFinder:
+    """Every replica's finder, probing in the extender's own namespace."""
+    return PluginFinder(
+        live.api,
+        settings.namespace or own_namespace(),
+        classes=lambda: state.runtime_classes.keys(),
+        ready=lambda: state.runtime_classes.synced,
+    )
+
+
 def autoscaler_check(
-    settings: ServeSettings, live: LiveCluster, state: ClusterState, policy: Policy
+    settings: ServeSettings, live: LiveCluster, state: ClusterState, policy: Policy, plugin: PluginFinder | None
 ) -> AutoscalerCheck | None:
     """The check, in live mode without label-nodes (with it, every class is seen)."""
     if settings.label_nodes:
@@ -166,7 +204,7 @@ def autoscaler_check(
         state,
         ClassLabels(settings.node_label_prefix, policy),
         status_configmap=(namespace, name) if reference else None,
-        admission_plugin=settings.runtimeclass_admission_plugin,
+        admission_plugin=(lambda: plugin.runs) if plugin is not None else (lambda: None),
     )
 
 
@@ -271,8 +309,12 @@ async def build_app(
         if live is not None and webhook_serving is not None and settings.webhook_certificate_secret
         else None
     )
+    # Where the extender keeps the pod admission table: the install grants the probe there.
+    finder = plugin_finder(settings, live, state) if live is not None and settings.pod_admission_table else None
     runner = (
-        leader_runner(settings, live, state, policy, limiter=limiter, keeper=keeper) if live is not None else None
+        leader_runner(settings, live, state, policy, limiter=limiter, keeper=keeper, plugin=finder)
+        if live is not None
+        else None
     )
     informers = informer_stats(live, runner) if live is not None and runner is not None else None
     app = create_app(
@@ -289,7 +331,9 @@ async def build_app(
         attach_live(app, live)
         app[INFORMERS] = informers
         attach_leader_work(app, live.api, runner)
-        check = autoscaler_check(settings, live, state, policy)
+        if finder is not None:
+            attach_plugin_finder(app, finder)
+        check = autoscaler_check(settings, live, state, policy, finder)
         if check is not None:
             attach_autoscaler_check(app, check)
         if keeper is not None:
@@ -299,6 +343,7 @@ async def build_app(
         table = next((actor for actor in runner.actors if isinstance(actor, PodAdmissionTable)), None)
         if table is not None:
             app[POD_ADMISSION_TABLE] = table
+            attach_installed_placement(app, table, installed_placement(settings, live))
     if capture is not None:
         attach_capture(app, capture)
     if tls is not None and ssl_context is not None:

@@ -21,6 +21,17 @@ controller``):
   A missing object is created, with the component's label; nothing else of it is ever
   in a request (and an admission policy, deploy/components/pod-admission-policy,
   refuses anything else from the extender's ServiceAccount).
+- **And the classes the RuntimeClass admission plugin constrains fully**, on the
+  extender's own Namespace (its annotation ``ADMITTED_BY_PLUGIN_ANNOTATION``, which the
+  default-scheduler placement's guard reads: ``extender.admission.pod_table``,
+  ``admitted_by_plugin``). The guard must let a pod of such a class pass unmarked from
+  the moment the mutating policy stops marking it, so the annotation always holds the
+  classes the table as stored makes the policy turn away, and never lags it: a reconcile
+  makes one write of three, in order (the table's informer, or the annotation's write,
+  brings the next): the annotation widened to the classes the table makes so now and will make so; the table;
+  the annotation narrowed to what the new table makes so. Whether the API server runs
+  the plugin is the ``plugin`` the keeper is given (``extender.podtable.plugin_finder``);
+  while that is not known, the table keeps what it said.
 - **The window it opens.** While no replica runs, the table is as the last leader left
   it: pods of a class created meanwhile are routed and get nothing else, and a class
   changed meanwhile gives its old overhead and label. A new term starts with the table
@@ -47,19 +58,22 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from extender import METRIC_PREFIX
 from extender.admission.pod_table import (
+    ADMITTED_BY_PLUGIN_ANNOTATION,
     API_VERSION,
     KIND,
     MISSING_CRD_HINT,
+    NAMESPACE_PATH,
     PLURAL,
     TABLE_PATH,
     TABLES,
+    admitted_by_plugin,
     entries_of,
     table,
     table_spec,
 )
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.state import ClusterState
-from extender.kube.api import send
+from extender.kube.api import ApiError, request_json, send
 from extender.kube.health import missing_report
 from extender.kube.informer import Informer
 from extender.kube.reflector import ReflectorOptions, WatchedResource
@@ -70,6 +84,7 @@ from extender.leader.limits import Sleep, WriteLimiter
 from extender.leader.results import FAILURES, Done, Failed, Report, Result, Sent, Unchanged, Write
 from extender.leader.workqueue import WriteOptions
 from extender.leader.writes import Turn
+from extender.podtable.placement import InstalledPlacement
 
 log = logging.getLogger("extender.podtable")
 
@@ -84,11 +99,11 @@ class TableOptions(WriteOptions):
     """The table object (cluster-scoped, ``name``), and how the keeper writes it."""
 
     name: str
-    # The API server runs the RuntimeClass admission plugin (extender.admission.pod_table,
-    # table_spec): the policy leaves the overhead to it.
-    admission_plugin: bool = False
-    # The cluster's default scheduler places the pods (table_spec): no routing.
-    default_scheduler: bool = False
+    # The extender's own Namespace, whose annotation names the classes the RuntimeClass
+    # admission plugin constrains fully.
+    namespace: str
+    # The leader keeps the derived node labels (table_spec).
+    label_nodes: bool = False
     # One object, written when a class changes: no need for more than a few a second.
     rate: float = 5.0
     burst: int = 5
@@ -103,7 +118,8 @@ class TableMetrics:
         self.writes = Counter(
             METRIC_PREFIX + "pod_admission_table_writes",
             "Writes of the pod admission table (pod-admission-table) that succeeded, by what they did "
-            "(create: the table object was missing; update: entries changed).",
+            "(create: the table object was missing; update: entries changed; annotate: the extender's "
+            "Namespace's list of the classes the RuntimeClass admission plugin constrains fully).",
             ["action"],
             registry=registry,
         )
@@ -118,8 +134,9 @@ class TableMetrics:
         Gauge(
             METRIC_PREFIX + "pod_admission_table_stale_entries",
             "Entries of the pod admission table that differ from what the RuntimeClasses ask for, as "
-            "this replica sees both (missing, different or left over); -1 while the table object is missing. "
-            "Pods admitted meanwhile get the old entry.",
+            "this replica sees both (missing, different or left over), and other fields of it that differ "
+            "(labelNodes, runtimeClassAdmissionPlugin); -1 while the table object is missing. Pods admitted "
+            "meanwhile get the old entry.",
             registry=registry,
         ).set_function(lambda: float(stale()))
         Gauge(
@@ -127,7 +144,7 @@ class TableMetrics:
             "Entries (RuntimeClasses) in the pod admission table, as this replica's informer shows it.",
             registry=registry,
         ).set_function(lambda: float(entries()))
-        for action in ("create", "update"):
+        for action in ("create", "update", "annotate"):
             self.writes.labels(action)
         for reason in FAILURES:
             self.errors.labels(reason)
@@ -139,7 +156,8 @@ WRITE_LOG = WriteLog(
     failing="cannot write the pod admission table",
     retrying="pod admission table write will be retried",
     hints={
-        403: ": grant the pod-admission-table ClusterRole (create, and get/list/watch/patch on the table)",
+        403: ": grant the pod-admission-table ClusterRole (create, and get/list/watch/patch on the table "
+        "and on the extender's Namespace)",
         422: ": refused by admission (the table's name must be the policies' param name)",
     },
 )
@@ -171,6 +189,15 @@ class Written(NamedTuple):
     entries: int
 
 
+def _constrained(spec: Mapping[str, Any] | None) -> list[str]:
+    """The classes whose pods the mutating policy turns away, reading the table ``spec``
+    (none without the plugin)."""
+    if not spec or not spec.get("runtimeClassAdmissionPlugin"):
+        return []
+    entries = spec.get("runtimeClasses")
+    return admitted_by_plugin(entries) if isinstance(entries, dict) else []
+
+
 def _canonical(value: Any) -> bytes:
     """What a write makes the table say, comparable (the queue's damping compares them)."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
@@ -188,7 +215,7 @@ class PodAdmissionTable(Controller[str]):
         *,
         options: TableOptions,
         rules: ClassLabels,
-        labels: ClassLabels | None = None,
+        plugin: Callable[[], bool | None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         limiter: WriteLimiter | None = None,
@@ -197,9 +224,10 @@ class PodAdmissionTable(Controller[str]):
         super().__init__(options, clock=clock, sleep=sleep, limiter=limiter)
         self._api = api
         self.state = state
-        self.labels = labels
-        # Which classes have node rules (the extender's policy), with label-nodes or not.
+        # Which classes have node rules (the extender's policy), and their labels.
         self.rules = rules
+        # Whether the API server runs the RuntimeClass admission plugin (None: not known).
+        self.plugin = plugin
         self.informer: Informer[Watched] = Informer(
             api,
             WatchedResource(
@@ -212,7 +240,13 @@ class PodAdmissionTable(Controller[str]):
             Store("pod-admission-table"),
             options=options.reflector,
         )
+        # The Namespace's annotation as last read (None: none), read again at each
+        # reconcile: the Namespace is ours to read by name alone (a Role), not to list.
+        self._named: list[str] | None = None
         self.metrics: TableMetrics | None = None
+        # The install's placement against this replica's (serve wires it): a replica that
+        # disagrees is not ready.
+        self.placement: InstalledPlacement | None = None
         # What the classes ask for, recomputed when they change (every replica reads it
         # for the gauge at each scrape).
         self._wanted: Entries = {}
@@ -221,6 +255,10 @@ class PodAdmissionTable(Controller[str]):
         self.informer.store.add_listener(self._changed)
 
     # ----- the actor ----------------------------------------------------------------
+
+    def plugin_changed(self) -> None:
+        """The finding of the RuntimeClass admission plugin changed (``PluginFinder``)."""
+        self.queue.add(TABLE)
 
     @property
     def informers(self) -> Sequence[Informer[Any]]:
@@ -256,7 +294,7 @@ class PodAdmissionTable(Controller[str]):
         """The table the RuntimeClasses ask for now."""
         classes = self.state.runtime_classes
         if self._wanted_for != classes.generation:
-            self._wanted = table(classes.values(), self.labels, self.rules)
+            self._wanted = table(classes.values(), self.rules)
             self._wanted_for = classes.generation
         return self._wanted
 
@@ -265,11 +303,21 @@ class PodAdmissionTable(Controller[str]):
         return entries_of(found.obj if found is not None else None)
 
     def stale(self) -> int:
-        """Entries that differ from the classes (-1: no table object); 0 before both are listed."""
+        """Entries, and other fields of the spec, that differ from what the table should
+        hold (-1: no table object); 0 before both are listed."""
         if not (self.informer.synced and self.state.runtime_classes.synced):
             return 0
-        current = self.current()
-        return -1 if current is None else len(merge_patch(current, self.wanted()))
+        found = self.informer.store.get(self.options.name)
+        if found is None:
+            return -1
+        current = found.obj.get("spec") if isinstance(found.obj, dict) else None
+        current = current if isinstance(current, dict) else {}
+        wanted = self.wanted_spec()
+        fields = merge_patch(
+            {k: v for k, v in current.items() if k != "runtimeClasses"},
+            {k: v for k, v in wanted.items() if k != "runtimeClasses"},
+        )
+        return len(fields) + len(merge_patch(entries_of(found.obj) or {}, wanted["runtimeClasses"]))
 
     def entries(self) -> int:
         return len(self.current() or {})
@@ -281,10 +329,16 @@ class PodAdmissionTable(Controller[str]):
         is missing"), so a pod created then is placed as if nothing were installed."""
         stats = self.informer.stats
         found: dict[str, object] = {"table": self.options.name, "ready": False}
+        problem = self.placement.problem() if self.placement is not None else None
+        if problem is not None:
+            return {**found, "reason": problem}
         if stats.missing:
             return {**found, "reason": missing_report(stats)}
         if not stats.synced:
-            return {**found, "reason": "not listed yet" + (f": {stats.last_error}" if stats.last_error else "")}
+            return {
+                **found,
+                "reason": "not listed yet" + (f": {stats.last_error}" if stats.last_error else ""),
+            }
         current = self.current()
         if current is None:
             return {**found, "reason": "the table does not exist yet: the extender's leader creates it"}
@@ -293,28 +347,87 @@ class PodAdmissionTable(Controller[str]):
     # ----- reconciling --------------------------------------------------------------
 
     async def reconcile(self, key: str, turn: Turn) -> Result:
+        self._named = await self._read_annotation()
         return await turn.write(self._write)
 
+    async def _read_annotation(self) -> list[str] | None:
+        """The classes the Namespace's annotation names now (None: none). An error is the
+        write's to meet: read as before."""
+        try:
+            found = await request_json(
+                self._api,
+                "GET",
+                NAMESPACE_PATH,
+                path_params={"name": self.options.namespace},
+                timeout=aiohttp.ClientTimeout(total=self.options.request_timeout),
+            )
+        except (ApiError, aiohttp.ClientError, TimeoutError):
+            return self._named
+        metadata = found.get("metadata") if isinstance(found, dict) else None
+        annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+        value = annotations.get(ADMITTED_BY_PLUGIN_ANNOTATION) if isinstance(annotations, dict) else None
+        return [name for name in str(value).split(",") if name] if value is not None else None
+
+    def wanted_spec(self) -> dict[str, Any]:
+        """The spec the table should hold: the entries, and whether the API server runs
+        the RuntimeClass admission plugin as last found out, or as the table says while
+        that is not known."""
+        plugin = self.plugin()
+        if plugin is None:
+            found = self.informer.store.get(self.options.name)
+            spec = found.obj.get("spec") if found is not None and isinstance(found.obj, dict) else None
+            plugin = bool(isinstance(spec, dict) and spec.get("runtimeClassAdmissionPlugin"))
+        return table_spec(dict(self.wanted()), label_nodes=self.options.label_nodes, admission_plugin=plugin)
+
     def _write(self) -> Write | Unchanged:
-        wanted = self.wanted()
-        options = self.options
-        spec = table_spec(
-            dict(wanted), admission_plugin=options.admission_plugin, default_scheduler=options.default_scheduler
-        )
+        """One write of the three (see the module doc), or none."""
+        spec = self.wanted_spec()
         found = self.informer.store.get(self.options.name)
+        current = found.obj.get("spec") if found is not None and isinstance(found.obj, dict) else None
+        current = current if isinstance(current, dict) else None
+        # What the mutating policy turns away now, and will with the new table.
+        now, then = set(_constrained(current)), set(_constrained(spec))
+        named = self._named
+        if not set(named or ()) >= now | then:
+            return self._annotate(sorted(now | then))
         if found is None:
             return Write(
                 ("create", _canonical(spec)),
                 partial(self._create, spec),
-                detail=Written("create", len(wanted)),
+                detail=Written("create", len(spec["runtimeClasses"])),
             )
-        current = found.obj.get("spec") if isinstance(found.obj, dict) else None
-        if not merge_patch(current if isinstance(current, dict) else {}, spec):
-            return Unchanged("in_sync")
+        if merge_patch(current or {}, spec):
+            return Write(
+                ("update", _canonical(spec)),
+                partial(self._replace, spec),
+                detail=Written(
+                    "update", len(merge_patch(entries_of(found.obj) or {}, spec["runtimeClasses"]))
+                ),
+            )
+        if sorted(named or ()) != sorted(then):
+            return self._annotate(sorted(then))
+        return Unchanged("in_sync")
+
+    def _annotate(self, classes: list[str]) -> Write:
+        value = ",".join(classes)
         return Write(
-            ("update", _canonical(spec)),
-            partial(self._replace, spec),
-            detail=Written("update", len(merge_patch(entries_of(found.obj) or {}, wanted))),
+            ("annotate", value),
+            partial(self._send_annotation, value),
+            detail=Written("annotate", len(classes)),
+        )
+
+    async def _send_annotation(self, value: str) -> Sent:
+        """The Namespace's annotation alone (a merge patch), which admission-policy.yaml
+        confines the extender's writes of the Namespace to."""
+        options = self.options
+        return await send(
+            self._api,
+            "PATCH",
+            NAMESPACE_PATH,
+            path_params={"name": options.namespace},
+            body={"metadata": {"annotations": {ADMITTED_BY_PLUGIN_ANNOTATION: value}}},
+            content_type="application/merge-patch+json",
+            timeout=aiohttp.ClientTimeout(total=options.request_timeout),
         )
 
     async def _create(self, spec: dict[str, Any]) -> Sent:
@@ -356,6 +469,10 @@ class PodAdmissionTable(Controller[str]):
             )
             if metrics is not None:
                 metrics.writes.labels(written.action).inc()
+            if written.action == "annotate":
+                # No informer tells of the Namespace: the next of the three writes, if
+                # one is due, is this key's next turn.
+                self.queue.add(TABLE)
         elif isinstance(result, Failed):
             WRITE_LOG(key, report, table=self.options.name)
             if metrics is not None and report.failure:

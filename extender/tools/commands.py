@@ -271,12 +271,15 @@ def add_check_pod_admission_command(commands: Any, *, prog: str) -> None:
         help="create a dry-run pod of each RuntimeClass and check that admission gives it what the pod "
         "webhook would (exit 1 on a difference)",
         description="List the live cluster's RuntimeClasses and create one pod of each in NAMESPACE with "
-        "dryRun=All (admitted, stored nowhere). Each pod the API server answers must be what the pod "
-        "webhook's own review makes of it: routed to --scheduler-name, given the class's Pod Overhead, and "
-        "with --label-nodes the class's node-label requirement. This proves that the admission policies "
+        "dryRun=All (admitted, stored nowhere). Each pod the API server answers must be what the install "
+        "promises: after the API server's RuntimeClass admission plugin where it runs (found out with one "
+        "more dry-run pod, of a class that does not exist), routed to --scheduler-name (or, with the "
+        "default-scheduler placement, which the extender's namespace says, not routed and marked admitted), "
+        "given the class's Pod Overhead, and where the extender keeps the node labels (the pod admission "
+        "table says) the class's node-label requirement. This proves that the admission policies "
         "(components/pod-admission-policy) run, not only that the API server accepted them, and that they "
         "agree with the policy file. Needs create on pods in NAMESPACE (a dry run is authorized as the "
-        "create) and list on RuntimeClasses. "
+        "create), list on RuntimeClasses, and get on the table and the extender's namespace. "
         "Exit status: 0 every class as expected, 1 some not, 2 bad input or no cluster.",
     )
     add_cluster_arguments(
@@ -304,9 +307,11 @@ def add_check_pod_admission_command(commands: Any, *, prog: str) -> None:
         "(default: runtimeclass-scheduler, the profile of deploy/)",
     )
     parser.add_argument(
-        "--label-nodes",
-        action="store_true",
-        help="large-cluster mode: pods of a class with node rules must require its node label",
+        "--extender-namespace",
+        default="runtimeclass-extender",
+        metavar="NAME",
+        help="the namespace the extender is installed in, whose label says who places the pods "
+        "(default: runtimeclass-extender)",
     )
     _add_label_prefix_argument(parser)
     _add_table_output_argument(parser)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import secrets
+import sys
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -30,12 +31,18 @@ from extender.admission.pod_review import NEVER_ROUTED_NAMESPACES, RoutingConfig
 from extender.admission.pod_table import (
     ADMITTED_LABEL,
     MISSING_CRD_HINT,
+    NAMESPACE_PATH,
+    PLACEMENT_LABEL,
     PLURAL,
     TABLE_PATH,
+    admitted_by_plugin,
     entries_of,
     table,
 )
 from extender.admission.probe import Admission, differences, expected_admission, probe_pod, summary
+from extender.admission.runtimeclass_plugin import admit as plugin_admit
+from extender.admission.runtimeclass_plugin import plugin_runs
+from extender.admission.runtimeclass_plugin import probe_pod as plugin_probe_pod
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import ObjectError, runtime_class_from_api
 from extender.cluster.snapshot import ClusterUnavailable, client_timeout, describe_failure
@@ -52,9 +59,18 @@ RUNTIME_CLASSES: Final = "/apis/node.k8s.io/v1/runtimeclasses"
 # The entries of a table its kind serves but that is not there, and of a kind not served.
 MISSING: Final = "\0missing"
 NOT_SERVED: Final = "\0not served"
-# The table's placement, beside its entries.
-PLACEMENT: Final = "\0placement"
 PODS: Final = "/api/v1/namespaces/{namespace}/pods"
+# The default-scheduler placement's guard (components/default-scheduler-placement).
+GUARD_PATH: Final = (
+    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/runtimeclass-extender-pod-admission-required"
+)
+# The second scheduler's identity and rights, which the default-scheduler placement has
+# not (deploy/base; components/default-scheduler-placement deletes them).
+SECOND_SCHEDULER: Final = (
+    "/api/v1/namespaces/{namespace}/serviceaccounts/runtimeclass-scheduler",
+    "/api/v1/namespaces/{namespace}/secrets/runtimeclass-extender-token",
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/runtimeclass-scheduler-as-kube-scheduler",
+)
 
 
 @dataclass(frozen=True)
@@ -63,12 +79,23 @@ class Checked:
     expected: Admission
     got: Admission
     differences: list[str]
-    # Who places the pods, as the pod admission table says (runtimeclass-scheduler
-    # where it says nothing, or there is none).
+    # Who places the pods, as the install's manifests say it on the extender's
+    # Namespace (runtimeclass-scheduler where they say nothing).
     placement: str = PLACEMENT_RUNTIMECLASS_SCHEDULER
 
 
-async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix: str) -> list[Checked]:
+@dataclass(frozen=True)
+class Report:
+    checked: list[Checked]
+    placement: str
+    # Whether the API server runs the RuntimeClass admission plugin (None: could not tell).
+    plugin: bool | None
+    # Objects of another placement left behind by a move (``kubectl apply`` deletes
+    # nothing): harmless, but to delete (docs/upgrading.md, "Moving between placements").
+    left_behind: tuple[str, ...] = ()
+
+
+async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix: str) -> Report:
     # Imported here: kubernetes-asyncio takes about a second to import.
     from extender.kube.connect import KubeConfigError, connect
 
@@ -92,29 +119,36 @@ async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix:
             missing = [name for name in names if name not in state.runtime_classes]
             if missing:
                 raise UsageError(f"no RuntimeClass named {', '.join(missing)}")
-            entries = await _table_entries(api, args.pod_admission_table, timeout)
-            placement = _placement(entries)
+            stored = await _table(api, args.pod_admission_table, timeout)
+            placement = await _placement(api, args.extender_namespace, timeout)
+            plugin = await _plugin(api, args.namespace, state, timeout)
+            rules = routing.node_rules
+            assert rules is not None  # _routing sets it
+            label_nodes = isinstance(stored, dict) and bool(stored.get("labelNodes"))
             if placement == PLACEMENT_DEFAULT_SCHEDULER:
-                # The cluster's default scheduler places the pods: none routed, each
-                # admitted one marked (extender.admission.pod_table, table_spec).
-                routing = replace(routing, scheduler_name=None, class_labels=routing.node_rules)
+                # The cluster's default scheduler places the pods: none routed, the
+                # label required, each admitted one marked (the placement's policies).
+                routing = replace(routing, scheduler_name=None, class_labels=rules)
+            elif label_nodes:
+                routing = replace(routing, class_labels=rules)
+            wanted = table(state.runtime_classes.values(), rules)
+            constrained = set(admitted_by_plugin(wanted)) if plugin else set()
             checked = []
             for name in names:
                 pod = probe_pod(f"runtimeclass-extender-check-{secrets.token_hex(4)}", args.namespace, name)
                 got = await _dry_run(api, pod, args.namespace, timeout)
-                expected = expected_admission(pod, state, routing)
-                if placement == PLACEMENT_DEFAULT_SCHEDULER and expected.pod is not None:
-                    expected.pod["metadata"].setdefault("labels", {})[ADMITTED_LABEL] = "true"
+                expected = _expected(
+                    pod, state, routing, plugin=plugin, placement=placement, constrained=constrained
+                )
                 found = differences(expected, got, label_prefix=label_prefix)
                 checked.append(Checked(name, expected, got, found, placement))
-            if any(item.differences for item in checked):
-                assert routing.node_rules is not None  # _routing sets it
-                wanted = table(state.runtime_classes.values(), routing.class_labels, routing.node_rules)
-                for item in checked:
-                    if item.differences:
-                        notes = table_notes(entries, wanted, item.runtime_class, args.pod_admission_table)
-                        item.differences.extend(notes or unrouted_notes(item, args.namespace))
-            return checked
+            entries = _entries(stored)
+            for item in checked:
+                if item.differences:
+                    notes = table_notes(entries, wanted, item.runtime_class, args.pod_admission_table)
+                    item.differences.extend(notes or unrouted_notes(item, args.namespace))
+            left = await _left_behind(api, placement, args.extender_namespace, timeout)
+            return Report(checked, placement, plugin, left_behind=left)
     except (ClusterUnavailable, UsageError):
         raise
     except ApiError as exc:
@@ -125,6 +159,33 @@ async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix:
         raise ClusterUnavailable(
             f"cannot reach {connection.host}: {describe_failure(exc, args.request_timeout)}"
         ) from None
+
+
+def _expected(
+    pod: dict[str, Any],
+    state: ClusterState,
+    routing: RoutingConfig,
+    *,
+    plugin: bool | None,
+    placement: str,
+    constrained: set[str],
+) -> Admission:
+    """What the probe pod should come out as: the API server's RuntimeClass admission
+    plugin first where it runs (``extender.admission.runtimeclass_plugin``), then the
+    pod webhook's review (which adds nothing the plugin put in), and with the
+    default-scheduler placement the admitted mark, but on a pod of a class the plugin
+    constrains fully, which the policies leave as the plugin made it."""
+    name = pod["spec"]["runtimeClassName"]
+    runtime_class = state.runtime_classes.get(name)
+    if plugin and runtime_class is not None:
+        admitted, refusal = plugin_admit(pod, runtime_class)
+        if admitted is None:
+            return Admission(None, refusal)
+        pod = admitted
+    expected = expected_admission(pod, state, routing)
+    if placement == PLACEMENT_DEFAULT_SCHEDULER and expected.pod is not None and name not in constrained:
+        expected.pod["metadata"].setdefault("labels", {})[ADMITTED_LABEL] = "true"
+    return expected
 
 
 async def _dry_run(api: Any, pod: dict[str, Any], namespace: str, timeout: Any) -> Admission:
@@ -141,7 +202,9 @@ async def _dry_run(api: Any, pod: dict[str, Any], namespace: str, timeout: Any) 
             timeout=timeout,
         )
     except ApiError as exc:
-        if exc.status in (401, 403) and "admission" not in exc.message.lower():
+        # RBAC's refusal (rbac/authorizer: "User ... cannot create resource ..."), not an
+        # admission plugin's, which answers 403 too (the RuntimeClass plugin's).
+        if exc.status == 401 or (exc.status == 403 and " cannot create resource " in exc.message):
             raise UsageError(
                 f"cannot create pods in namespace {namespace} (dry run): {exc.message}; "
                 "the check needs what kubectl create --dry-run=server needs"
@@ -152,31 +215,82 @@ async def _dry_run(api: Any, pod: dict[str, Any], namespace: str, timeout: Any) 
     return Admission(answer)
 
 
-def _placement(entries: dict[str, Any] | None) -> str:
-    """Who places the pods, as the table read by ``_table_entries`` says."""
-    found = (entries or {}).get(PLACEMENT)
-    return PLACEMENT_DEFAULT_SCHEDULER if found == "DefaultScheduler" else PLACEMENT_RUNTIMECLASS_SCHEDULER
-
-
-async def _table_entries(api: Any, name: str, timeout: Any) -> dict[str, Any] | None:
-    """The pod admission table's entries; ``{MISSING}`` when its kind is served but it is
-    not there; None when it cannot be read (no such kind: the webhook way; no right)."""
+async def _table(api: Any, name: str, timeout: Any) -> dict[str, Any] | str | None:
+    """The pod admission table's spec; ``MISSING`` when its kind is served but it is not
+    there; ``NOT_SERVED`` when the kind is not; None when it cannot be read (no right)."""
     try:
         answer = await request_json(api, "GET", TABLE_PATH, path_params={"name": name}, timeout=timeout)
     except ApiError as exc:
-        if exc.status == 404 and PLURAL in exc.message:
-            return {MISSING: {}}
         if exc.status == 404:
-            return {NOT_SERVED: {}}
+            return MISSING if PLURAL in exc.message else NOT_SERVED
         return None
-    found: dict[str, Any] = entries_of(answer) or {}
     spec = answer.get("spec") if isinstance(answer, dict) else None
-    if isinstance(spec, dict) and spec.get("placement"):
-        found[PLACEMENT] = spec["placement"]
-    return found
+    return spec if isinstance(spec, dict) else {}
 
 
-def table_notes(entries: dict[str, Any] | None, wanted: dict[str, Any], name: str, table_name: str) -> list[str]:
+def _entries(stored: dict[str, Any] | str | None) -> dict[str, Any] | None:
+    """The table's entries as ``table_notes`` reads them."""
+    if isinstance(stored, str):
+        return {stored: {}}
+    if stored is None:
+        return None
+    return entries_of({"spec": stored}) or {}
+
+
+async def _placement(api: Any, namespace: str, timeout: Any) -> str:
+    """Who places the pods, as the install's manifests say it on the extender's Namespace
+    (its label)."""
+    try:
+        answer = await request_json(
+            api, "GET", NAMESPACE_PATH, path_params={"name": namespace}, timeout=timeout
+        )
+    except ApiError:
+        return PLACEMENT_RUNTIMECLASS_SCHEDULER
+    metadata = answer.get("metadata") if isinstance(answer, dict) else None
+    labels = (metadata or {}).get("labels") or {}
+    if labels.get(PLACEMENT_LABEL) == PLACEMENT_DEFAULT_SCHEDULER:
+        return PLACEMENT_DEFAULT_SCHEDULER
+    return PLACEMENT_RUNTIMECLASS_SCHEDULER
+
+
+async def _plugin(api: Any, namespace: str, state: ClusterState, timeout: Any) -> bool | None:
+    """Whether the API server runs the RuntimeClass admission plugin: a dry-run pod of a
+    class that does not exist (``extender.admission.runtimeclass_plugin``). Refused by
+    the placement's guard, it met no plugin first (the plugin runs before any policy)."""
+    name = f"runtimeclass-extender-probe-{secrets.token_hex(4)}"
+    while name in state.runtime_classes:
+        name = f"runtimeclass-extender-probe-{secrets.token_hex(4)}"
+    got = await _dry_run(api, plugin_probe_pod(namespace, name), namespace, timeout)
+    if got.pod is not None:
+        return False
+    if "is not in the pod admission table" in got.refusal:
+        return False
+    return plugin_runs(403, got.refusal, name)
+
+
+async def _left_behind(api: Any, placement: str, namespace: str, timeout: Any) -> tuple[str, ...]:
+    """What another placement installed that is still there: the default-scheduler
+    placement's guard (inert elsewhere: no namespace carries the label its binding
+    selects by), or the second scheduler's identity and rights (unused with the
+    default-scheduler placement; its token Secret a credential nobody needs). Objects
+    that cannot be read (no right) are not reported."""
+    if placement == PLACEMENT_DEFAULT_SCHEDULER:
+        paths = [path.format(namespace=namespace) for path in SECOND_SCHEDULER]
+    else:
+        paths = [GUARD_PATH]
+    found = []
+    for path in paths:
+        try:
+            await request_json(api, "GET", path, timeout=timeout)
+        except ApiError:
+            continue
+        found.append(path.rsplit("/", 2)[-2] + "/" + path.rsplit("/", 1)[-1])
+    return tuple(found)
+
+
+def table_notes(
+    entries: dict[str, Any] | None, wanted: dict[str, Any], name: str, table_name: str
+) -> list[str]:
     """Why the policies may have admitted a class's pod otherwise: its table entry."""
     if entries is None:
         return []
@@ -189,9 +303,11 @@ def table_notes(entries: dict[str, Any] | None, wanted: dict[str, Any], name: st
             "the API server does not serve PodAdmissionTables: if the pod admission policies are installed, "
             f"{MISSING_CRD_HINT}"
         ]
-    if {k: v for k, v in entries.items() if k != PLACEMENT}.get(name) != wanted.get(name):
+    if entries.get(name) != wanted.get(name):
         which = "missing" if name not in entries else "stale"
-        return [f"its entry in the PodAdmissionTable {table_name} is {which} (is an extender leader running?)"]
+        return [
+            f"its entry in the PodAdmissionTable {table_name} is {which} (is an extender leader running?)"
+        ]
     return []
 
 
@@ -212,8 +328,8 @@ def unrouted_notes(item: Checked, namespace: str) -> list[str]:
 def _routing(args: argparse.Namespace) -> tuple[RoutingConfig, str]:
     policy = load_policy(args.policy_file)
     rules = ClassLabels(args.node_label_prefix, policy)
-    labels = rules if args.label_nodes else None
-    routing = RoutingConfig(scheduler_name=args.scheduler_name, class_labels=labels, node_rules=rules)
+    # The label requirement as the table says the extender keeps the labels (_check).
+    routing = RoutingConfig(scheduler_name=args.scheduler_name, node_rules=rules)
     return routing, args.node_label_prefix
 
 
@@ -234,8 +350,12 @@ def run_check_pod_admission(args: argparse.Namespace) -> int:
             "name one where workloads run"
         )
     routing, label_prefix = _routing(args)
-    checked = asyncio.run(_check(args, routing, label_prefix))
+    report = asyncio.run(_check(args, routing, label_prefix))
+    checked = report.checked
     different = [item for item in checked if item.differences]
+    plugin = {True: "runs", False: "does not run", None: "may or may not run (the probe could not tell)"}[
+        report.plugin
+    ]
     if args.output == "table":
         rows = []
         for item in checked:
@@ -245,28 +365,45 @@ def run_check_pod_admission(args: argparse.Namespace) -> int:
                 [item.runtime_class, shown["schedulerName"], shown["overhead"], shown["nodeLabel"], result]
             )
         footer = (
-            f"{len(checked)} RuntimeClasses: every probe pod admitted as the pod webhook would admit it."
+            f"{len(checked)} RuntimeClasses: every probe pod admitted as it should be."
             if not different
-            else f"{len(different)} of {len(checked)} RuntimeClasses admitted otherwise than the pod webhook "
-            "would admit them (docs/pod-webhook.md#check-that-the-policies-run)."
+            else f"{len(different)} of {len(checked)} RuntimeClasses admitted otherwise than they should be "
+            "(docs/pod-webhook.md#check-that-the-policies-run)."
         )
-        if checked and checked[0].placement == PLACEMENT_DEFAULT_SCHEDULER:
+        footer += f" The API server {plugin} the RuntimeClass admission plugin."
+        if report.placement == PLACEMENT_DEFAULT_SCHEDULER:
             footer += (
-                " Placement: default-scheduler (the pod admission table says so): the cluster's default "
-                "scheduler places the pods, none is routed."
+                f" Placement: default-scheduler (namespace {args.extender_namespace} says so): the cluster's "
+                "default scheduler places the pods, none is routed."
             )
         if checked:
             print_table(HEADER, rows, footer=footer)
         else:
             print_table(HEADER, [], headers=False, footer="No RuntimeClasses to check.")
     else:
-        placement = checked[0].placement if checked else PLACEMENT_RUNTIMECLASS_SCHEDULER
         print_structured(
             {
                 "namespace": args.namespace,
-                "placement": placement,
+                "placement": report.placement,
+                "runtimeClassAdmissionPlugin": report.plugin,
                 "results": [_to_json(item, label_prefix) for item in checked],
             },
             args.output,
+        )
+    if report.left_behind and report.placement == PLACEMENT_DEFAULT_SCHEDULER:
+        print(
+            "warning: the second scheduler's identity and rights are left behind by a move to the "
+            f"default-scheduler placement ({', '.join(report.left_behind)}): nothing uses them; delete them "
+            "(docs/upgrading.md#moving-between-placements)",
+            file=sys.stderr,
+        )
+    elif report.left_behind:
+        print(
+            "warning: the default-scheduler placement's guard (ValidatingAdmissionPolicy and binding "
+            "runtimeclass-extender-pod-admission-required) is left behind by a move to another placement; it "
+            "refuses no pod there, delete it: kubectl delete validatingadmissionpolicybinding,"
+            "validatingadmissionpolicy runtimeclass-extender-pod-admission-required "
+            "(docs/upgrading.md#moving-between-placements)",
+            file=sys.stderr,
         )
     return EXIT_DIFFERENT if different else EXIT_AS_EXPECTED

@@ -44,11 +44,11 @@ REFUSED = (
 )
 
 
-async def _server(manifests: list[Manifest]) -> FakeApiServer:
+async def _server(manifests: list[Manifest], namespaces: list[Manifest] = NAMESPACE_OBJECTS) -> FakeApiServer:
     server = FakeApiServer()
     server.register(NAMESPACES)
     server.register(TABLES)
-    for namespace in NAMESPACE_OBJECTS:
+    for namespace in namespaces:
         server.add(NAMESPACES, namespace)
     for rc in CLASSES:
         server.add(RUNTIME_CLASSES, rc)
@@ -74,7 +74,7 @@ def _placed_by_the_default_scheduler(case: PodCase, routed: Admitted) -> Admitte
 
 async def test_every_pod_comes_out_as_in_large_cluster_mode_unrouted_and_a_class_not_in_the_table_is_refused() -> None:
     large = await _server(LARGE.policies_way())
-    placement = await _server(DEFAULT_SCHEDULER.policies_way())
+    placement = await _server(DEFAULT_SCHEDULER.policies_way(), DEFAULT_SCHEDULER.namespaces())
     try:
         async with aiohttp.ClientSession() as session:
             for case in PODS_TABLE:
@@ -94,7 +94,7 @@ async def test_while_the_table_is_missing_every_pod_of_a_class_is_refused_and_no
     skipped, and the guard refuses every pod of a class in a bound namespace (its
     controller retries); a pod that names no class, or one in a namespace left out, is
     admitted as it came."""
-    without = await _server(DEFAULT_SCHEDULER.policies_way()[1:])
+    without = await _server(DEFAULT_SCHEDULER.policies_way()[1:], DEFAULT_SCHEDULER.namespaces())
     try:
         async with aiohttp.ClientSession() as session:
             for case in PODS_TABLE:

@@ -115,7 +115,7 @@ GVISOR = runtime_class_from_api(
     }
 )
 RULES = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy())
-PARAMS = {"spec": {"runtimeClasses": {"gvisor": entry(GVISOR, RULES, RULES)}}}
+PARAMS = {"spec": {"labelNodes": True, "runtimeClasses": {"gvisor": entry(GVISOR, RULES)}}}
 
 
 def _matches(

@@ -117,7 +117,7 @@ async def test_the_check_warns_once_while_cluster_autoscaler_runs_and_says_when_
         state,
         RULES,
         status_configmap=("kube-system", "cluster-autoscaler-status"),
-        admission_plugin=False,
+        admission_plugin=lambda: False,
     )
     registry = CollectorRegistry()
     check.register_metrics(registry)
@@ -159,7 +159,7 @@ async def test_without_the_right_to_read_the_configmap_serve_says_so_once_and_st
         state_of(*CLASSES, nodes=nodes),
         RULES,
         status_configmap=("kube-system", "cluster-autoscaler-status"),
-        admission_plugin=True,
+        admission_plugin=lambda: True,
     )
     await check.check()
     await check.check()

@@ -45,7 +45,7 @@ AUDIT = "components/audit-running-pods"
 MONITORING = "components/monitoring"
 CERT_MANAGER = ("components/admission-webhook/cert-manager", "components/pod-webhook/cert-manager")
 # What alongside admission adds to the base beyond its webhooks and pod admission.
-ALONGSIDE = ("components/autoscaler-status", "components/runtimeclass-admission-plugin")
+ALONGSIDE = ("components/autoscaler-status",)
 
 
 @dataclass(frozen=True)
@@ -571,6 +571,7 @@ def test_files_holds_the_payloads_the_templates_read() -> None:
         "components/pod-admission-policy/policies.yaml",
         "components/pod-admission-policy/admission-policy.yaml",
         "components/default-scheduler-placement/guard.yaml",
+        "components/default-scheduler-placement/pod-admission-patch.yaml",
     }
 
 

@@ -32,6 +32,7 @@ from extender.labeller.events import ClassEvents
 from extender.labeller.labeller import LabelMetrics
 from extender.leader.runner import CAMPAIGNING_GAUGE, LEADER_GAUGE, LeaderRunner
 from extender.podtable.keeper import PodAdmissionTable, TableOptions
+from extender.podtable.plugin_finder import PluginFinder
 from extender.policy_file import load_policy
 from extender.requeue.metrics import RequeueMetrics
 from policies.objects import NodeView, RuntimeClassView, Taint, Toleration
@@ -517,7 +518,10 @@ async def _exported_names(aiohttp_client: Any, tmp_path: Path) -> set[str]:
     families += list(_webhook_certificate_registry().collect())
     table = CollectorRegistry()
     PodAdmissionTable(
-        None, ClusterState(), options=TableOptions(name="t"), rules=ClassLabels("example.com", load_policy())
+        None,
+        ClusterState(),
+        options=TableOptions(name="t", namespace="n"),
+        rules=ClassLabels("example.com", load_policy()),
     ).register_metrics(table)
     families += list(table.collect())
     autoscalers = CollectorRegistry()
@@ -526,9 +530,11 @@ async def _exported_names(aiohttp_client: Any, tmp_path: Path) -> set[str]:
         ClusterState(),
         ClassLabels("example.com", load_policy()),
         status_configmap=None,
-        admission_plugin=False,
     ).register_metrics(autoscalers)
     families += list(autoscalers.collect())
+    plugin = CollectorRegistry()
+    PluginFinder(None, "n", classes=lambda: (), ready=lambda: False).register_metrics(plugin)
+    families += list(plugin.collect())
     runner = CollectorRegistry()
     LeaderRunner(
         [ClassEvents(None, ClusterState(), load_policy(), prefix="example.com")], None

@@ -21,23 +21,26 @@ from extender.podtable.keeper import PodAdmissionTable, TableOptions, merge_patc
 from extender.policy_file import load_policy
 from extender.settings import DEFAULT_NODE_LABEL_PREFIX
 from extender.tasks import stop as stop_task
+from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from tests.support.apiserver import RUNTIME_CLASSES, FakeApiServer, make_runtime_class
-from tests.support.pod_cases import TABLES
+from tests.support.pod_cases import NAMESPACES, TABLES
 from tests.support.reflectors import fast_reflector
 from tests.support.waiting import eventually, stays
 
 FAST = fast_reflector()
 NAME = "runtimeclass-extender"
+# The extender's own Namespace, whose annotation names the classes the RuntimeClass
+# admission plugin constrains fully.
+NAMESPACE = "runtimeclass-extender"
+ANNOTATION = "runtimeclass-extender.dev/admitted-by-plugin"
 OVERHEAD: dict[str, Any] = {"overhead": {"cpu": "250m", "memory": "64Mi"}}
-# Without label-nodes, a class with node rules marks its pods for the autoscalers.
-MARKS: dict[str, Any] = {
-    "podAnnotations": {
-        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
-        "karpenter.sh/do-not-disrupt": "true",
-    },
+# A class with node rules: its label, which its pods require where the nodes carry it,
+# unless they show its selector, all its rules.
+RULES: dict[str, Any] = {
+    "nodeLabel": DEFAULT_NODE_LABEL_PREFIX + "/gvisor",
     "unlessNodeSelector": {"runtime": "gvisor"},
 }
-GVISOR: dict[str, Any] = {**OVERHEAD, **MARKS}
+GVISOR: dict[str, Any] = {**OVERHEAD, **RULES}
 
 
 def gvisor(**overrides: Any) -> dict[str, Any]:
@@ -59,6 +62,23 @@ def table_object(entries: dict[str, Any] | None = None) -> dict[str, Any]:
     return obj
 
 
+def spec(server: FakeApiServer) -> dict[str, Any] | None:
+    obj = server.get(TABLES, NAME)
+    return None if obj is None else dict(obj.get("spec") or {})
+
+
+def named(server: FakeApiServer) -> str | None:
+    """The Namespace's annotation (None: none)."""
+    namespace = server.get(NAMESPACES, NAMESPACE)
+    assert namespace is not None
+    return (namespace["metadata"].get("annotations") or {}).get(ANNOTATION)
+
+
+def serve_namespace(server: FakeApiServer) -> None:
+    server.register(NAMESPACES)
+    server.add(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+
+
 def entries(server: FakeApiServer) -> dict[str, Any] | None:
     obj = server.get(TABLES, NAME)
     return None if obj is None else dict((obj.get("spec") or {}).get("runtimeClasses") or {})
@@ -69,6 +89,12 @@ class Running:
     keeper: PodAdmissionTable
     registry: CollectorRegistry
     state: ClusterState
+    # What the keeper is told of the RuntimeClass admission plugin (None: not known).
+    plugin: list[bool | None]
+
+    def plugin_found(self, runs: bool | None) -> None:
+        self.plugin[0] = runs
+        self.keeper.plugin_changed()
 
 
 @pytest.fixture
@@ -77,22 +103,31 @@ async def running(
 ) -> AsyncIterator[Running]:
     label_nodes = getattr(request, "param", False)
     fake_apiserver.register(TABLES)
+    serve_namespace(fake_apiserver)
     conn = await kube.connect(kubeconfig=str(fake_apiserver.write_kubeconfig(tmp_path / "kubeconfig")))
     state = ClusterState()
     rules = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy())
+    plugin: list[bool | None] = [None]
     keeper = PodAdmissionTable(
         conn.api,
         state,
-        options=TableOptions(name=NAME, reflector=FAST, retry_initial=0.02, retry_max=0.2),
+        options=TableOptions(
+            name=NAME,
+            namespace=NAMESPACE,
+            label_nodes=label_nodes,
+            reflector=FAST,
+            retry_initial=0.02,
+            retry_max=0.2,
+        ),
         rules=rules,
-        labels=rules if label_nodes else None,
+        plugin=lambda: plugin[0],
     )
     registry = CollectorRegistry()
     keeper.register_metrics(registry)
     watch = asyncio.create_task(ClusterWatch(conn.api, state, options=FAST).run())
     runner = asyncio.create_task(LeaderRunner([keeper], None).run())
     try:
-        yield Running(keeper, registry, state)
+        yield Running(keeper, registry, state, plugin)
     finally:
         await stop_task(runner)
         await stop_task(watch)
@@ -116,13 +151,13 @@ async def test_a_term_fills_the_table_and_follows_every_class_change(
         RUNTIME_CLASSES, "gvisor", lambda rc: rc.update(overhead={"podFixed": {"cpu": "500m"}})
     )
     await eventually(
-        lambda: entries(fake_apiserver) == {"gvisor": {"overhead": {"cpu": "500m"}, **MARKS}, "runc": {}},
+        lambda: entries(fake_apiserver) == {"gvisor": {"overhead": {"cpu": "500m"}, **RULES}, "runc": {}},
         what="a change",
     )
     fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("kata"))
     fake_apiserver.delete(RUNTIME_CLASSES, "runc")
     await eventually(
-        lambda: entries(fake_apiserver) == {"gvisor": {"overhead": {"cpu": "500m"}, **MARKS}, "kata": {}},
+        lambda: entries(fake_apiserver) == {"gvisor": {"overhead": {"cpu": "500m"}, **RULES}, "kata": {}},
         what="add, delete",
     )
     await eventually(lambda: gauge(running, "stale_entries") == 0, what="nothing stale")
@@ -138,7 +173,7 @@ async def test_a_term_fills_the_table_and_follows_every_class_change(
 
 
 @pytest.mark.parametrize("running", [True], indirect=True)
-async def test_with_label_nodes_each_class_with_node_rules_names_its_label(
+async def test_with_label_nodes_the_table_says_so_and_each_class_with_node_rules_names_its_label(
     fake_apiserver: FakeApiServer, running: Running
 ) -> None:
     fake_apiserver.add(TABLES, table_object())
@@ -146,15 +181,7 @@ async def test_with_label_nodes_each_class_with_node_rules_names_its_label(
     fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("runc"))
     await eventually(
         lambda: (
-            entries(fake_apiserver)
-            == {
-                "gvisor": {
-                    **OVERHEAD,
-                    "nodeLabel": DEFAULT_NODE_LABEL_PREFIX + "/gvisor",
-                    "unlessNodeSelector": {"runtime": "gvisor"},
-                },
-                "runc": {},
-            }
+            spec(fake_apiserver) == {"labelNodes": True, "runtimeClasses": {"gvisor": GVISOR, "runc": {}}}
         ),
         what="the labels in the table",
     )
@@ -169,13 +196,17 @@ async def test_no_interleaving_of_writes_leaves_an_entry_no_version_of_its_class
     first write (its watch stalled). A merge patch of what differed from that informer
     merged into the first write, member by member: the table said {cpu: 2, memory: 2Gi}
     while the class said {cpu: 1, memory: 2Gi}, a value no version of it had."""
+
     def overhead(cpu: str, memory: str) -> Any:
         return lambda rc: rc.update(overhead={"podFixed": {"cpu": cpu, "memory": memory}})
 
     fake_apiserver.add(TABLES, table_object())
     fake_apiserver.add(RUNTIME_CLASSES, gvisor(overhead={"podFixed": {"cpu": "1", "memory": "1Gi"}}))
     await eventually(
-        lambda: running.keeper.current() == entries(fake_apiserver) and "gvisor" in (entries(fake_apiserver) or {}),
+        lambda: (
+            running.keeper.current() == entries(fake_apiserver)
+            and "gvisor" in (entries(fake_apiserver) or {})
+        ),
         what="the table written, and seen by the keeper's informer",
     )
     fake_apiserver.stall_watches(TABLES)
@@ -231,7 +262,7 @@ async def test_a_conflict_is_computed_again_and_a_refusal_said_once(
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert [r.getMessage() for r in warnings] == [
         "cannot write the pod admission table: grant the pod-admission-table ClusterRole "
-        "(create, and get/list/watch/patch on the table)"
+        "(create, and get/list/watch/patch on the table and on the extender's Namespace)"
     ]
     assert (
         running.registry.get_sample_value(
@@ -249,6 +280,7 @@ async def test_the_gauge_counts_what_differs_while_nobody_writes(
 ) -> None:
     """A follower (no term) writes nothing, and its gauge says how stale the table is."""
     fake_apiserver.register(TABLES)
+    serve_namespace(fake_apiserver)
     fake_apiserver.add(TABLES, table_object({"gvisor": {"overhead": {"cpu": "1"}}, "gone": {}}))
     fake_apiserver.add(RUNTIME_CLASSES, gvisor())
     fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("runc"))
@@ -257,7 +289,7 @@ async def test_the_gauge_counts_what_differs_while_nobody_writes(
     keeper = PodAdmissionTable(
         conn.api,
         state,
-        options=TableOptions(name=NAME, reflector=FAST),
+        options=TableOptions(name=NAME, namespace=NAMESPACE, reflector=FAST),
         rules=ClassLabels(DEFAULT_NODE_LABEL_PREFIX, load_policy()),
     )
     registry = CollectorRegistry()
@@ -326,3 +358,85 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = apply_merge_patch(result.get(key), value)
     return result
+
+
+def _constrained(table_spec: dict[str, Any] | None) -> set[str]:
+    """The classes whose pods the default-scheduler placement's mutating policy turns
+    away, as its match condition reads the table: with the plugin, a class without a
+    label, or one whose selector is all its rules."""
+    if not table_spec or not table_spec.get("runtimeClassAdmissionPlugin"):
+        return set()
+    return {
+        name
+        for name, entry in (table_spec.get("runtimeClasses") or {}).items()
+        if "nodeLabel" not in entry or "unlessNodeSelector" in entry
+    }
+
+
+def _never_behind(server: FakeApiServer) -> None:
+    """At every moment of the history, the Namespace's annotation named every class the
+    table as stored made the policy turn away (the guard lets those pass unmarked): the
+    writes of both objects in the order the API server stored them (one counter)."""
+    history = sorted(
+        [(int(obj["metadata"]["resourceVersion"]), "table", obj) for _, obj, _ in server.changes(TABLES)]
+        + [
+            (int(obj["metadata"]["resourceVersion"]), "namespace", obj)
+            for _, obj, _ in server.changes(NAMESPACES)
+        ]
+    )
+    stored: dict[str, Any] = {}
+    annotation: set[str] = set()
+    for _, kind, obj in history:
+        if kind == "table":
+            stored = obj.get("spec") or {}
+        else:
+            value = (obj["metadata"].get("annotations") or {}).get(ANNOTATION) or ""
+            annotation = {name for name in value.split(",") if name}
+        assert annotation >= _constrained(stored), (kind, annotation, stored)
+
+
+async def test_with_the_plugin_the_namespace_names_the_classes_it_constrains_before_the_policy_skips_them(
+    fake_apiserver: FakeApiServer, running: Running
+) -> None:
+    kata = make_runtime_class("kata", handler="kata", node_selector={"runtime": "kata"})
+    kata["metadata"]["annotations"] = {
+        NODE_SELECTOR_TERM_ANNOTATION: '{"matchExpressions": [{"key": "cpu", "operator": "In", "values": ["amd"]}]}'
+    }
+    fake_apiserver.add(RUNTIME_CLASSES, gvisor())
+    fake_apiserver.add(RUNTIME_CLASSES, kata)
+    fake_apiserver.add(RUNTIME_CLASSES, make_runtime_class("runc"))
+    await eventually(
+        lambda: set(entries(fake_apiserver) or {}) == {"gvisor", "kata", "runc"}, what="the table"
+    )
+    # Not known yet: the table says nothing of the plugin, and the Namespace names nothing.
+    await stays(lambda: named(fake_apiserver) is None, duration=0.2)
+    assert "runtimeClassAdmissionPlugin" not in (spec(fake_apiserver) or {})
+
+    running.plugin_found(True)
+    await eventually(
+        lambda: (
+            named(fake_apiserver) == "gvisor,runc"
+            and (spec(fake_apiserver) or {}).get("runtimeClassAdmissionPlugin") is True
+            and running.keeper.stale() == 0
+        ),
+        what="the plugin in the table, and the classes it constrains on the Namespace",
+    )
+    # gvisor gains a rule no selector shows: its pods are admitted from the table again.
+    fake_apiserver.modify(
+        RUNTIME_CLASSES,
+        "gvisor",
+        lambda rc: rc["metadata"].update(annotations=kata["metadata"]["annotations"]),
+    )
+    await eventually(lambda: named(fake_apiserver) == "runc", what="gvisor no longer named")
+    # The plugin turned off: every class admitted from the table again.
+    running.plugin_found(False)
+    await eventually(
+        lambda: (
+            named(fake_apiserver) == "" and "runtimeClassAdmissionPlugin" not in (spec(fake_apiserver) or {})
+        ),
+        what="the plugin gone from the table, and nothing named",
+    )
+    # Not known again (a probe another webhook refused): the table keeps what it says.
+    running.plugin_found(None)
+    await stays(lambda: named(fake_apiserver) == "" and running.keeper.stale() == 0, duration=0.2)
+    _never_behind(fake_apiserver)

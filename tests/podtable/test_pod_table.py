@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from extender.admission.pod_table import entry, table
+from extender.admission.pod_table import admitted_by_plugin, entry, table, table_spec
 from extender.cluster.class_labels import ClassLabels, label_key
 from extender.cluster.objects import runtime_class_from_api
 from extender.policy_file import load_policy
@@ -35,63 +35,61 @@ def view(name: str, annotations: dict[str, str] | None = None, **fields: object)
 
 
 OVERHEAD = {"cpu": "250m", "memory": "64Mi"}
-# Without label-nodes, a class with node rules marks its pods for the autoscalers.
-MARKED = {
-    "podAnnotations": {
-        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
-        "karpenter.sh/do-not-disrupt": "true",
-    }
-}
-CASES: list[tuple[RuntimeClassView, dict[str, Any], dict[str, Any]]] = [
-    # (class, without label-nodes, with label-nodes)
+GVISOR_LABEL = {"nodeLabel": f"{DEFAULT_NODE_LABEL_PREFIX}/gvisor"}
+CASES: list[tuple[RuntimeClassView, dict[str, Any], bool]] = [
+    # (class, its entry in every mode, whether the RuntimeClass admission plugin constrains
+    # its pods fully where it runs)
     (
         view("gvisor", overhead={"podFixed": OVERHEAD}, scheduling={"nodeSelector": {"a": "b"}}),
         # ...unless the pod's nodeSelector shows the class's selector, all its rules.
-        {"overhead": OVERHEAD, **MARKED, "unlessNodeSelector": {"a": "b"}},
-        {"overhead": OVERHEAD, "nodeLabel": f"{DEFAULT_NODE_LABEL_PREFIX}/gvisor", "unlessNodeSelector": {"a": "b"}},
+        {"overhead": OVERHEAD, **GVISOR_LABEL, "unlessNodeSelector": {"a": "b"}},
+        True,
     ),
-    # A term no nodeSelector can show: marked whatever the pod asks for.
+    # A term no nodeSelector can show: the label whatever the pod asks for.
     (
         view(
             "gpu",
             {NODE_SELECTOR_TERM_ANNOTATION: '{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}'},
             scheduling={"nodeSelector": {"a": "b"}},
         ),
-        MARKED,
         {"nodeLabel": f"{DEFAULT_NODE_LABEL_PREFIX}/gpu"},
+        False,
     ),
-    (view("plain"), {}, {}),
+    (view("plain"), {}, True),
     # overhead without podFixed: not the same as no overhead (a pod's own overhead is
     # refused with another message).
-    (view("empty-overhead", overhead={}), {"overhead": {}}, {"overhead": {}}),
-    (view("empty-selector", scheduling={"nodeSelector": {}}), {}, {}),
+    (view("empty-overhead", overhead={}), {"overhead": {}}, True),
+    (view("empty-selector", scheduling={"nodeSelector": {}}), {}, True),
     # A malformed annotation fails closed: node rules all the same.
     (
         view("term", {NODE_SELECTOR_TERM_ANNOTATION: "not: [valid"}),
-        MARKED,
         {"nodeLabel": f"{DEFAULT_NODE_LABEL_PREFIX}/term"},
+        False,
     ),
     # Past 63 characters the label is hashed, as the labeller names it.
     (
         view(LONG, overhead={"podFixed": {"cpu": "1"}}, scheduling={"nodeSelector": {"a": "b"}}),
-        {"overhead": {"cpu": "1"}, **MARKED, "unlessNodeSelector": {"a": "b"}},
-        {"overhead": {"cpu": "1"}, "nodeLabel": label_key(DEFAULT_NODE_LABEL_PREFIX, LONG), "unlessNodeSelector": {"a": "b"}},
+        {
+            "overhead": {"cpu": "1"},
+            "nodeLabel": label_key(DEFAULT_NODE_LABEL_PREFIX, LONG),
+            "unlessNodeSelector": {"a": "b"},
+        },
+        True,
     ),
 ]
 
 
-@pytest.mark.parametrize(("runtime_class", "plain", "labelled"), CASES, ids=[c[0].name[:20] for c in CASES])
-def test_each_class_entry(
-    runtime_class: RuntimeClassView, plain: dict[str, Any], labelled: dict[str, Any]
-) -> None:
-    assert entry(runtime_class, None, LABELS) == plain
-    assert entry(runtime_class, LABELS, LABELS) == labelled
-    # The label is exactly the one the labeller keeps, where it keeps one; without it,
-    # the same classes are marked.
-    assert ("nodeLabel" in labelled) == LABELS.has_node_rules(runtime_class) == ("podAnnotations" in plain)
+@pytest.mark.parametrize(
+    ("runtime_class", "wanted", "constrained"), CASES, ids=[c[0].name[:20] for c in CASES]
+)
+def test_each_class_entry(runtime_class: RuntimeClassView, wanted: dict[str, Any], constrained: bool) -> None:
+    assert entry(runtime_class, LABELS) == wanted
+    # The label is exactly the one the labeller keeps, where it keeps one.
+    assert ("nodeLabel" in wanted) == LABELS.has_node_rules(runtime_class)
+    assert admitted_by_plugin({runtime_class.name: wanted}) == ([runtime_class.name] if constrained else [])
 
 
-def test_a_policy_rule_beyond_the_selector_marks_every_class_whatever_its_pods_ask() -> None:
+def test_a_policy_rule_beyond_the_selector_gives_every_class_a_label_whatever_its_pods_ask() -> None:
     handler_policy = build_policy(
         {
             "apiVersion": "runtimeclass-extender.dev/v1alpha1",
@@ -100,17 +98,27 @@ def test_a_policy_rule_beyond_the_selector_marks_every_class_whatever_its_pods_a
         }
     )
     rules = ClassLabels(DEFAULT_NODE_LABEL_PREFIX, handler_policy)
-    assert entry(view("plain"), None, rules) == MARKED
-    assert entry(view("gvisor", scheduling={"nodeSelector": {"a": "b"}}), None, rules) == MARKED
+    assert entry(view("plain"), rules) == {"nodeLabel": f"{DEFAULT_NODE_LABEL_PREFIX}/plain"}
+    gvisor = entry(view("gvisor", scheduling={"nodeSelector": {"a": "b"}}), rules)
+    assert gvisor == GVISOR_LABEL
+    # The plugin cannot check the handler: nothing is constrained by it alone.
+    assert admitted_by_plugin({"gvisor": gvisor}) == []
 
 
-def test_the_table_has_one_entry_per_class() -> None:
+def test_the_table_has_one_entry_per_class_and_says_what_else_holds() -> None:
     classes = [c[0] for c in CASES]
-    assert table(classes, None, LABELS) == {c.name: plain for c, plain, _ in CASES}
-    assert table([], LABELS, LABELS) == {}
+    entries = table(classes, LABELS)
+    assert entries == {c.name: wanted for c, wanted, _ in CASES}
+    assert table([], LABELS) == {}
+    assert table_spec(entries) == {"runtimeClasses": entries}
+    assert table_spec(entries, label_nodes=True, admission_plugin=True) == {
+        "runtimeClasses": entries,
+        "labelNodes": True,
+        "runtimeClassAdmissionPlugin": True,
+    }
 
 
-def test_with_label_nodes_a_class_gives_its_pods_the_tolerations_the_extender_honours() -> None:
+def test_a_class_gives_its_pods_the_tolerations_the_extender_honours() -> None:
     """NoSchedule ones, one without an effect made one for NoSchedule, NoExecute and
     PreferNoSchedule ones left out (the extender counts a class's for NoSchedule taints
     alone): what an autoscaler must read in the pod to pick a tainted group."""
@@ -126,11 +134,9 @@ def test_with_label_nodes_a_class_gives_its_pods_the_tolerations_the_extender_ho
             ]
         },
     )
-    assert entry(tolerant, LABELS, LABELS) == {
+    assert entry(tolerant, LABELS) == {
         "tolerations": [
             {"key": "sandbox", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"},
             {"key": "any", "operator": "Exists", "effect": "NoSchedule"},
         ]
     }
-    # Predicate mode: the extender judges taints; nothing is copied into pods.
-    assert entry(tolerant, None, LABELS) == {}

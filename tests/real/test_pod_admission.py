@@ -128,7 +128,7 @@ def table_data(plane: ControlPlane) -> dict[str, Any] | None:
 
 def wanted_table(plane: ControlPlane, setup: Setup) -> dict[str, Any]:
     classes = plane.client.get("/apis/node.k8s.io/v1/runtimeclasses")["items"]
-    return table((runtime_class_from_api(rc) for rc in classes), setup.labels(), setup.rules())
+    return table((runtime_class_from_api(rc) for rc in classes), setup.rules())
 
 
 # A pod whose overhead its class refuses: the refusal's words say which way admitted it.
@@ -246,7 +246,7 @@ def test_while_the_table_is_missing_every_pod_is_admitted_as_it_came(
                 assert got.status == 201 and got == as_it_came(cluster, case.manifest()), (case.id, got)
             else:
                 assert got == up[case.id], case.id
-        result = check_pod_admission(cluster, "--namespace", "apps", "--label-nodes")
+        result = check_pod_admission(cluster, "--namespace", "apps")
         assert result.returncode == 1, result.stdout + result.stderr
         gvisor = next(line for line in result.stdout.splitlines() if line.startswith("gvisor "))
         assert f"the PodAdmissionTable {TABLE} is missing" in gvisor, result.stdout
@@ -279,14 +279,12 @@ def check_pod_admission(plane: ControlPlane, *args: str) -> subprocess.Completed
 def test_check_pod_admission_proves_the_policies_run(
     cluster: ControlPlane, setup: Setup, tmp_path: Path
 ) -> None:
-    flags = ["--label-nodes"] if setup.label_nodes else []
     with installed(cluster, setup, "policies", tmp_path):
-        result = check_pod_admission(cluster, "--namespace", "apps", *flags)
+        result = check_pod_admission(cluster, "--namespace", "apps")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert (
-        f"{len(CLASSES)} RuntimeClasses: every probe pod admitted as the pod webhook would admit it."
-        in result.stderr
-    )
+    assert f"{len(CLASSES)} RuntimeClasses: every probe pod admitted as it should be." in result.stderr
+    # Predicate mode's API server: the RuntimeClass admission plugin off, and found so.
+    assert "The API server does not run the RuntimeClass admission plugin." in result.stderr
 
 
 def test_check_pod_admission_catches_policies_served_but_not_run(assets: Assets, tmp_path: Path) -> None:
@@ -355,7 +353,7 @@ def test_the_window_while_no_replica_runs_is_seen_and_closed(cluster: ControlPla
             # Routed, and nothing else for the new class; the old overhead for the other.
             assert window["late"]["schedulerName"] == SCHEDULER and "overhead" not in window["late"]
             assert window["gvisor"]["overhead"] == GVISOR_OVERHEAD
-            result = check_pod_admission(cluster, "--namespace", "apps", "--label-nodes")
+            result = check_pod_admission(cluster, "--namespace", "apps")
             assert result.returncode == 1
             differing = {line.split()[0]: line for line in result.stdout.splitlines() if "differs" in line}
             assert sorted(differing) == ["gvisor", "late"]
@@ -370,7 +368,7 @@ def test_the_window_while_no_replica_runs_is_seen_and_closed(cluster: ControlPla
                 lambda: "runtimeclass_extender_pod_admission_table_stale_entries 0.0" in extender.metrics(),
                 what="the gauge at 0",
             )
-            assert check_pod_admission(cluster, "--namespace", "apps", "--label-nodes").returncode == 0
+            assert check_pod_admission(cluster, "--namespace", "apps").returncode == 0
             # Written at the start of the term, and said.
             assert extender.process is not None
             records = [

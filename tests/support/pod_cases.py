@@ -148,6 +148,7 @@ CLASSES = [
 # kubernetes.io/metadata.name, which the bindings' and the webhook's selectors read).
 # The test API server serves Namespaces for the policies' namespaceSelector.
 NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace")
+EXTENDER_NAMESPACE = "runtimeclass-extender"
 NAMESPACE_OBJECTS = [
     {
         "apiVersion": "v1",
@@ -287,10 +288,20 @@ class Setup:
             "kind": KIND,
             "metadata": {"name": TABLE},
             "spec": table_spec(
-                table((runtime_class_from_api(rc) for rc in CLASSES), self.labels(), self.rules()),
-                default_scheduler=self.default_scheduler,
+                table((runtime_class_from_api(rc) for rc in CLASSES), self.rules()),
+                label_nodes=self.label_nodes,
             ),
         }
+
+    def namespaces(self) -> list[Manifest]:
+        """``NAMESPACE_OBJECTS``, the extender's own labelled as the overlay makes it (with
+        the default-scheduler placement, its label saying so: the guard's param)."""
+        found = copy.deepcopy(NAMESPACE_OBJECTS)
+        rendered = one(render(self.overlay), "Namespace", EXTENDER_NAMESPACE)
+        for namespace in found:
+            if namespace["metadata"]["name"] == EXTENDER_NAMESPACE:
+                namespace["metadata"]["labels"].update(rendered["metadata"].get("labels") or {})
+        return found
 
     def webhook_way(self) -> list[Manifest]:
         return [copy.deepcopy(one(render_webhook_way(self.overlay), "MutatingWebhookConfiguration"))]

@@ -12,15 +12,24 @@ from typing import Any
 
 import pytest
 
-from extender.admission.pod_table import table, table_spec
+from extender.admission.pod_table import ADMITTED_BY_PLUGIN_ANNOTATION, admitted_by_plugin, table, table_spec
 from extender.admission.probe import Admission, apply_patch, differences
 from extender.cli import main
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import runtime_class_from_api
 from extender.policy_file import load_policy
-from tests.support.apiserver import PODS, RUNTIME_CLASSES, FakeApiServer
+from tests.support.apiserver import PODS, RUNTIME_CLASSES, SECRETS, FakeApiServer
 from tests.support.manifests import render
-from tests.support.pod_cases import CLASSES, LONG, POD_ADMISSION, RUNTIME_HANDLER_POLICY, TABLE, TABLES
+from tests.support.pod_cases import (
+    CLASSES,
+    DEFAULT_SCHEDULER,
+    LONG,
+    NAMESPACES,
+    POD_ADMISSION,
+    RUNTIME_HANDLER_POLICY,
+    TABLE,
+    TABLES,
+)
 
 SHORT = [rc for rc in CLASSES if rc["metadata"]["name"] != LONG]
 PREFIX = "runtimeclass.node-restriction.kubernetes.io"
@@ -36,15 +45,14 @@ def _pod_policies(overlay: str, policy: Path | None = None) -> list[dict[str, An
         if d["metadata"]["name"] in (POD_ADMISSION, "podadmissiontables.runtimeclass-extender.dev")
     ]
     rules = ClassLabels(PREFIX, load_policy(policy))
-    labels = rules if overlay.endswith("large-cluster") else None
-    entries = table((runtime_class_from_api(rc) for rc in SHORT), labels, rules)
+    entries = table((runtime_class_from_api(rc) for rc in SHORT), rules)
     return [
         *docs,
         {
             "apiVersion": TABLES.api_version,
             "kind": TABLES.kind,
             "metadata": {"name": TABLE},
-            "spec": {"runtimeClasses": entries},
+            "spec": table_spec(entries, label_nodes=overlay.endswith("large-cluster")),
         },
     ]
 
@@ -74,7 +82,8 @@ async def test_policies_that_run_pass_and_store_nothing(
     assert set(by_class) == {rc["metadata"]["name"] for rc in SHORT}
     assert by_class["gvisor"][1:] == ["runtimeclass-scheduler", "cpu=250m,memory=64Mi", "(none)", "ok"]
     assert by_class["plain"][1:] == ["runtimeclass-scheduler", "(none)", "(none)", "ok"]
-    assert "every probe pod admitted as the pod webhook would admit it" in err
+    assert "every probe pod admitted as it should be" in err
+    assert "The API server does not run the RuntimeClass admission plugin." in err
     # Dry runs: every probe admitted, none stored.
     assert classes.objects(PODS) == []
     posts = [r for r in classes.requests if r.verb == "post"]
@@ -101,18 +110,19 @@ async def test_policies_that_do_not_run_are_found_out(
         "no pod admission of ours ran for this pod in namespace default: the API server does not run "
         "the MutatingAdmissionPolicy (its feature gate off), or no binding or webhook selects the namespace",
     ]
-    assert "1 of 1 RuntimeClasses admitted otherwise than the pod webhook would admit them" in err
+    assert "1 of 1 RuntimeClasses admitted otherwise than they should be" in err
 
 
 async def test_the_label_requirement_follows_the_policy_file(
     classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """The table the extender writes with the bundled policy agrees with a check under
-    that policy; a policy file that makes every class have node rules (RuntimeHandler)
-    does not agree with it until the extender runs with the same file and writes the
-    table again, and the check says for which classes."""
+    """The table the extender writes with the bundled policy (and label-nodes, which the
+    table says: the check expects the label requirement from it) agrees with a check
+    under that policy; a policy file that makes every class have node rules
+    (RuntimeHandler) does not agree with it until the extender runs with the same file
+    and writes the table again, and the check says for which classes."""
     classes.apply(_pod_policies("overlays/large-cluster"))
-    kubeconfig = ["--kubeconfig", str(fake_kubeconfig), "--label-nodes", "-o", "json"]
+    kubeconfig = ["--kubeconfig", str(fake_kubeconfig), "-o", "json"]
     status, out, _ = await _run(capsys, *kubeconfig)
     assert status == 0, out
     results = {r["runtimeClass"]: r for r in json.loads(out)["results"]}
@@ -293,12 +303,10 @@ def test_without_a_kubeconfig_the_hint_names_only_what_it_takes(
     )
 
 
-async def test_the_default_scheduler_placement_is_checked_as_the_table_says_it(
-    classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The table says the cluster's default scheduler places the pods: the check expects
-    each probe pod unrouted, with its class's label requirement and marked admitted,
-    and says which placement is in force."""
+def _default_scheduler_install(server: FakeApiServer) -> None:
+    """The default-scheduler placement's pod admission (the policies, the guard, the
+    CRD), its namespace labelled as the overlay labels it, and the table as the leader
+    writes it for ``SHORT`` (with the plugin on where the server runs it)."""
     docs = [
         copy.deepcopy(d)
         for d in render("overlays/default-scheduler")
@@ -306,23 +314,121 @@ async def test_the_default_scheduler_placement_is_checked_as_the_table_says_it(
         in (POD_ADMISSION, POD_ADMISSION + "-required", "podadmissiontables.runtimeclass-extender.dev")
     ]
     rules = ClassLabels(PREFIX, load_policy())
-    entries = table((runtime_class_from_api(rc) for rc in SHORT), rules, rules)
+    entries = table((runtime_class_from_api(rc) for rc in SHORT), rules)
     docs.append(
         {
             "apiVersion": TABLES.api_version,
             "kind": TABLES.kind,
             "metadata": {"name": TABLE},
-            "spec": table_spec(entries, default_scheduler=True),
+            "spec": table_spec(entries, label_nodes=True, admission_plugin=server.runtimeclass_plugin),
         }
     )
-    classes.apply(docs)
+    server.register(NAMESPACES)
+    for namespace in DEFAULT_SCHEDULER.namespaces():
+        server.add(NAMESPACES, namespace)
+    if server.runtimeclass_plugin:
+        # As the leader writes it: the classes the plugin constrains fully.
+        server.modify(
+            NAMESPACES,
+            "runtimeclass-extender",
+            {"metadata": {"annotations": {ADMITTED_BY_PLUGIN_ANNOTATION: ",".join(admitted_by_plugin(entries))}}},
+        )
+    server.apply(docs)
+
+
+async def test_the_default_scheduler_placement_is_checked_as_the_install_says_it(
+    classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The extender's namespace says the cluster's default scheduler places the pods:
+    the check expects each probe pod unrouted, with its class's label requirement and
+    marked admitted, and says which placement is in force."""
+    _default_scheduler_install(classes)
     status, out, err = await _run(capsys, "--kubeconfig", str(fake_kubeconfig), "-o", "json")
     assert status == 0, out + err
     report = json.loads(out)
     assert report["placement"] == "default-scheduler"
+    assert report["runtimeClassAdmissionPlugin"] is False
     by_class = {r["runtimeClass"]: r for r in report["results"]}
     assert by_class["gvisor"]["got"]["schedulerName"] == "default-scheduler"
     assert by_class["gvisor"]["got"]["nodeLabel"] == f"{PREFIX}/gvisor=true"
     assert all(r["differences"] == [] for r in report["results"]), report
     status, _, err = await _run(capsys, "--kubeconfig", str(fake_kubeconfig))
-    assert status == 0 and "Placement: default-scheduler (the pod admission table says so)" in err
+    assert status == 0 and "Placement: default-scheduler (namespace runtimeclass-extender says so)" in err
+
+
+@pytest.fixture
+async def plugin_on() -> Any:
+    """An API server that runs the RuntimeClass admission plugin, as every managed one
+    does, with the classes."""
+    server = FakeApiServer(runtimeclass_plugin=True)
+    for rc in SHORT:
+        server.add(RUNTIME_CLASSES, rc)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def test_with_the_plugin_on_a_correct_install_is_ok_and_a_class_it_constrains_is_not_marked(
+    plugin_on: FakeApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default-scheduler placement on an API server that runs the RuntimeClass
+    admission plugin: every probe pod carries what the plugin merged (the class's
+    overhead, selector and tolerations); a pod of a class whose rules are its selector
+    is left as the plugin made it (no label requirement, no mark: the mutating policy is
+    not invoked for it), one of a class with more rules gets its label and the mark.
+    The check finds the plugin and expects all that: ok."""
+    _default_scheduler_install(plugin_on)
+    kubeconfig = plugin_on.write_kubeconfig(tmp_path / "kubeconfig")
+    status, out, err = await _run(capsys, "--kubeconfig", str(kubeconfig), "-o", "json")
+    assert status == 0, out + err
+    report = json.loads(out)
+    assert report["runtimeClassAdmissionPlugin"] is True
+    by_class = {r["runtimeClass"]: r for r in report["results"]}
+    assert by_class["gvisor"]["got"] == {
+        "schedulerName": "default-scheduler",
+        "overhead": "cpu=250m,memory=64Mi",
+        "nodeLabel": "(none)",
+        "refusal": "",
+    }
+    assert by_class["term-only"]["got"]["nodeLabel"] == f"{PREFIX}/term-only=true"
+    assert all(r["differences"] == [] for r in report["results"]), report
+    status, _, err = await _run(capsys, "--kubeconfig", str(kubeconfig))
+    assert status == 0 and "The API server runs the RuntimeClass admission plugin." in err
+
+
+async def test_a_guard_left_behind_by_a_move_is_named(
+    classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Moved from the default-scheduler placement with kubectl apply (which deletes
+    nothing): the guard stays, inert (no namespace carries the placement's label), and
+    the check says to delete it."""
+    _default_scheduler_install(classes)
+    classes.modify(NAMESPACES, "runtimeclass-extender", {"metadata": {"labels": {"runtimeclass-extender.dev/placement": None}}})
+    _, out, err = await _run(capsys, "--kubeconfig", str(fake_kubeconfig), "-o", "json")
+    assert json.loads(out)["placement"] == "runtimeclass-scheduler"
+    assert "warning: the default-scheduler placement's guard" in err and "kubectl delete" in err
+
+
+async def test_the_second_schedulers_identity_left_behind_by_a_move_is_named(
+    classes: FakeApiServer, fake_kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Moved to the default-scheduler placement with kubectl apply: the second
+    scheduler's token Secret stays (a credential nobody uses); the check names it."""
+    _default_scheduler_install(classes)
+    status, _, err = await _run(capsys, "--kubeconfig", str(fake_kubeconfig))
+    assert status == 0 and "left behind" not in err
+    classes.add(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "runtimeclass-extender-token", "namespace": "runtimeclass-extender"},
+            "type": "kubernetes.io/service-account-token",
+        },
+    )
+    status, _, err = await _run(capsys, "--kubeconfig", str(fake_kubeconfig))
+    assert status == 0
+    assert "the second scheduler's identity and rights are left behind" in err
+    assert "secrets/runtimeclass-extender-token" in err
