@@ -5,6 +5,7 @@
     .venv/bin/python bench/scheduling_bench.py --scheduler-qps 1000     # kube-scheduler's client unthrottled
     .venv/bin/python bench/scheduling_bench.py --arms alone large-cluster --rounds 5
     .venv/bin/python bench/scheduling_bench.py --quick                  # 300 nodes, 100 pods, burst 50, 1 round
+    .venv/bin/python bench/scheduling_bench.py --arms alone policy-floor managed managed-term
 
 How fast do pods of a RuntimeClass get scheduled in each way of running the project,
 against kube-scheduler alone doing what in-tree Kubernetes does? Needs the control plane
@@ -42,9 +43,19 @@ requesting 10m of cpu and 16Mi of memory.
 - ``default-scheduler``: ``deploy/overlays/default-scheduler`` installed the same way
   (pods given the label requirement and the tolerations by the policies, not routed; the
   extender runs for its labels), and kube-scheduler with its plain default profile, no
-  extender. Skipped, saying so, where the overlay does not exist. Its API server runs the
-  RuntimeClass admission plugin only if the overlay says the API server runs it
-  (components/runtimeclass-admission-plugin); else as predicate mode.
+  extender. Skipped, saying so, where the overlay does not exist. Its API server as
+  predicate mode runs it (the plugin off: the policies give every pod its requirement).
+- ``policy-floor``: ``alone`` with one do-nothing ValidatingAdmissionPolicy bound to every
+  pod (its match condition false): the floor of any admission policy on kube-apiserver
+  1.36, which converts the pod for a bound policy's match conditions.
+- ``managed``: the default-scheduler overlay as a managed cluster runs it: its API server
+  runs the RuntimeClass admission plugin, which merges the class's selector and
+  toleration into each pod; the mutating policy is not invoked for such a pod (its
+  match conditions turn it away) and the guard lets it pass: every pod must come out as
+  the plugin made it, unrouted and unmarked.
+- ``managed-term``: the same, the class's pool selected by the node-selector-term
+  annotation instead (``pool In [gvisor]``), which the plugin cannot merge: the policies
+  give each pod the derived label requirement (the plugin its toleration).
 
 kube-scheduler runs with each arm's configuration as shipped, so its API client keeps
 kube-scheduler's default limit of 50 requests a second (burst 100), which paces its
@@ -106,12 +117,12 @@ from extender.cluster.class_labels import label_key
 from extender.settings import DEFAULT_NODE_LABEL_PREFIX
 from tests.support.autoscaler import scheduler_configuration, start_scheduler
 from tests.support.control_plane import ApiError, Assets, ControlPlane, Process, find_assets
-from tests.support.install import Installed, extender_container, install
+from tests.support.install import Installed, install
 from tests.support.manifests import DEPLOY, render
 from tests.support.ports import free_port
 
 Json = dict[str, Any]
-ARMS = ("alone", "floor", "large-cluster", "default-scheduler")
+ARMS = ("alone", "floor", "large-cluster", "default-scheduler", "policy-floor", "managed", "managed-term")
 NAMESPACE = "sched-bench"
 CLASS = "gvisor"
 POOL = {"pool": "gvisor"}
@@ -132,6 +143,48 @@ RUNTIME_CLASS: Json = {
     "handler": "runsc",
     "scheduling": {"nodeSelector": dict(POOL), "tolerations": [dict(TOLERATION)]},
 }
+# The same pool by the node-selector-term annotation, which the RuntimeClass admission
+# plugin cannot merge (its toleration it can).
+TERM_CLASS: Json = {
+    "apiVersion": "node.k8s.io/v1",
+    "kind": "RuntimeClass",
+    "metadata": {
+        "name": CLASS,
+        "annotations": {
+            "runtimeclass-extender.dev/node-selector-term": json.dumps(
+                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gvisor"]}]}
+            )
+        },
+    },
+    "handler": "runsc",
+    "scheduling": {"tolerations": [dict(TOLERATION)]},
+}
+# One do-nothing policy bound to every pod (its match condition false for all): what any
+# admission policy costs a pod on kube-apiserver 1.36 (the pod converted for its match
+# conditions: staging/src/k8s.io/apiserver/pkg/admission/plugin/cel/filter.go, ForInput).
+DO_NOTHING_POLICY: list[Json] = [
+    {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "bench-do-nothing"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+                ]
+            },
+            "matchConditions": [{"name": "never", "expression": "has(object.spec.runtimeClassName) && false"}],
+            "validations": [{"expression": "true"}],
+        },
+    },
+    {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "bench-do-nothing"},
+        "spec": {"policyName": "bench-do-nothing", "validationActions": ["Deny"]},
+    },
+]
 
 
 class ArmFailed(Exception):
@@ -329,10 +382,17 @@ def wait_labelled(plane: ControlPlane, installed: Installed, pool: set[str], tim
         )
 
 
-def wait_admitting(plane: ControlPlane, scheduler: str, timeout: float, process: Process | None) -> None:
+def wait_admitting(
+    plane: ControlPlane,
+    scheduler: str,
+    timeout: float,
+    process: Process | None,
+    fault: Callable[[Json, str], str],
+) -> None:
     """Until the pod admission table has the class and the policies admit a pod of it
-    from the table (a dry run): routed to ``scheduler`` (or left to the default one), the
-    label requirement and the toleration given."""
+    from the table (a dry run) as ``fault`` wants it: routed to ``scheduler`` (or left
+    to the default one), the label requirement and the toleration given; or left as the
+    RuntimeClass admission plugin made it."""
     probe = pod_body("probe", "plain")
 
     def admitting() -> bool:
@@ -342,7 +402,7 @@ def wait_admitting(plane: ControlPlane, scheduler: str, timeout: float, process:
         created = plane.client.request(
             "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", probe, query={"dryRun": "All"}
         )
-        return created.ok and not admission_fault(created.body, scheduler)
+        return created.ok and not fault(created.body, scheduler)
 
     wait_for(admitting, timeout, "the pod admission table, and the policies admitting from it", process)
 
@@ -356,6 +416,22 @@ def admission_fault(pod: Json, scheduler: str) -> str:
         return f"nodeSelector {spec.get('nodeSelector')}: no {LABEL}"
     if not any(t.get("key") == TAINT["key"] for t in spec.get("tolerations") or []):
         return f"tolerations {spec.get('tolerations')}: none for {TAINT['key']}"
+    return ""
+
+
+def plugin_fault(pod: Json, scheduler: str) -> str:
+    """What a pod the RuntimeClass admission plugin constrained fully lacks, or carries of
+    pod admission's ("" when as it should be: the class's selector and toleration, not
+    routed, no requirement, no mark)."""
+    spec = pod["spec"]
+    if spec.get("schedulerName") != scheduler:
+        return f"schedulerName {spec.get('schedulerName')!r}, not {scheduler!r}"
+    if spec.get("nodeSelector") != POOL:
+        return f"nodeSelector {spec.get('nodeSelector')}, not {POOL}"
+    if not any(t.get("key") == TAINT["key"] for t in spec.get("tolerations") or []):
+        return f"tolerations {spec.get('tolerations')}: none for {TAINT['key']}"
+    if "runtimeclass-extender.dev/admitted" in (pod["metadata"].get("labels") or {}):
+        return "marked admitted: the mutating policy was invoked"
     return ""
 
 
@@ -574,6 +650,12 @@ class Arm:
     extender: str = "none"  # "floor", "install", "none": what kube-scheduler calls
     labelled: bool = False  # the bench puts the derived label on the pool's nodes itself
     apiserver_flags: Mapping[str, str] = field(default_factory=dict)
+    runtime_class: Json = field(default_factory=lambda: RUNTIME_CLASS)
+    # What each admitted pod must carry ("table": pod admission's, from the table;
+    # "plugin": the class's selector and toleration the plugin merged, unrouted).
+    admitted: str = "table"
+    # Objects applied before the pods (the do-nothing policy).
+    extra: list[Json] = field(default_factory=list)
 
 
 def arm_of(name: str) -> Arm | str:
@@ -593,31 +675,28 @@ def arm_of(name: str) -> Arm | str:
             extender="install",
             apiserver_flags=PREDICATE_MODE,
         )
+    if name == "policy-floor":
+        return Arm(name, "in-tree", DEFAULT_SCHEDULER, extra=DO_NOTHING_POLICY)
     if not (DEPLOY / DEFAULT_SCHEDULER_OVERLAY).is_dir():
         return f"skipped: deploy/{DEFAULT_SCHEDULER_OVERLAY} does not exist (another change adds it)"
-    try:
-        container = extender_container(render(DEFAULT_SCHEDULER_OVERLAY))
-    except StopIteration:
-        return (
-            f"cannot run: deploy/{DEFAULT_SCHEDULER_OVERLAY} has no Deployment runtimeclass-scheduler "
-            "with an extender container, which tests/support/install.py runs"
-        )
-    plugin = "--runtimeclass-admission-plugin" in container.get("args", [])
-    return Arm(
-        name,
-        "plain",
-        DEFAULT_SCHEDULER,
-        overlay=DEFAULT_SCHEDULER_OVERLAY,
-        apiserver_flags={} if plugin else PREDICATE_MODE,
-    )
+    if name == "default-scheduler":
+        # As measured before: the RuntimeClass admission plugin off, so the policies
+        # give every pod its requirement.
+        return Arm(name, "plain", DEFAULT_SCHEDULER, overlay=DEFAULT_SCHEDULER_OVERLAY, apiserver_flags=PREDICATE_MODE)
+    if name == "managed":
+        # As managed clusters run it: the plugin on, a class whose rules are its
+        # selector: the plugin merges everything, pod admission adds nothing.
+        return Arm(name, "plain", DEFAULT_SCHEDULER, overlay=DEFAULT_SCHEDULER_OVERLAY, admitted="plugin")
+    return Arm(name, "plain", DEFAULT_SCHEDULER, overlay=DEFAULT_SCHEDULER_OVERLAY, runtime_class=TERM_CLASS)
 
 
 def run_arm(assets: Assets, arm: Arm, args: argparse.Namespace) -> Json:
     """One arm on a control plane of its own (stopped, with all it started, at the end)."""
     result: Json = {"arm": arm.name}
     with ControlPlane(assets, apiserver_flags=arm.apiserver_flags) as plane:
-        plane.apply(RUNTIME_CLASS)
+        plane.apply(arm.runtime_class)
         plane.ensure_namespace(NAMESPACE)
+        plane.apply_all(arm.extra)
         pool, result["nodes_s"] = create_nodes(
             plane, args.nodes, labelled=arm.labelled, threads=args.setup_threads
         )
@@ -630,8 +709,9 @@ def run_arm(assets: Assets, arm: Arm, args: argparse.Namespace) -> Json:
             installed = install(plane, docs)
             timeout = len(pool) / 100 * 3 + 120  # the labeller writes 100 nodes a second
             wait_labelled(plane, installed, pool, timeout)
-            wait_admitting(plane, arm.scheduler_name, 120, installed.extender.process)
-            check = functools.partial(admission_fault, scheduler=arm.scheduler_name)
+            fault = admission_fault if arm.admitted == "table" else plugin_fault
+            wait_admitting(plane, arm.scheduler_name, 120, installed.extender.process, fault)
+            check = functools.partial(fault, scheduler=arm.scheduler_name)
             if arm.extender == "install":
                 configuration = with_client_limit(scheduler_configuration(docs), args.scheduler_qps)
                 scheduler = start_scheduler(
