@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import metadata, resources
 from pathlib import Path
 
-from extender.documents import DocumentError, load_document
+from extender.documents import DocumentError, load_document, read_failure
 from policies.registry import ENTRY_POINT_GROUP, Policy, PolicyError, PredicateFactory, build_policy
 
 
@@ -33,7 +33,7 @@ def load_policy(path: str | Path | None = None) -> Policy:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise PolicyError(f"{source}: cannot read: {exc}") from None
+            raise PolicyError(f"{source}: {read_failure(exc)}") from None
     try:
         document = load_document(text)
     except DocumentError as exc:

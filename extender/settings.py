@@ -706,12 +706,12 @@ def _default_text(default: Any) -> str:
 def _load_config_file(path: str) -> Mapping[str, Any]:
     # Imported here: the parsers are built from this module for every command, --help
     # included, and only a --config file needs a YAML reader.
-    from extender.documents import DocumentError, load_document
+    from extender.documents import DocumentError, load_document, read_failure
 
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsError(f"config file {path}: cannot read: {exc}") from None
+        raise SettingsError(f"config file {path}: {read_failure(exc)}") from None
     try:
         document = load_document(text)
     except DocumentError as exc:

@@ -24,6 +24,7 @@ import orjson
 from extender.capture.format import FILE_PREFIX, FILE_SUFFIX, Capture, CaptureFormatError, parse_capture
 from extender.cluster.objects import ObjectError
 from extender.cluster.state import ClusterState
+from extender.documents import read_failure
 from extender.filtering import decide
 from policies.registry import Policy
 
@@ -43,7 +44,7 @@ def load_capture(path: Path) -> Capture:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise CaptureFormatError(f"{path}: cannot read: {exc}") from None
+        raise CaptureFormatError(f"{path}: {read_failure(exc)}") from None
     return parse_capture(data, path)
 
 

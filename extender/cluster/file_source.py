@@ -29,7 +29,7 @@ from extender.cluster.objects import ObjectError, node_from_api, runtime_class_f
 from extender.cluster.pod_views import ScheduledPod, TolerationInterner, scheduled_pod_from_api
 from extender.cluster.state import ClusterState
 from extender.cluster.validation import LabelMemo, describe_problems, object_problems, object_reference
-from extender.documents import DocumentError, load_documents
+from extender.documents import DocumentError, load_documents, read_failure
 from policies.objects import NodeView, RuntimeClassView
 
 
@@ -131,7 +131,7 @@ def _read(path: str | Path) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ClusterFileError(f"{path}: cannot read: {exc}") from None
+        raise ClusterFileError(f"{path}: {read_failure(exc)}") from None
 
 
 def load_cluster_file(

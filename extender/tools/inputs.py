@@ -16,7 +16,7 @@ from extender.cluster.file_source import load_cluster_file
 from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.cluster.snapshot import list_cluster
 from extender.cluster.state import ClusterState
-from extender.documents import DocumentError, load_document
+from extender.documents import DocumentError, load_document, read_failure
 from extender.protocol import PodModel, check_pod_document
 from extender.tools.output import UsageError
 from policies.objects import PodView
@@ -48,11 +48,12 @@ STDIN = "-"
 def read_bytes(path: str) -> bytes:
     """The bytes of a file the user names (``-``: standard input). Raises UsageError in
     the words of every file the commands read, a cluster file's too:
-    ``PATH: cannot read: ...``."""
+    ``PATH: no such file or directory``, ``PATH: is a directory: give a file``
+    (``extender.documents.read_failure``)."""
     try:
         return sys.stdin.buffer.read() if path == STDIN else Path(path).read_bytes()
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc}") from None
+        raise UsageError(f"{path}: {read_failure(exc)}") from None
 
 
 def read_text(path: str) -> str:
@@ -60,7 +61,7 @@ def read_text(path: str) -> str:
     try:
         return sys.stdin.read() if path == STDIN else Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read: {exc}") from None
+        raise UsageError(f"{path}: {read_failure(exc)}") from None
 
 
 def read_pod(path: str) -> PodView:

@@ -27,6 +27,7 @@ from extender.capture.replay import (
     load_capture,
     redecide,
 )
+from extender.documents import read_failure
 from extender.policy_file import load_policy
 from extender.tools.inputs import read_cluster_file
 from extender.tools.output import UsageError, guarded
@@ -105,7 +106,7 @@ def run_replay(args: argparse.Namespace) -> int:
     try:
         paths = capture_files(directory)
     except OSError as exc:
-        raise UsageError(f"cannot read capture directory {directory}: {exc}") from None
+        raise UsageError(f"capture directory {directory}: {read_failure(exc, want='directory')}") from None
     if not paths:
         raise UsageError(f"no capture files (capture-*.json) in {directory}")
     captures = [load_capture(path) for path in paths]

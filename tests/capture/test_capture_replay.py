@@ -424,7 +424,7 @@ async def test_replay_against_a_running_extender(
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
-        ("missing", "cannot read capture directory"),
+        ("missing", "/captures: no such file or directory"),
         ("empty", "no capture files (capture-*.json) in"),
         ("not-json", "not JSON"),
         ("wrong-kind", f"expected apiVersion {CAPTURE_API_VERSION} and kind {CAPTURE_KIND}"),

@@ -277,15 +277,23 @@ def test_bad_files_name_the_file_and_item(tmp_path: Path, text: str, message: st
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(ClusterFileError, match="cannot read"):
+    with pytest.raises(ClusterFileError) as caught:
         load_cluster_file(tmp_path / "absent.yaml")
+    assert str(caught.value) == f"{tmp_path / 'absent.yaml'}: no such file or directory"
+
+
+def test_a_directory_is_no_cluster_file(tmp_path: Path) -> None:
+    with pytest.raises(ClusterFileError) as caught:
+        load_cluster_file(tmp_path)
+    assert str(caught.value) == f"{tmp_path}: is a directory: give a file"
 
 
 def test_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "cluster.yaml"
     path.write_bytes(b"kind: Node\nmetadata: {name: \xff}\n")
-    with pytest.raises(ClusterFileError, match="cannot read"):
+    with pytest.raises(ClusterFileError) as caught:
         load_cluster_file(path)
+    assert str(caught.value) == f"{path}: cannot read: not UTF-8 text (invalid start byte at byte 28)"
 
 
 def test_example_cluster() -> None:

@@ -193,7 +193,7 @@ def bad_pod_file(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--cluster-file", "missing.yaml"], "missing.yaml: cannot read"),
+        (["--cluster-file", "missing.yaml"], "missing.yaml: no such file or directory"),
         (None, "bad.yaml: document 0, item 1: "),
         (["--cluster-file", str(EXAMPLE), "-o", "csv"], "argument -o/--output: invalid choice: 'csv'"),
         (["--cluster-file", str(EXAMPLE), "-n", "a", "-A"], "not allowed with argument"),

@@ -399,9 +399,7 @@ def test_missing_path_and_empty_directory(tmp_path: Path, capsys: pytest.Capture
     (tmp_path / "empty").mkdir()
     status, _, err = run(capsys, str(tmp_path / "absent.yaml"), str(tmp_path / "empty"))
     assert status == 2
-    assert err[1].startswith(
-        f"error: {tmp_path / 'absent.yaml'}: cannot read: [Errno 2] No such file or directory"
-    )
+    assert err[1] == f"error: {tmp_path / 'absent.yaml'}: no such file or directory"
     assert err[2] == f"error: {tmp_path / 'empty'}: empty: no *.yaml, *.yml, *.json file in the directory"
 
 

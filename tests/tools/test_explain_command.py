@@ -104,9 +104,15 @@ def test_explain_pod_file_tolerations_count(capsys: pytest.CaptureFixture[str], 
     [
         (["explain", "nope", *CLUSTER], 'RuntimeClass "nope" not found (known: '),
         (["explain", *CLUSTER], "name a RUNTIMECLASS, or give a pod with --pod FILE"),
-        (["explain", "gvisor", "--cluster-file", "/nonexistent.yaml"], "cannot read"),
-        (["explain", "gvisor", "--pod", "/nonexistent.yaml", *CLUSTER], "/nonexistent.yaml: cannot read: "),
-        (["classes", "--cluster-file", "/nonexistent.yaml"], "cannot read"),
+        (
+            ["explain", "gvisor", "--cluster-file", "/nonexistent.yaml"],
+            "/nonexistent.yaml: no such file or directory",
+        ),
+        (
+            ["explain", "gvisor", "--pod", "/nonexistent.yaml", *CLUSTER],
+            "/nonexistent.yaml: no such file or directory",
+        ),
+        (["classes", "--cluster-file", "/nonexistent.yaml"], "/nonexistent.yaml: no such file or directory"),
     ],
 )
 def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:

@@ -178,12 +178,12 @@ def test_bad_request_exits_2_with_a_message(
     [
         pytest.param(
             lambda d: ["filter", d / "absent.json", "--cluster-file", CLUSTER],
-            "cannot read",
+            "no such file or directory",
             id="no-request-file",
         ),
         pytest.param(
             lambda d: ["filter", d / "request.json", "--cluster-file", d / "absent.yaml"],
-            "cannot read",
+            "no such file or directory",
             id="no-cluster-file",
         ),
         pytest.param(
@@ -200,7 +200,7 @@ def test_bad_request_exits_2_with_a_message(
                 "--policy-file",
                 d / "absent.yaml",
             ],
-            "cannot read",
+            "no such file or directory",
             id="no-policy-file",
         ),
         pytest.param(
