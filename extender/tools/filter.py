@@ -13,7 +13,7 @@ from extender.cluster.objects import ObjectError, describe_validation_error
 from extender.filtering import decide
 from extender.policy_file import load_policy
 from extender.protocol import ExtenderArgs, pod_instead_of_extender_args
-from extender.tools.inputs import read_bytes, read_cluster_file
+from extender.tools.inputs import empty_input, read_bytes, read_cluster_file
 from extender.tools.output import UsageError, guarded
 
 
@@ -22,6 +22,8 @@ def run_filter(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy_file)
     state = read_cluster_file(args.cluster_file)
     body = read_bytes(args.request)
+    if not body.strip():
+        raise empty_input(args.request, "an ExtenderArgs request (as kube-scheduler POSTs to /filter)")
     try:
         request = ExtenderArgs.model_validate_json(body)
         decision = decide(request, state, policy)

@@ -64,10 +64,19 @@ def read_text(path: str) -> str:
         raise UsageError(f"{path}: {read_failure(exc)}") from None
 
 
+def empty_input(path: str, expected: str) -> UsageError:
+    """A file (or standard input) that holds nothing where one object was expected:
+    ``PATH: the file is empty: expected a Pod``, not ``expected a Pod object, got null``."""
+    where = "standard input is empty" if path == STDIN else f"{path}: the file is empty"
+    return UsageError(f"{where}: expected {expected}")
+
+
 def read_pod(path: str) -> PodView:
     text = read_text(path)
     try:
         document = load_document(text)
+        if document is None:  # nothing, blank lines or comments only
+            raise empty_input(path, "a Pod (YAML or JSON, as kubectl get pod NAME -o yaml prints it)")
         check_pod_document(document)
     except (DocumentError, ObjectError) as exc:
         raise UsageError(f"{path}: {exc}") from None

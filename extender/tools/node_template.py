@@ -29,7 +29,7 @@ from extender.cluster.objects import ObjectError, node_from_api
 from extender.documents import DocumentError, load_document
 from extender.policy_file import load_policy
 from extender.protocol import check_kind
-from extender.tools.inputs import load_state, read_text
+from extender.tools.inputs import empty_input, load_state, read_text
 from extender.tools.output import UsageError, guarded, print_structured, print_table
 from policies.node_affinity import label_key_errors
 from policies.objects import NodeView, Taint
@@ -55,6 +55,8 @@ def read_template(args: argparse.Namespace) -> NodeView:
         text = read_text(args.node)
         try:
             document = load_document(text)
+            if document is None:  # nothing, blank lines or comments only
+                raise empty_input(args.node, "a Node (YAML or JSON)")
             check_kind(document, "Node")
             document.setdefault("metadata", {}).setdefault("name", "template")
             # Through JSON: YAML decodes timestamps to datetimes, which the model refuses.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import re
@@ -450,3 +451,46 @@ def test_no_headers_drops_only_the_header_line(capsys: pytest.CaptureFixture[str
     assert without.splitlines() == with_headers.splitlines()[1:]
     assert not without.startswith(("NODE", "NAME"))
     assert err_without == err
+
+
+# --- nothing to list, nothing to explain ------------------------------------------------
+
+
+POD_HINT = "expected a Pod (YAML or JSON, as kubectl get pod NAME -o yaml prints it)"
+
+
+@pytest.mark.parametrize(
+    "content", ["", "\n\n", "# nothing here\n", "---\n"], ids=["empty", "blank", "comment", "separator"]
+)
+def test_explain_pod_of_an_empty_file_says_the_file_is_empty(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str
+) -> None:
+    """Not "expected a Pod object, got null": YAML's null is what an empty file decodes to,
+    not what the operator gave."""
+    pod = tmp_path / "empty.yaml"
+    pod.write_text(content)
+    status, out, err = run(capsys, "explain", "--pod", str(pod), *CLUSTER)
+    assert (status, out) == (2, "")
+    assert err == f"runtimeclass-extender: error: {pod}: the file is empty: {POD_HINT}\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(content))
+    status, out, err = run(capsys, "explain", "--pod", "-", *CLUSTER)
+    assert (status, out) == (2, "")
+    assert err == f"runtimeclass-extender: error: standard input is empty: {POD_HINT}\n"
+
+
+def test_a_node_template_or_filter_request_of_an_empty_file_says_so_too(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    status, _, err = run(capsys, "node-template", "--node", str(empty), *CLUSTER)
+    assert (status, err) == (
+        2,
+        f"runtimeclass-extender: error: {empty}: the file is empty: expected a Node (YAML or JSON)\n",
+    )
+    status, _, err = run(capsys, "filter", str(empty), *CLUSTER)
+    assert (status, err) == (
+        2,
+        f"runtimeclass-extender: error: {empty}: the file is empty: expected an ExtenderArgs request "
+        "(as kube-scheduler POSTs to /filter)\n",
+    )
