@@ -15,40 +15,84 @@ A file is held to what the API server would accept in the fields the extender re
 (``extender.cluster.validation``): a misspelt ``scheduling.nodeselector`` or an
 ``operator: exists`` is refused with the field path, instead of loading a class that
 selects every node or a toleration that never tolerates.
+
+A file is refused with every mistake it holds (the first 20 of them shown), each worded
+as ``check`` words a manifest's: the item, the object, the field, what is wrong
+(``document 0, item 1: node/a: metadata.labels[ready]: Invalid value: true: must be a
+string``), so that a file with six mistakes is fixed in one round, not six.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from extender.cluster.annotations import SelectorErrorLog
 from extender.cluster.objects import ObjectError, node_from_api, runtime_class_from_api
 from extender.cluster.pod_views import ScheduledPod, TolerationInterner, scheduled_pod_from_api
 from extender.cluster.state import ClusterState
-from extender.cluster.validation import LabelMemo, describe_problems, object_problems, object_reference
+from extender.cluster.validation import LabelMemo, Problem, every_problem, object_problems, object_reference
 from extender.documents import DocumentError, load_documents, read_failure
 from policies.objects import NodeView, RuntimeClassView
 
+# The mistakes of a file shown at most; past them, "and N more".
+MAX_MISTAKES_SHOWN: Final = 20
+
 
 class ClusterFileError(ValueError):
-    """The cluster file cannot be used; the message names the file and the item."""
+    """The cluster file cannot be used. ``str()`` is a line per mistake, each naming the
+    item, the object and the field as ``check`` names them
+    (``document 0, item 3: runtimeclass/gvisor: scheduling.nodeselector: unknown field``),
+    the first ``MAX_MISTAKES_SHOWN`` of them, then ``and N more mistakes``; with the
+    file's path in front of each (``in_file``)."""
+
+    def __init__(self, *mistakes: str, more: int = 0, source: str = "") -> None:
+        super().__init__(*mistakes)
+        self.mistakes = mistakes
+        self.more = more
+        self.source = source
+
+    def in_file(self, path: str | Path) -> ClusterFileError:
+        """The same mistakes, each line starting with ``path``."""
+        return ClusterFileError(*(f"{path}: {m}" for m in self.mistakes), more=self.more, source=str(path))
+
+    def __str__(self) -> str:
+        lines = list(self.mistakes)
+        if self.more:
+            mistakes = "mistake" if self.more == 1 else "mistakes"
+            lines.append(
+                f"{self.source}: and {self.more} more {mistakes}"
+                if self.source
+                else f"and {self.more} more {mistakes}"
+            )
+        return "\n".join(lines)
 
 
-def document_objects(documents: list[Any]) -> Iterator[tuple[str, Any]]:
+def document_objects(
+    documents: list[Any], report: Callable[[str], None] | None = None
+) -> Iterator[tuple[str, Any]]:
     """Each object of decoded documents, with where it is ("document 1, item 0"):
     single objects, and the items of a ``List`` or typed list (``NodeList``: its items
-    get the kind). Raises ClusterFileError for a document that is neither."""
+    get the kind). A document that is neither is a ClusterFileError, or, given
+    ``report``, said to it and passed over."""
+
+    def refuse(message: str) -> None:
+        if report is None:
+            raise ClusterFileError(message)
+        report(message)
+
     for doc_index, doc in enumerate(documents):
         if not isinstance(doc, dict):
-            raise ClusterFileError(f"document {doc_index}: expected a Kubernetes object or List")
+            refuse(f"document {doc_index}: expected a Kubernetes object or List")
+            continue
         kind = doc.get("kind")
         if isinstance(kind, str) and kind.endswith("List"):
             items = doc.get("items") or []
             if not isinstance(items, list):
-                raise ClusterFileError(f"document {doc_index}: items must be a list")
+                refuse(f"document {doc_index}: items must be a list")
+                continue
             item_kind = kind[: -len("List")] or None
             for item_index, item in enumerate(items):
                 where = f"document {doc_index}, item {item_index}"
@@ -68,7 +112,35 @@ class ClusterContents:
     pods: list[ScheduledPod] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _Mistakes:
+    """Every mistake of a file, counted; the first ``MAX_MISTAKES_SHOWN`` kept."""
+
+    shown: list[str] = field(default_factory=list)
+    count: int = 0
+
+    def add(self, mistake: str) -> None:
+        self.count += 1
+        if len(self.shown) < MAX_MISTAKES_SHOWN:
+            self.shown.append(mistake)
+
+    def error(self) -> ClusterFileError:
+        return ClusterFileError(*self.shown, more=self.count - len(self.shown))
+
+
+def _kind_problem(kind: Any, *, with_pods: bool) -> Problem:
+    """The ``kind`` of an object the file may not hold, as the API server words a field."""
+    kinds = ("Node", "RuntimeClass", "Pod") if with_pods else ("Node", "RuntimeClass")
+    supported = ", ".join(f'"{k}"' for k in kinds)
+    if kind is None:
+        return Problem("kind", f"Required value: one of {supported}")
+    hint = " (Pods are read by audit alone)" if kind == "Pod" else ""
+    return Problem("kind", f'Unsupported value: "{kind}": supported values: {supported}{hint}')
+
+
 def _parse(text: str, *, with_pods: bool, selector_errors: SelectorErrorLog | None = None) -> ClusterContents:
+    """Every object of the file, or a ClusterFileError with every mistake of it: the
+    walk goes on past a bad object, so that one run names them all."""
     try:
         documents = load_documents(text)
     except DocumentError as exc:
@@ -76,38 +148,53 @@ def _parse(text: str, *, with_pods: bool, selector_errors: SelectorErrorLog | No
     nodes: dict[str, NodeView] = {}
     classes: dict[str, RuntimeClassView] = {}
     pods: dict[str, ScheduledPod] = {}
+    # Where each object was first found, for a duplicate's mistake.
+    first: dict[tuple[str, str], str] = {}
     intern = TolerationInterner()
     label_memo = LabelMemo()
-    expected = "Node, RuntimeClass or Pod" if with_pods else "Node or RuntimeClass"
-    for where, obj in document_objects(documents):
+    mistakes = _Mistakes()
+    for where, obj in document_objects(documents, mistakes.add):
         if not isinstance(obj, dict):
-            raise ClusterFileError(f"{where}: expected an object")
+            mistakes.add(f"{where}: expected an object")
+            continue
         kind = obj.get("kind")
-        if kind is None:
-            raise ClusterFileError(f"{where}: no kind (expected {expected})")
+        store: dict[str, Any]
         try:
             if kind == "Node":
-                node = node_from_api(obj)
-                if node.name in nodes:
-                    raise ClusterFileError(f"{where}: Node {node.name!r} appears twice")
-                nodes[node.name] = node
+                view: Any = node_from_api(obj)
+                store = nodes
             elif kind == "RuntimeClass":
-                rc = runtime_class_from_api(obj, selector_errors=selector_errors)
-                if rc.name in classes:
-                    raise ClusterFileError(f"{where}: RuntimeClass {rc.name!r} appears twice")
-                classes[rc.name] = rc
+                view = runtime_class_from_api(obj, selector_errors=selector_errors)
+                store = classes
             elif kind == "Pod" and with_pods:
-                pod = scheduled_pod_from_api(obj, intern=intern)
-                if pod.name in pods:
-                    raise ClusterFileError(f"{where}: Pod {pod.name!r} appears twice")
-                pods[pod.name] = pod
+                view = scheduled_pod_from_api(obj, intern=intern)
+                store = pods
             else:
-                raise ClusterFileError(f"{where}: kind {kind!r} is not {expected}")
+                mistakes.add(f"{where}: {object_reference(obj)}: {_kind_problem(kind, with_pods=with_pods)}")
+                continue
         except ObjectError as exc:
-            raise ClusterFileError(f"{where}: {exc}") from None
-        # After the parse, which has checked the types this walk relies on.
-        if problems := object_problems(obj, label_memo):
-            raise ClusterFileError(f"{where}: {object_reference(obj)}: {describe_problems(problems)}")
+            # Every problem of the object, each at its field, as check lists them; the
+            # parser's own words only if neither list says why it refused.
+            problems = every_problem(obj, label_memo) or [Problem("", str(exc))]
+        else:
+            # After the parse, which has checked the types this walk relies on.
+            problems = object_problems(obj, label_memo)
+        if problems:
+            ref = object_reference(obj)
+            for problem in problems:
+                mistakes.add(f"{where}: {ref}: {problem}")
+            continue
+        key = (str(kind), view.name)
+        if key in first:
+            mistakes.add(
+                f'{where}: {object_reference(obj)}: metadata.name: Duplicate value: "{view.name}" '
+                f"(a {kind} of this name is at {first[key]})"
+            )
+            continue
+        store[view.name] = view
+        first[key] = where
+    if mistakes.count:
+        raise mistakes.error()
     return ClusterContents(list(nodes.values()), list(classes.values()), list(pods.values()))
 
 
@@ -143,7 +230,7 @@ def load_cluster_file(
     try:
         nodes, classes = parse_cluster(text, selector_errors=selector_errors)
     except ClusterFileError as exc:
-        raise ClusterFileError(f"{path}: {exc}") from None
+        raise exc.in_file(path) from None
     state = state if state is not None else ClusterState()
     state.nodes.replace(nodes)
     state.runtime_classes.replace(classes)
@@ -159,7 +246,7 @@ def load_cluster_file_with_pods(
     try:
         contents = parse_cluster_with_pods(text, selector_errors=selector_errors)
     except ClusterFileError as exc:
-        raise ClusterFileError(f"{path}: {exc}") from None
+        raise exc.in_file(path) from None
     state = state if state is not None else ClusterState()
     state.nodes.replace(contents.nodes)
     state.runtime_classes.replace(contents.runtime_classes)

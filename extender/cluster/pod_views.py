@@ -31,6 +31,7 @@ from policies.objects import Toleration
 
 __all__ = [
     "RUNNING_POD_SELECTOR",
+    "SCHEDULED_POD_FIELDS",
     "ScheduledPod",
     "TolerationInterner",
     "TolerationsIntern",
@@ -102,7 +103,9 @@ class _ScheduledPodFields(TypedDict, total=False):
     status: _PodStatus | None
 
 
-_SCHEDULED_POD = TypeAdapter(_ScheduledPodFields)
+# The fields of a Pod the audit reads, as one validator (``extender.cluster.validation``
+# lists what it refuses in a cluster file, field by field).
+SCHEDULED_POD_FIELDS = TypeAdapter(_ScheduledPodFields)
 
 
 TolerationsIntern = Callable[[tuple[Toleration, ...]], tuple[Toleration, ...]]
@@ -143,7 +146,7 @@ def scheduled_pod_from_api(obj: Any, *, intern: TolerationsIntern | None = None)
     ``is_audited`` tells the audit to skip it. ``intern`` (e.g. a TolerationInterner)
     shares equal toleration tuples between pods.
     """
-    pod = decode_pod(_SCHEDULED_POD, obj)
+    pod = decode_pod(SCHEDULED_POD_FIELDS, obj)
     spec = pod.get("spec") or {}
     identity = pod_identity(pod["metadata"], spec)
     toleration_models = spec.get("tolerations")

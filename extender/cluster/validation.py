@@ -52,7 +52,7 @@ regular expressions it appends.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -60,7 +60,8 @@ from typing import Any, Final
 import orjson
 from pydantic_core import ErrorDetails
 
-from extender.cluster.objects import RuntimeClassModel, ValidationError
+from extender.cluster.objects import NodeModel, RuntimeClassModel, ValidationError
+from extender.cluster.pod_views import SCHEDULED_POD_FIELDS
 from policies.node_affinity import (
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN_MAX,
@@ -77,7 +78,8 @@ from policies.tolerations import parse_go_int64
 __all__ = [
     "LabelMemo",
     "Problem",
-    "describe_problems",
+    "decode_problems",
+    "every_problem",
     "object_problems",
     "object_reference",
     "runtime_class_decode_problems",
@@ -501,12 +503,6 @@ def object_reference(obj: Mapping[str, Any]) -> str:
     return f"{kind}/{name}" if name else kind
 
 
-def describe_problems(problems: list[Problem]) -> str:
-    """The first problem, on one line, and how many more there are."""
-    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return f"{problems[0]}{more}"
-
-
 # --- every problem of an object, as field problems (``check``) -------------------------
 
 # The map fields of the models: their keys are shown as the API server shows a key,
@@ -540,8 +536,10 @@ def _shown(value: Any) -> str:
 def _field_path(loc: tuple[int | str, ...]) -> str:
     path = ""
     previous: int | str | None = None
-    for part in loc:
-        if isinstance(part, int) or previous in _MAP_FIELDS:
+    for index, part in enumerate(loc):
+        # A Pod's spec.overhead is a map; a RuntimeClass's overhead holds podFixed.
+        pod_overhead = previous == "overhead" and index >= 2 and loc[index - 2] == "spec"
+        if isinstance(part, int) or previous in _MAP_FIELDS or pod_overhead:
             key = str(part) if len(str(part)) <= _MAX_SHOWN else str(part)[: _MAX_SHOWN - 3] + "..."
             path += f"[{key}]"
         else:
@@ -584,6 +582,31 @@ def _field_problems(errors: list[ErrorDetails]) -> list[Problem]:
 
 
 _NO_NAME = Problem("metadata.name", "Required value: name or generateName is required")
+_NO_NAMESPACE = Problem("metadata.namespace", "Required value")
+
+
+def _decoded(validate: Callable[[Any], object], obj: Any) -> list[Problem]:
+    """What a parsing model's validator refuses in ``obj``, each at its field, without
+    the bare ``metadata: Required value`` (the names below say it better)."""
+    try:
+        validate(obj)
+    except ValidationError as exc:
+        problems = _field_problems(exc.errors(include_url=False))
+    else:
+        return []
+    return [p for p in problems if p != Problem("metadata", "Required value")]
+
+
+def _names(obj: Any, *, namespaced: bool = False) -> list[Problem]:
+    """No name (no metadata at all, or metadata without one), in the API server's words;
+    and, for a namespaced object (a Pod of a cluster file), no namespace."""
+    metadata = _dict(obj).get("metadata", {})
+    if not isinstance(metadata, dict):
+        return []
+    problems = [] if metadata.get("name") else [_NO_NAME]
+    if namespaced and not metadata.get("namespace"):
+        problems.append(_NO_NAMESPACE)
+    return problems
 
 
 def runtime_class_decode_problems(obj: Any) -> list[Problem]:
@@ -591,15 +614,38 @@ def runtime_class_decode_problems(obj: Any) -> list[Problem]:
     every problem, each at its field (``runtime_class_from_api`` stops at the first, as
     one line), for ``check`` to list them all beside ``object_problems`` (which also
     checks the overhead's quantities). [] when the model takes it."""
-    try:
-        RuntimeClassModel.model_validate(obj)
-    except ValidationError as exc:
-        problems = _field_problems(exc.errors(include_url=False))
-    else:
-        problems = []
-    # No name (no metadata at all, or metadata without one), in the API server's words.
-    problems = [p for p in problems if p != Problem("metadata", "Required value")]
-    metadata = _dict(obj).get("metadata", {})
-    if isinstance(metadata, dict) and not metadata.get("name"):
-        problems.insert(0, _NO_NAME)
-    return problems
+    return _names(obj) + _decoded(RuntimeClassModel.model_validate, obj)
+
+
+def node_decode_problems(obj: Any) -> list[Problem]:
+    """``runtime_class_decode_problems`` for a Node (``node_from_api``)."""
+    return _names(obj) + _decoded(NodeModel.model_validate, obj)
+
+
+def pod_decode_problems(obj: Any) -> list[Problem]:
+    """``runtime_class_decode_problems`` for a Pod of a cluster file
+    (``scheduled_pod_from_api``: name and namespace required)."""
+    return _names(obj, namespaced=True) + _decoded(SCHEDULED_POD_FIELDS.validate_python, obj)
+
+
+_DECODERS: Final = MappingProxyType(
+    {"RuntimeClass": runtime_class_decode_problems, "Node": node_decode_problems, "Pod": pod_decode_problems}
+)
+
+
+def decode_problems(obj: Any) -> list[Problem]:
+    """What the parsing model of ``obj``'s kind refuses in it, field by field, for a
+    Node, RuntimeClass or Pod; [] for other kinds. List them before ``object_problems``,
+    as ``check`` does (the types first)."""
+    decode = _DECODERS.get(str(_dict(obj).get("kind")))
+    return decode(obj) if decode is not None else []
+
+
+def every_problem(obj: Any, memo: LabelMemo | None = None) -> list[Problem]:
+    """Every problem of a Node, RuntimeClass or Pod, as the API server lists its field
+    errors: what the parsing model refuses (``decode_problems``, the types first), then
+    what validation refuses at the fields the model did not (a taint without a key is
+    ``Required value``, not that and an invalid empty key)."""
+    decoded = decode_problems(obj)
+    refused = {problem.path for problem in decoded}
+    return decoded + [p for p in object_problems(obj, memo) if p.path not in refused]

@@ -54,7 +54,7 @@ from extender.cluster.file_source import ClusterFileError, document_objects
 from extender.cluster.objects import ObjectError, runtime_class_from_api
 from extender.cluster.snapshot import ClusterUnavailable, client_timeout, describe_failure
 from extender.cluster.state import ClusterState
-from extender.cluster.validation import object_problems, object_reference, runtime_class_decode_problems
+from extender.cluster.validation import every_problem, object_reference
 from extender.documents import DocumentError, load_document, load_documents
 from extender.policy_file import load_policy
 from extender.tools.images import GET_THE_IMAGE, unserved_images
@@ -230,7 +230,7 @@ def judge(
     ref = object_reference(obj)
     # Every problem at once, as the API server lists its field errors: the types the
     # parsing model refuses, then what validation refuses in the fields it could read.
-    if problems := [*runtime_class_decode_problems(obj), *object_problems(obj)]:
+    if problems := every_problem(obj):
         errors = [f"{source}: {where}: {ref}: {problem}" for problem in problems]
         return Finding(source, where, ref, "invalid", errors=errors)
     try:

@@ -1,7 +1,7 @@
 """What the operator commands print: kubectl-style tables, JSON/YAML, and error lines.
 
 A problem the user can fix is a ``UsageError``: one line on stderr and exit status 2
-(``EXIT_USAGE``), never a trace. Every command of ``runtimeclass-extender`` and of the
+(``EXIT_USAGE``), never a trace (a cluster file with several mistakes: one line each). Every command of ``runtimeclass-extender`` and of the
 kubectl plugin ends that way.
 """
 
@@ -32,7 +32,10 @@ class UsageError(Exception):
 
 
 def print_error(prog: str, message: object) -> int:
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    """``PROG: error: MESSAGE`` on stderr; a message of several lines (a cluster file's
+    mistakes, one a line) gets the prefix on each, so every line reads alone."""
+    for line in str(message).splitlines() or [""]:
+        print(f"{prog}: error: {line}", file=sys.stderr)
     return EXIT_USAGE
 
 

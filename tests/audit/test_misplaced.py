@@ -938,7 +938,9 @@ def test_cluster_file_with_pods(tmp_path: Path) -> None:
         ("shop/web-0", PROBLEM_SELECTOR_MISMATCH),
     ]
     # The same file through the plain loader: pods are not its business.
-    with pytest.raises(ClusterFileError, match="kind 'Pod' is not Node or RuntimeClass"):
+    with pytest.raises(
+        ClusterFileError, match=r'kind: Unsupported value: "Pod": .* \(Pods are read by audit alone\)'
+    ):
         load_cluster_file(path)
 
 
@@ -957,22 +959,24 @@ def test_cluster_file_without_pods_loads_alike(tmp_path: Path) -> None:
     [
         pytest.param(
             "kind: PodList\nitems:\n- {metadata: {name: p, namespace: n}}\n- {metadata: {name: p, namespace: n}}\n",
-            "document 0, item 1: Pod 'n/p' appears twice",
+            'document 0, item 1: pod/p: metadata.name: Duplicate value: "n/p" (a Pod of this name is at '
+            "document 0, item 0)",
             id="duplicate-pod",
         ),
         pytest.param(
             "kind: Pod\nmetadata: {name: p, namespace: n}\nspec: {nodeName: 3}\n",
-            "document 0: Pod.spec.nodeName: Input should be a valid string",
+            "document 0: pod/p: spec.nodeName: Invalid value: 3: must be a string",
             id="malformed-pod",
         ),
         pytest.param(
             "kind: Pod\nmetadata: {name: p}\n",
-            "document 0: Pod has no metadata.name or metadata.namespace",
+            "document 0: pod/p: metadata.namespace: Required value",
             id="pod-without-namespace",
         ),
         pytest.param(
             "kind: Service\nmetadata: {name: s}\n",
-            "document 0: kind 'Service' is not Node, RuntimeClass or Pod",
+            'document 0: service/s: kind: Unsupported value: "Service": supported values: "Node", '
+            '"RuntimeClass", "Pod"',
             id="other-kind",
         ),
     ],

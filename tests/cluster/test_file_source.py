@@ -12,7 +12,7 @@ from types import MappingProxyType
 import pytest
 import yaml
 
-from extender.cluster.file_source import ClusterFileError, load_cluster_file
+from extender.cluster.file_source import MAX_MISTAKES_SHOWN, ClusterFileError, load_cluster_file
 from extender.cluster.state import ClusterState
 from policies.objects import NodeView, RuntimeClassView, RuntimeHandler, Taint, Toleration
 from tests.support.paths import REPO
@@ -196,71 +196,80 @@ BAD_FILES = [
     ),
     pytest.param(
         f"kind: List\nitems:\n- {NODE_A}\n- {NODE_A}\n",
-        "document 0, item 1: Node 'a' appears twice",
+        'document 0, item 1: node/a: metadata.name: Duplicate value: "a" (a Node of this name is at document 0, item 0)',
         id="duplicate-node",
     ),
     pytest.param(
         f"{NODE_A}\n---\nkind: NodeList\nitems: [{{metadata: {{name: a}}}}]\n",
-        "document 1, item 0: Node 'a' appears twice",
+        'document 1, item 0: node/a: metadata.name: Duplicate value: "a" (a Node of this name is at document 0)',
         id="duplicate-node-across-documents",
     ),
     pytest.param(
         "kind: RuntimeClassList\nitems:\n- {metadata: {name: r}, handler: h}\n- {metadata: {name: r}, handler: h2}\n",
-        "document 0, item 1: RuntimeClass 'r' appears twice",
+        'document 0, item 1: runtimeclass/r: metadata.name: Duplicate value: "r" '
+        "(a RuntimeClass of this name is at document 0, item 0)",
         id="duplicate-runtimeclass",
     ),
     pytest.param(
         f"{NODE_A}\n---\nkind: Pod\nmetadata: {{name: p}}\n",
-        "document 1: kind 'Pod' is not Node or RuntimeClass",
+        'document 1: pod/p: kind: Unsupported value: "Pod": supported values: "Node", "RuntimeClass" '
+        "(Pods are read by audit alone)",
         id="unknown-kind",
     ),
     pytest.param(
-        "metadata: {name: a}\n", "document 0: no kind (expected Node or RuntimeClass)", id="no-kind"
+        "metadata: {name: a}\n",
+        'document 0: object/a: kind: Required value: one of "Node", "RuntimeClass"',
+        id="no-kind",
     ),
     pytest.param(
         "kind: PodList\nitems: [{metadata: {name: p}}]\n",
-        "document 0, item 0: kind 'Pod' is not Node or RuntimeClass",
+        'document 0, item 0: pod/p: kind: Unsupported value: "Pod": supported values: "Node", "RuntimeClass" '
+        "(Pods are read by audit alone)",
         id="unknown-list-kind",
     ),
     pytest.param(
         "kind: Node\nmetadata: {name: a}\nspec:\n  taints:\n  - {key: k, value: v}\n",
-        "document 0: Node.spec.taints[0].effect: Field required",
+        "document 0: node/a: spec.taints[0].effect: Required value",
         id="taint-without-effect",
     ),
     pytest.param(
         "kind: Node\nmetadata: {name: a}\nspec:\n  taints:\n  - {value: v, effect: NoSchedule}\n",
-        "document 0: Node.spec.taints[0].key: Field required",
+        "document 0: node/a: spec.taints[0].key: Required value",
         id="taint-without-key",
     ),
     pytest.param(
         "kind: NodeList\nitems:\n- metadata: {name: a}\n- metadata:\n    name: b\n    labels: {ready: true}\n",
-        "document 0, item 1: Node.metadata.labels.ready: Input should be a valid string",
+        "document 0, item 1: node/b: metadata.labels[ready]: Invalid value: true: must be a string",
         id="label-value-not-a-string",
     ),
     pytest.param(
-        "kind: Node\nmetadata: {}\n", "document 0: Node has no metadata.name", id="node-without-name"
+        "kind: Node\nmetadata: {}\n",
+        "document 0: node: metadata.name: Required value: name or generateName is required",
+        id="node-without-name",
     ),
     pytest.param(
-        "kind: Node\nspec: {}\n", "document 0: Node.metadata: Field required", id="node-without-metadata"
+        "kind: Node\nspec: {}\n",
+        "document 0: node: metadata.name: Required value: name or generateName is required",
+        id="node-without-metadata",
     ),
     pytest.param(
         "kind: RuntimeClass\nmetadata: {name: r}\n",
-        "document 0: RuntimeClass.handler: Field required",
+        "document 0: runtimeclass/r: handler: Required value",
         id="runtimeclass-without-handler",
     ),
     pytest.param(
         "kind: RuntimeClass\nmetadata: {name: r}\nhandler: h\nscheduling: {nodeSelector: {zone: 1}}\n",
-        "document 0: RuntimeClass.scheduling.nodeSelector.zone: Input should be a valid string",
+        "document 0: runtimeclass/r: scheduling.nodeSelector[zone]: Invalid value: 1: must be a string",
         id="selector-value-not-a-string",
     ),
     pytest.param(
         "kind: RuntimeClass\nmetadata: {name: r}\nhandler: h\nscheduling: {tolerations: {key: k}}\n",
-        "document 0: RuntimeClass.scheduling.tolerations: Input should be a valid list",
+        'document 0: runtimeclass/r: scheduling.tolerations: Invalid value: {"key":"k"}: must be a list',
         id="tolerations-not-a-list",
     ),
     pytest.param(
         "kind: RuntimeClass\nmetadata: {name: ''}\nhandler: h\n",
-        "document 0: RuntimeClass has no metadata.name",
+        "document 0: runtimeclass: metadata.name: Required value: name or generateName is required",
         id="runtimeclass-without-name",
     ),
 ]
@@ -272,8 +281,80 @@ def test_bad_files_name_the_file_and_item(tmp_path: Path, text: str, message: st
     path.write_text(text)
     with pytest.raises(ClusterFileError) as caught:
         load_cluster_file(path)
-    assert str(caught.value).startswith(f"{path}: ")
-    assert message in str(caught.value)
+    # One mistake, one line, in check's words: the object, the field, what is wrong.
+    assert str(caught.value) == f"{path}: {message}"
+
+
+SIX_MISTAKES = """\
+apiVersion: v1
+kind: List
+items:
+- kind: Node
+  metadata: {name: n1, labels: {ready: true}}
+- kind: Node
+  metadata: {name: n2}
+  spec:
+    taints: [{key: k, effect: Bogus}]
+- {kind: Node, metadata: {name: n1}}
+- {kind: RuntimeClass, metadata: {name: r1}, handler: 5}
+- kind: RuntimeClass
+  metadata: {name: r2}
+  handler: runsc
+  scheduling: {nodeselector: {a: b}, tolerations: [{operator: exists}]}
+- {kind: ConfigMap, metadata: {name: c}}
+"""
+
+
+def test_every_mistake_of_a_file_at_once(tmp_path: Path) -> None:
+    """Six mistakes, six lines: each names the item, the object and the field in plain
+    words (no pydantic "Input should be a valid string"), and the walk goes on past each."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(SIX_MISTAKES)
+    with pytest.raises(ClusterFileError) as caught:
+        load_cluster_file(path)
+    assert str(caught.value).splitlines() == [
+        f"{path}: document 0, item 0: node/n1: metadata.labels[ready]: Invalid value: true: must be a string",
+        f'{path}: document 0, item 1: node/n2: spec.taints[0].effect: Unsupported value: "Bogus": '
+        'supported values: "NoSchedule", "PreferNoSchedule", "NoExecute"',
+        f"{path}: document 0, item 3: runtimeclass/r1: handler: Invalid value: 5: must be a string",
+        f"{path}: document 0, item 4: runtimeclass/r2: scheduling.nodeselector: unknown field "
+        "(did you mean nodeSelector?)",
+        f"{path}: document 0, item 4: runtimeclass/r2: scheduling.tolerations[0].operator: Unsupported value: "
+        '"exists": supported values: "Equal", "Exists", "Lt", "Gt" (did you mean "Exists"?)',
+        f'{path}: document 0, item 5: configmap/c: kind: Unsupported value: "ConfigMap": supported values: '
+        '"Node", "RuntimeClass"',
+    ]
+    assert "Input should" not in str(caught.value)
+    assert caught.value.more == 0
+
+
+def test_a_duplicate_is_a_mistake_once_its_first_is_good(tmp_path: Path) -> None:
+    """The first n1 above was refused, so the second is no duplicate: a duplicate names
+    where the object it repeats was read."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(f"kind: List\nitems:\n- {NODE_A}\n- {NODE_A}\n- {NODE_A}\n")
+    with pytest.raises(ClusterFileError) as caught:
+        load_cluster_file(path)
+    assert [line.removeprefix(f"{path}: ") for line in str(caught.value).splitlines()] == [
+        f'document 0, item {i}: node/a: metadata.name: Duplicate value: "a" (a Node of this name is at '
+        "document 0, item 0)"
+        for i in (1, 2)
+    ]
+
+
+def test_the_mistakes_shown_are_bounded(tmp_path: Path) -> None:
+    items = "".join(f"- {{kind: Node, metadata: {{name: n{i}, labels: {{a: {i}}}}}}}\n" for i in range(50))
+    path = tmp_path / "cluster.yaml"
+    path.write_text(f"kind: List\nitems:\n{items}")
+    with pytest.raises(ClusterFileError) as caught:
+        load_cluster_file(path)
+    lines = str(caught.value).splitlines()
+    assert len(lines) == MAX_MISTAKES_SHOWN + 1
+    assert (
+        lines[0]
+        == f"{path}: document 0, item 0: node/n0: metadata.labels[a]: Invalid value: 0: must be a string"
+    )
+    assert lines[-1] == f"{path}: and {50 - MAX_MISTAKES_SHOWN} more mistakes"
 
 
 def test_missing_file(tmp_path: Path) -> None:

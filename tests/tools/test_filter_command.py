@@ -188,7 +188,7 @@ def test_bad_request_exits_2_with_a_message(
         ),
         pytest.param(
             lambda d: ["filter", d / "request.json", "--cluster-file", d / "bad-cluster.yaml"],
-            "document 0: kind 'Pod' is not Node or RuntimeClass",
+            'document 0: pod/p: kind: Unsupported value: "Pod": supported values: "Node", "RuntimeClass"',
             id="bad-cluster-file",
         ),
         pytest.param(
