@@ -16,14 +16,14 @@ import sys
 from collections.abc import Sequence
 
 from extender.settings import SERVE_SETTINGS, add_arguments
-from extender.tools.arguments import add_version_argument, mark_commands, parse_command_line
+from extender.tools.arguments import CommandParser, add_version_argument, mark_commands, parse_command_line
 from extender.tools.commands import add_filter_command, add_tool_commands
 
 PROG = "runtimeclass-extender"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="A RuntimeClass-aware kube-scheduler extender.")
+    parser = CommandParser(prog=PROG, description="A RuntimeClass-aware kube-scheduler extender.")
     add_version_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

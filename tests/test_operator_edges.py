@@ -659,8 +659,12 @@ def test_an_unknown_flag_prints_the_commands_usage(
 ) -> None:
     done = run([*program, *argv], tmp_path)
     assert done.returncode == EXIT_USAGE, done.stderr
-    assert done.stderr.startswith(f"usage: {prog} "), done.stderr
-    assert done.stderr.splitlines()[-1] == f"{prog}: error: unrecognized arguments: --no-such-flag"
+    # Two lines: the command's usage, short, and the error.
+    usage, error = done.stderr.splitlines()
+    assert usage.startswith(f"usage: {prog} [options]") and usage.endswith("(--help lists the options)"), (
+        usage
+    )
+    assert error == f"{prog}: error: unrecognized arguments: --no-such-flag"
 
 
 HELP_COMMANDS = {

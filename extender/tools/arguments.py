@@ -8,9 +8,10 @@ runs (``--help`` included), so nothing here imports the modules that do the work
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from extender.kube.defaults import DEFAULT_REQUEST_TIMEOUT as _REQUEST_TIMEOUT_SECONDS
 from extender.settings import GivenOnce
@@ -95,6 +96,36 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class CommandParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage error is two lines: the command's usage, short (the
+    positional arguments, ``[options]`` for the rest: serve's full usage is 45 lines,
+    which bury the error), and the error. ``--help`` prints the full usage as before.
+    Subcommand parsers are of the class of their parent (``add_subparsers``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.short_usage()}\n{self.prog}: error: {message}\n")
+
+    def short_usage(self) -> str:
+        """``usage: PROG [options] POSITIONALS (--help lists the options)``, on one line."""
+        positionals = [a for a in self._actions if not a.option_strings and a.help != argparse.SUPPRESS]
+        formatter = self._get_formatter()
+        formatter.add_usage(None, positionals, [], prefix="")
+        # The formatter wraps at the terminal's width: one line, whatever the width.
+        arguments = " ".join(formatter.format_help().split())[len(self.prog) :]
+        return f"usage: {self.prog} [options]{arguments} (--help lists the options)"
+
+
+def suggestion(word: str, parser: argparse.ArgumentParser) -> str | None:
+    """The option of ``parser`` that ``word`` (``--warning-as-errors``, or
+    ``--flag=value``) is most likely a misspelling of, if one is close (difflib)."""
+    if not word.startswith("-"):
+        return None
+    name = word.split("=", 1)[0]
+    options = [option for action in parser._actions for option in action.option_strings]
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
 def mark_commands(commands: Any) -> None:
     """Give each command of an argparse subparsers object its own parser in its
     namespace (``command_parser``), for ``parse_command_line``."""
@@ -105,11 +136,17 @@ def mark_commands(commands: Any) -> None:
 def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """``parser.parse_args(argv)``, but an argument no parser knows is the command's
     usage error: argparse's own would print the program's usage (``COMMAND ...``), not
-    the usage of the command the flag was given to."""
+    the usage of the command the flag was given to. A misspelt option is followed by
+    the one it most likely means: ``--warning-as-errors (did you mean
+    --warnings-as-errors?)``."""
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command_parser: argparse.ArgumentParser = getattr(args, "command_parser", parser)
-        command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        words = [
+            f"{word} (did you mean {hint}?)" if (hint := suggestion(word, command_parser)) else word
+            for word in unknown
+        ]
+        command_parser.error(f"unrecognized arguments: {' '.join(words)}")
     return args
 
 

@@ -37,6 +37,7 @@ from extender.settings import (
     label_prefix,
 )
 from extender.tools.arguments import (
+    CommandParser,
     add_cluster_arguments,
     add_output_argument,
     add_version_argument,
@@ -404,7 +405,7 @@ def add_node_template_command(commands: Any, *, prog: str) -> None:
 
 
 def build_kubectl_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog=KUBECTL_PROG,
         description="RuntimeClass scheduling tools (runtimeclass-extender as a kubectl plugin).",
     )
