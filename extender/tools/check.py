@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +89,8 @@ class Finding:
     errors: list[str] = field(default_factory=list)
     # Why a skipped object or file was not judged ("not a RuntimeClass", "empty").
     reason: str = ""
+    # The kind of an object of another kind (NOT_A_RUNTIME_CLASS), for the summary.
+    kind: str = ""
 
     def to_json(self) -> dict[str, Any]:
         document = {
@@ -344,6 +347,9 @@ def check_text(source: str, text: str, judged: Judge, *, walked: bool = False) -
         yield Finding(source, "", "", "invalid", errors=[f"{source}: {exc}"])
 
 
+NOT_A_RUNTIME_CLASS: Final = "not a RuntimeClass"
+
+
 def _other_kind(obj: dict[str, Any], source: str, where: str, *, walked: bool) -> Finding:
     """An object of another kind is skipped, but an install that names the extender's
     image without a registry is warned about. Only where it is checked as rendered: in
@@ -351,7 +357,9 @@ def _other_kind(obj: dict[str, Any], source: str, where: str, *, walked: bool) -
     ref = object_reference(obj)
     images = unserved_images(obj)
     if not images:
-        return Finding(source, where, ref, "skipped", reason="not a RuntimeClass")
+        kind = obj.get("kind")
+        kind = kind if isinstance(kind, str) else ""
+        return Finding(source, where, ref, "skipped", reason=NOT_A_RUNTIME_CLASS, kind=kind)
     if walked:
         reason = f"not a RuntimeClass; its image {images[0][1]} names no registry: an overlay must set it ({GET_THE_IMAGE})"
         return Finding(source, where, ref, "skipped", reason=reason)
@@ -362,6 +370,17 @@ def _other_kind(obj: dict[str, Any], source: str, where: str, *, walked: bool) -
         for container, image in images
     ]
     return Finding(source, where, ref, "warned", warnings=warnings)
+
+
+def skipped_summary(kinds: Counter[str]) -> str:
+    """The one note for every object of another kind: how many, of which kinds (most
+    first), so that the dozens of objects of a rendered install do not bury its warnings."""
+    total = kinds.total()
+    by_count = sorted(kinds.items(), key=lambda item: (-item[1], item[0]))
+    counted = ", ".join(f"{count} {kind or '(no kind)'}" for kind, count in by_count)
+    if total == 1:
+        return f"note: skipped 1 object that is not a RuntimeClass: {counted}"
+    return f"note: skipped {total} objects that are not RuntimeClasses: {counted}"
 
 
 def exit_status(findings: Sequence[Finding], *, warnings_as_errors: bool) -> int:
@@ -381,6 +400,12 @@ def _load_nodes(args: argparse.Namespace) -> ClusterState | None:
     if args.cluster_file or args.kubeconfig or args.context:
         return load_state(args)
     return None
+
+
+def _summarised(finding: Finding) -> bool:
+    """Whether the finding is an object of another kind and nothing more: said in the
+    one summary note (``skipped_summary``) rather than a note of its own."""
+    return finding.result == "skipped" and finding.reason == NOT_A_RUNTIME_CLASS
 
 
 def _print_lines(finding: Finding) -> None:
@@ -464,11 +489,18 @@ def run_check(args: argparse.Namespace) -> int:
     if not node_checks:
         print(NO_NODES_NOTE, file=sys.stderr, flush=True)
     findings: list[Finding] = []
+    skipped: Counter[str] = Counter()
     more = _autoscalers(args, state) if args.kubeconfig or args.context else None
     for finding in check_files(args.paths, state, node_checks=node_checks, more=more):
         findings.append(finding)
-        if args.output is None:
+        if args.output is not None:
+            continue
+        if _summarised(finding):
+            skipped[finding.kind] += 1
+        else:
             _print_lines(finding)
+    if skipped:
+        print(skipped_summary(skipped), file=sys.stderr, flush=True)
     status = exit_status(findings, warnings_as_errors=args.warnings_as_errors)
     if args.output is not None:
         document = {

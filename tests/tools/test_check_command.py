@@ -14,6 +14,7 @@ import io
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -329,10 +330,7 @@ def test_directories_recursively_lists_and_json(tmp_path: Path, capsys: pytest.C
         "runtimeclass/two valid",
         "runtimeclass/three valid",
     ]
-    assert err == [
-        NO_NODES_NOTE,
-        f"note: {tmp_path / 'a.yaml'}: document 1: configmap/cm skipped (not a RuntimeClass)",
-    ]
+    assert err == [NO_NODES_NOTE, "note: skipped 1 object that is not a RuntimeClass: 1 ConfigMap"]
 
 
 def test_several_paths_in_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -734,7 +732,6 @@ def test_a_manifest_directory_is_checked_as_it_is(tmp_path: Path, capsys: pytest
     kustomization = base / "kustomization.yaml"
     assert err == [
         f"note: {base / 'json6902.yaml'}: skipped (a kustomize patch of {kustomization})",
-        f"note: {kustomization}: document 0: kustomization skipped (not a RuntimeClass)",
         f"note: {base / 'patches' / 'handler.yaml'}: skipped (a kustomize patch of {kustomization})",
         "Warning: RuntimeClass gvisor: no node matches scheduling.nodeSelector {pool=none}; its pods will stay pending",
         f"note: {tmp_path / 'chart' / 'Chart.yaml'}: skipped (not a Kubernetes object: no kind)",
@@ -744,6 +741,7 @@ def test_a_manifest_directory_is_checked_as_it_is(tmp_path: Path, capsys: pytest
         f"note: {tmp_path / 'dashboard.json'}: skipped (not a Kubernetes object: no kind)",
         f"note: {tmp_path / 'shared' / 'merge.yaml'}: skipped (a kustomize patch of {kustomization})",
         f"note: {tmp_path / 'shared' / 'ops.json'}: skipped (a JSON patch (RFC 6902), not an object)",
+        "note: skipped 1 object that is not a RuntimeClass: 1 Kustomization",
     ]
     # Skipping is no warning: --warnings-as-errors fails on the class's warning alone.
     status, _, _ = run(capsys, str(tmp_path), "--cluster-file", str(EXAMPLE_CLUSTER), "--warnings-as-errors")
@@ -845,7 +843,7 @@ def test_an_install_naming_the_extenders_image_without_a_registry_is_warned_abou
         )
     else:
         assert (status, out) == (0, [])
-        assert err[1] == f"note: {path}: document 0: {ref} skipped (not a RuntimeClass)"
+        assert err[1] == f"note: skipped 1 object that is not a RuntimeClass: 1 {kind}"
 
 
 def test_a_base_in_a_directory_walk_gets_a_note_about_its_image(
@@ -882,3 +880,55 @@ def test_a_rendered_overlay_that_names_a_registry_passes(
     monkeypatch.setattr(sys, "stdin", io.StringIO(yaml.safe_dump_all(docs)))
     status, out, _ = run(capsys, "-", "--warnings-as-errors")
     assert (status, out) == (0, [])
+
+
+# --- a rendered install: the objects of other kinds in one line ------------------------
+
+
+def test_a_rendered_overlay_counts_what_it_skips_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubectl kustomize deploy/overlays/predicate-mode | check -: 50 objects, one warning.
+    A note per skipped object buried the warning; now the warning stands alone, and one
+    note counts the others by kind. The exit statuses are as before."""
+    from tests.support.manifests import render
+
+    docs = render("overlays/predicate-mode")
+    others = Counter(doc["kind"] for doc in docs if doc["kind"] not in ("RuntimeClass", "Deployment"))
+    assert sum(others.values()) > 20  # what made the notes a wall
+    monkeypatch.setattr(sys, "stdin", io.StringIO(yaml.safe_dump_all(docs)))
+    status, out, err = run(capsys, "-")
+    assert (status, out) == (0, ["deployment/runtimeclass-scheduler warned"])
+    counted = ", ".join(f"{n} {kind}" for kind, n in sorted(others.items(), key=lambda kv: (-kv[1], kv[0])))
+    assert err[0] == NO_NODES_NOTE
+    assert err[1].startswith("Warning: <stdin>: document ")
+    assert err[2:] == [f"note: skipped {sum(others.values())} objects that are not RuntimeClasses: {counted}"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO(yaml.safe_dump_all(docs)))
+    status, _, _ = run(capsys, "-", "--warnings-as-errors")
+    assert status == 1
+    # Machines still get every object, each with its reason.
+    monkeypatch.setattr(sys, "stdin", io.StringIO(yaml.safe_dump_all(docs)))
+    status = main(["check", "-", "-o", "json"])
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert status == 0 and len(results) == len(docs)
+    assert sum(r.get("reason") == "not a RuntimeClass" for r in results) == sum(others.values())
+
+
+def test_the_summary_keeps_errors_and_warnings_in_their_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(
+        tmp_path / "mixed.yaml",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}},
+        runtime_class("bad", annotation="[]"),
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}},
+        runtime_class("warned", node_selector={"pool": "none"}),
+    )
+    status, out, err = run(capsys, str(path), "--cluster-file", str(EXAMPLE_CLUSTER))
+    assert (status, out) == (1, ["runtimeclass/warned warned"])
+    assert err[0].startswith(f"error: {path}: document 1: runtimeclass/bad: ")
+    assert err[1:] == [
+        "Warning: RuntimeClass warned: no node matches scheduling.nodeSelector {pool=none}; its pods will stay pending",
+        "note: skipped 3 objects that are not RuntimeClasses: 2 ConfigMap, 1 Service",
+    ]
