@@ -58,7 +58,7 @@ from extender.cluster.state import ClusterState
 from extender.cluster.validation import every_problem, object_reference
 from extender.documents import DocumentError, load_document, load_documents
 from extender.policy_file import load_policy
-from extender.tools.images import GET_THE_IMAGE, unserved_images
+from extender.tools.images import GET_THE_IMAGE, UnservedImage, unserved_images
 from extender.tools.inputs import STDIN, load_state, read_text
 from extender.tools.output import EXIT_USAGE, UsageError, guarded, print_structured
 from policies.objects import RuntimeClassView
@@ -352,8 +352,9 @@ NOT_A_RUNTIME_CLASS: Final = "not a RuntimeClass"
 
 def _other_kind(obj: dict[str, Any], source: str, where: str, *, walked: bool) -> Finding:
     """An object of another kind is skipped, but an install that names the extender's
-    image without a registry is warned about. Only where it is checked as rendered: in
-    a directory walk it is a kustomize base, whose overlay may set the image (a note)."""
+    image without a registry, or under a placeholder registry, is warned about. Only
+    where it is checked as rendered: in a directory walk it is a kustomize base, whose
+    overlay may set the image (a note)."""
     ref = object_reference(obj)
     images = unserved_images(obj)
     if not images:
@@ -361,15 +362,28 @@ def _other_kind(obj: dict[str, Any], source: str, where: str, *, walked: bool) -
         kind = kind if isinstance(kind, str) else ""
         return Finding(source, where, ref, "skipped", reason=NOT_A_RUNTIME_CLASS, kind=kind)
     if walked:
-        reason = f"not a RuntimeClass; its image {images[0][1]} names no registry: an overlay must set it ({GET_THE_IMAGE})"
+        image = images[0]
+        if image.placeholder is None:
+            why = f"its image {image.image} names no registry: an overlay must set it"
+        else:
+            why = f"its image {image.image} names the placeholder {image.placeholder}: an overlay must replace it"
+        reason = f"{NOT_A_RUNTIME_CLASS}; {why} ({GET_THE_IMAGE})"
         return Finding(source, where, ref, "skipped", reason=reason)
-    warnings = [
-        f"{source}: {where}: {ref}: container {container}: image {image} names no registry, and none serves "
-        f"it (docker.io/library/ holds Docker's official images only): its pods would not start; build and "
-        f"push it, then name it ({GET_THE_IMAGE})"
-        for container, image in images
-    ]
+    warnings = [f"{source}: {where}: {ref}: container {i.container}: {_unserved(i)}" for i in images]
     return Finding(source, where, ref, "warned", warnings=warnings)
+
+
+def _unserved(image: UnservedImage) -> str:
+    if image.placeholder is None:
+        return (
+            f"image {image.image} names no registry, and none serves it (docker.io/library/ holds Docker's "
+            f"official images only): its pods would not start; build and push it, then name it ({GET_THE_IMAGE})"
+        )
+    return (
+        f"image {image.image} names the placeholder {image.placeholder} where its registry belongs (a registry "
+        f"host has a dot or a port, or is localhost): its pods would not start; replace {image.placeholder} "
+        f"with the registry you pushed the image to ({GET_THE_IMAGE})"
+    )
 
 
 def skipped_summary(kinds: Counter[str]) -> str:

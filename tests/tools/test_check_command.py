@@ -882,6 +882,93 @@ def test_a_rendered_overlay_that_names_a_registry_passes(
     assert (status, out) == (0, [])
 
 
+@pytest.mark.parametrize(
+    "image",
+    [
+        "REGISTRY/runtimeclass-extender:0.1.0",
+        "REGISTRY/runtimeclass-extender",
+        "REGISTRY/team/runtimeclass-extender:0.1.0@sha256:" + "0" * 64,
+        "<registry>/runtimeclass-extender:0.1.0",
+        "My_Registry/runtimeclass-extender:0.1.0",
+    ],
+)
+def test_a_placeholder_registry_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], image: str
+) -> None:
+    """docs/install.md writes the registry as REGISTRY: left as it is, it is no registry
+    host (no dot, no port, not localhost) and no Docker Hub namespace (upper case), so no
+    node can pull the image. --warnings-as-errors fails it, as it fails no registry."""
+    placeholder = image.split("/", 1)[0]
+    path = write(tmp_path / "install.yaml", _workload("Deployment", image))
+    status, out, err = run(capsys, str(path), "--warnings-as-errors")
+    assert (status, out) == (1, ["deployment/w warned"])
+    assert err[1:] == [
+        f"Warning: {path}: document 0: deployment/w: container ext: image {image} names the placeholder "
+        f"{placeholder} where its registry belongs (a registry host has a dot or a port, or is localhost): its "
+        f"pods would not start; replace {placeholder} with the registry you pushed the image to "
+        "(docs/install.md#get-the-image)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "registry.example.com/runtimeclass-extender:0.1.0",
+        "REGISTRY.example.com/runtimeclass-extender:0.1.0",  # a host may be upper case
+        "registry:5000/runtimeclass-extender:0.1.0",
+        "localhost/runtimeclass-extender:0.1.0",
+        "my-team/runtimeclass-extender:0.1.0",  # a Docker Hub namespace
+        "REGISTRY/some-other-image:1",  # not the extender's
+    ],
+)
+def test_a_registry_host_or_namespace_is_no_placeholder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], image: str
+) -> None:
+    path = write(tmp_path / "install.yaml", _workload("Deployment", image))
+    status, out, err = run(capsys, str(path), "--warnings-as-errors")
+    assert (status, out) == (0, [])
+    assert err[1:] == ["note: skipped 1 object that is not a RuntimeClass: 1 Deployment"]
+
+
+def test_a_placeholder_in_a_base_of_a_directory_walk_gets_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = "REGISTRY/runtimeclass-extender:0.1.0"
+    write(tmp_path / "base" / "deployment.yaml", _workload("Deployment", image))
+    status, out, err = run(capsys, str(tmp_path), "--warnings-as-errors")
+    assert (status, out) == (0, [])
+    assert err[1:] == [
+        f"note: {tmp_path / 'base' / 'deployment.yaml'}: document 0: deployment/w skipped (not a RuntimeClass; "
+        "its image REGISTRY/runtimeclass-extender:0.1.0 names the placeholder REGISTRY: an overlay must replace "
+        "it (docs/install.md#get-the-image))"
+    ]
+
+
+def test_a_rendered_overlay_with_the_docs_placeholder_fails_warnings_as_errors(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubectl kustomize of an overlay whose images: says newName: REGISTRY/runtimeclass-extender,
+    as docs/install.md writes it, piped into check."""
+    from tests.support.manifests import render
+
+    docs = render("overlays/predicate-mode")
+    for doc in docs:
+        for container in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+            image = container["image"]
+            container["image"] = image.replace("runtimeclass-extender:", "REGISTRY/runtimeclass-extender:")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(yaml.safe_dump_all(docs)))
+    status, out, err = run(capsys, "-", "--warnings-as-errors")
+    assert (status, out) == (1, ["deployment/runtimeclass-scheduler warned"])
+    assert [line for line in err if line.startswith("Warning: ")] == [
+        f"Warning: <stdin>: document {i}: deployment/runtimeclass-scheduler: container extender: image "
+        "REGISTRY/runtimeclass-extender:0.1.0 names the placeholder REGISTRY where its registry belongs (a "
+        "registry host has a dot or a port, or is localhost): its pods would not start; replace REGISTRY with "
+        "the registry you pushed the image to (docs/install.md#get-the-image)"
+        for i, doc in enumerate(docs)
+        if doc["kind"] == "Deployment"
+    ]
+
+
 # --- a rendered install: the objects of other kinds in one line ------------------------
 
 
