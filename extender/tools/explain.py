@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 
 from extender.cluster.class_nodes import ClassNodeCounts, class_node_counts
 from extender.cluster.state import ClusterState
@@ -97,12 +98,22 @@ def class_summaries(
     ]
 
 
+def nothing_to_list(args: argparse.Namespace) -> str:
+    where = f"cluster file {args.cluster_file}" if args.cluster_file else "the cluster"
+    return f"{where} holds no RuntimeClass: nothing to list"
+
+
 @guarded
 def run_classes(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy_file)
     state = load_state(args)
     summaries = class_summaries(state, policy)
     total = len(state.nodes)
+    if not summaries and args.output != "json" and args.output != "yaml":
+        # No header over no rows: say so on stderr, as kubectl says "No resources found",
+        # and exit 0 (nothing failed; -o json|yaml print an empty list).
+        print(nothing_to_list(args), file=sys.stderr)
+        return 0
     if args.output in ("table", "wide"):
         header = ["NAME", "HANDLER", "SELECTED", "FITTING"]
         rows = [

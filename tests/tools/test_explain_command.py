@@ -456,6 +456,59 @@ def test_no_headers_drops_only_the_header_line(capsys: pytest.CaptureFixture[str
 # --- nothing to list, nothing to explain ------------------------------------------------
 
 
+def nodes_only(path: Path) -> Path:
+    """The example cluster's Nodes alone, as ``kubectl get nodes -o yaml`` prints them."""
+    items = [item for item in yaml.safe_load(EXAMPLE_CLUSTER.read_text())["items"] if item["kind"] == "Node"]
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    return path
+
+
+@pytest.mark.parametrize("output", [[], ["-o", "wide"], ["-o", "name"], ["--no-headers"]], ids=" ".join)
+def test_classes_with_no_runtimeclass_says_so_instead_of_a_header(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, output: list[str]
+) -> None:
+    """A header over no rows read as a list of nothing, or a failure to list: the file
+    holds no RuntimeClass, said plainly on stderr, as kubectl says "No resources found";
+    nothing failed, so the status is 0."""
+    for cluster in (nodes_only(tmp_path / "nodes.yaml"), tmp_path / "empty.yaml"):
+        cluster.touch()
+        status, out, err = run(capsys, "classes", "--cluster-file", str(cluster), *output)
+        assert (status, out) == (0, "")
+        assert err == f"cluster file {cluster} holds no RuntimeClass: nothing to list\n"
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_classes_with_no_runtimeclass_in_json_is_an_empty_list(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, output: str
+) -> None:
+    status, out, err = run(
+        capsys, "classes", "--cluster-file", str(nodes_only(tmp_path / "n.yaml")), "-o", output
+    )
+    assert (status, err) == (0, "")
+    assert yaml.safe_load(out) == {"nodeCount": 7, "runtimeClasses": []}
+
+
+def test_docs_example_of_classes_with_nothing_to_list(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shown = block_after(page("explain.md"), f"{INVOCATION} classes --cluster-file nodes.yaml\n```", "text")
+    monkeypatch.chdir(tmp_path)
+    nodes_only(tmp_path / "nodes.yaml")
+    status, out, err = run(capsys, "classes", "--cluster-file", "nodes.yaml")
+    assert (status, out + err) == (0, shown)
+
+
+async def test_classes_of_a_live_cluster_with_no_runtimeclass(
+    fake_apiserver: FakeApiServer,
+    fake_kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_apiserver.add(NODES, make_node("plain-1"))
+    status = await asyncio.to_thread(main, ["classes", "--kubeconfig", str(fake_kubeconfig)])
+    out, err = capsys.readouterr()
+    assert (status, out, err) == (0, "", "the cluster holds no RuntimeClass: nothing to list\n")
+
+
 POD_HINT = "expected a Pod (YAML or JSON, as kubectl get pod NAME -o yaml prints it)"
 
 
