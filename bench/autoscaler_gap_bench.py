@@ -16,7 +16,7 @@ takes tens of seconds).
 
 Needs the control plane binaries with kube-scheduler and cluster-autoscaler (kwok
 provider) in ``KUBEBUILDER_ASSETS`` (tests/support/autoscaler.py). One kube-apiserver 1.36
-as predicate mode runs it, overlays/large-cluster installed with its extender as its own
+as predicate mode runs it, predicate mode with the node labels (overlays/predicate-mode and components/label-nodes) installed with its extender as its own
 ServiceAccount, its kube-scheduler, and cluster-autoscaler (``--scan-interval=5s``) with
 two node groups, ``gvisor`` (its template labelled as ``node-template`` says) and
 ``plain``. Per arm, one pending pod of class gvisor:
@@ -59,7 +59,7 @@ from tests.support.autoscaler import (
 )
 from tests.support.control_plane import ControlPlane, find_assets
 from tests.support.install import install
-from tests.support.manifests import render
+from tests.support.manifests import PREDICATE_LABELS, render
 from tests.support.waiting import wait_for
 
 Manifest = dict[str, Any]
@@ -201,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.monotonic()
         load_nodes(plane, args.nodes)
         print(f"{args.nodes} load nodes created in {time.monotonic() - started:.0f} s", flush=True)
-        docs = render("overlays/large-cluster")
+        docs = render(PREDICATE_LABELS)
         done = install(plane, docs, extra_flags=[f"--label-nodes-rate={args.rate:g}"])
         extender = done.extender
         wait_for(

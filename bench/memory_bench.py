@@ -8,7 +8,7 @@ its own with ``--nodes`` nodes (bench/cluster_gen.py ``nodes``: realistic labels
 taints and pools, half of them already carrying the gVisor class's derived label),
 the generated RuntimeClasses, both webhook configurations, and ``--pods`` pending pods
 of the gVisor class for the runtimeclass-scheduler profile; and one
-``runtimeclass-extender serve`` with every part on, as the large-cluster overlay plus
+``runtimeclass-extender serve`` with every part on, as predicate mode with the node labels plus
 the audit runs it: node labels and their events, requeueing, the audit of running
 pods, both webhooks with self-managed certificates, leader election. Once it leads,
 every informer is listed and nothing has changed for ``--settle`` seconds, its

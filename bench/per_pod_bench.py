@@ -1,4 +1,4 @@
-"""Large-cluster mode: what the extender spends on one scheduled pod, with pod admission
+"""Predicate mode with the node labels: what the extender spends on one scheduled pod, with pod admission
 by the API server's policies and by the pod webhook.
 
     .venv/bin/python bench/per_pod_bench.py                        # 5,000 and 15,000 nodes, both ways
@@ -6,7 +6,7 @@ by the API server's policies and by the pod webhook.
     .venv/bin/python bench/per_pod_bench.py --sizes 5000 --pods 300 --before 1fe5407
     .venv/bin/python bench/per_pod_bench.py --first-labelling      # and what a fresh install costs
 
-In deploy/overlays/large-cluster every pod of a RuntimeClass costs the extender more
+In predicate mode with the node labels every pod of a RuntimeClass costs the extender more
 than its ``/filter`` call: every watch event of the pod reaches the informers of pending
 pods, kube-scheduler calls ``/filter`` with its sample (at the adaptive percentage of the
 whole cluster, all of it in the class's pool, since the derived label has narrowed the
@@ -33,7 +33,7 @@ another, on 127.0.0.1:
   - ``policy`` (the overlay as shipped): the pod POSTed as a controller sends it
     (``default-scheduler``, no overhead, no label) to an API server that has the
     overlay's pod admission policies loaded (``kubectl kustomize
-    deploy/overlays/large-cluster``: routing, overhead and node label, mutating and
+    deploy/overlays/predicate-mode`` with ``components/label-nodes``: routing, overhead and node label, mutating and
     validating, from the pod admission table), which route it and add the label
     itself; no review reaches the extender. Needs kubectl;
 
@@ -156,7 +156,7 @@ def apiserver_main(argv: Sequence[str]) -> int:
 
 
 def pod_admission_policies() -> list[dict[str, Any]]:
-    """The pod admission of deploy/overlays/large-cluster as ``kubectl kustomize`` renders
+    """The pod admission of predicate mode with the node labels as ``kubectl kustomize`` renders
     it (the PodAdmissionTable CRD, the policies and their bindings), and the table as the
     extender's leader writes it for the benchmark's classes under ``--label-nodes``: the
     table is written once, when the classes change, never per pod, so it is loaded
@@ -167,11 +167,11 @@ def pod_admission_policies() -> list[dict[str, Any]]:
     from extender.cluster.objects import runtime_class_from_api
     from extender.policy_file import load_policy
     from extender.settings import DEFAULT_NODE_LABEL_PREFIX
-    from tests.support.manifests import render
+    from tests.support.manifests import PREDICATE_LABELS, render
 
     docs = [
         d
-        for d in render("overlays/large-cluster")
+        for d in render(PREDICATE_LABELS)
         if (d["kind"] in POLICY_KINDS and d["metadata"]["name"].startswith("runtimeclass-extender-pod-"))
         or d["kind"] == "CustomResourceDefinition"
     ]
@@ -189,7 +189,7 @@ def pod_admission_policies() -> list[dict[str, Any]]:
 
 
 class Extender:
-    """``serve`` as the large-cluster overlay runs it, from ``code`` (a checkout) or this tree."""
+    """``serve`` as predicate mode with the node labels runs it, from ``code`` (a checkout) or this tree."""
 
     def __init__(
         self, kubeconfig: Path, certs: dict[str, Path], code: Path | None, profile: str | None = None

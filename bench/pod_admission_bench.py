@@ -9,7 +9,7 @@
 Needs the control plane binaries (``KUBEBUILDER_ASSETS``, as tests/real/ finds them:
 docs/development.md, "The real control plane"). For each number of RuntimeClasses, one
 kube-apiserver 1.36 (and etcd) as predicate mode runs it (RuntimeClass admission off),
-with ``overlays/large-cluster`` installed both ways at once (its pod admission policies
+with predicate mode and the node labels (``overlays/predicate-mode``, ``components/label-nodes``) installed both ways at once (its pod admission policies
 and components/pod-webhook, as the chart's ``podAdmission.mode: both``) and its
 extender running as its own ServiceAccount, keeping the policies' table, its webhook
 certificate and the node labels. Each class has an overhead and a node selector (so its
@@ -81,7 +81,7 @@ from extender.cluster.class_labels import label_key
 from extender.settings import DEFAULT_NODE_LABEL_PREFIX
 from tests.support.control_plane import ControlPlane, find_assets
 from tests.support.install import install
-from tests.support.manifests import render
+from tests.support.manifests import PREDICATE_LABELS, render
 
 Manifest = dict[str, Any]
 ARMS = ("none", "webhook", "policies", "floor", "same-pod")
@@ -195,7 +195,7 @@ class Bench:
         for arm in ARMS_ALL:
             plane.ensure_namespace(namespace_of(arm), labels={ARM_LABEL: arm})
         plane.apply_all(classes)
-        docs = render("overlays/large-cluster", "components/pod-webhook")
+        docs = render(PREDICATE_LABELS, "components/pod-webhook")
         # Each mechanism admits the namespaces of the arms it belongs to.
         mutating = self._one(docs, "MutatingAdmissionPolicyBinding", POD_ADMISSION)
         guard = self._one(docs, "ValidatingAdmissionPolicyBinding", GUARD)

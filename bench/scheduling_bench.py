@@ -3,7 +3,7 @@
     .venv/bin/python bench/scheduling_bench.py                          # 5,000 nodes, 1,000 pods, 3 rounds
     .venv/bin/python bench/scheduling_bench.py --nodes 15000 --json scheduling.json
     .venv/bin/python bench/scheduling_bench.py --scheduler-qps 1000     # kube-scheduler's client unthrottled
-    .venv/bin/python bench/scheduling_bench.py --arms alone large-cluster --rounds 5
+    .venv/bin/python bench/scheduling_bench.py --arms alone node-labels --rounds 5
     .venv/bin/python bench/scheduling_bench.py --quick                  # 300 nodes, 100 pods, burst 50, 1 round
     .venv/bin/python bench/scheduling_bench.py --arms alone policy-floor managed managed-term
 
@@ -25,14 +25,15 @@ requesting 10m of cpu and 16Mi of memory.
   server as Kubernetes ships it (the RuntimeClass admission plugin on); the pods carry
   what that plugin merges into them (the class's ``nodeSelector`` and toleration). No
   admission policy, no extender.
-- ``floor``: the large-cluster overlay's scheduler profile (``runtimeclass-scheduler``:
-  the adaptive sample, the in-tree TaintToleration filter) calling a do-nothing
+- ``floor``: the node labels' scheduler profile (components/label-nodes,
+  ``runtimeclass-scheduler``: the adaptive sample, the in-tree TaintToleration filter) calling a do-nothing
   extender: a small aiohttp and orjson server in a process of its own that passes every
   node it is sent (names mode), the floor of any extender. The pods carry the derived
   label requirement (``runtimeclass.node-restriction.kubernetes.io/gvisor: "true"``),
   the toleration and ``schedulerName: runtimeclass-scheduler``; the bench puts the label
   on the pool's nodes itself. API server as predicate mode runs it.
-- ``large-cluster``: ``deploy/overlays/large-cluster`` installed as shipped
+- ``node-labels``: predicate mode with the node labels (``deploy/overlays/predicate-mode``
+  and ``components/label-nodes``) installed as shipped
   (tests/support/install.py: its admission policies, the pod admission table, its
   extender run as its own ServiceAccount with ``--label-nodes``), its kube-scheduler
   with the overlay's configuration calling that extender, on an API server as predicate
@@ -118,11 +119,11 @@ from extender.settings import DEFAULT_NODE_LABEL_PREFIX
 from tests.support.autoscaler import scheduler_configuration, start_scheduler
 from tests.support.control_plane import ApiError, Assets, ControlPlane, Process, find_assets
 from tests.support.install import Installed, install
-from tests.support.manifests import DEPLOY, render
+from tests.support.manifests import DEPLOY, PREDICATE_LABELS, render
 from tests.support.ports import free_port
 
 Json = dict[str, Any]
-ARMS = ("alone", "floor", "large-cluster", "default-scheduler", "policy-floor", "managed", "managed-term")
+ARMS = ("alone", "floor", "node-labels", "default-scheduler", "policy-floor", "managed", "managed-term")
 NAMESPACE = "sched-bench"
 CLASS = "gvisor"
 POOL = {"pool": "gvisor"}
@@ -440,7 +441,7 @@ def plugin_fault(pod: Json, scheduler: str) -> str:
 
 def pod_body(name: str, shape: str) -> bytes:
     """A pod of class gvisor: ``plain`` (for pod admission to complete), ``in-tree`` (what
-    the RuntimeClass admission plugin merges), ``derived`` (what large-cluster mode's
+    the RuntimeClass admission plugin merges), ``derived`` (what predicate mode with the node labels's
     admission gives)."""
     spec: Json = {
         "runtimeClassName": CLASS,
@@ -666,12 +667,12 @@ def arm_of(name: str) -> Arm | str:
         return Arm(
             name, "derived", SCHEDULER, extender="floor", labelled=True, apiserver_flags=PREDICATE_MODE
         )
-    if name == "large-cluster":
+    if name == "node-labels":
         return Arm(
             name,
             "plain",
             SCHEDULER,
-            overlay="overlays/large-cluster",
+            overlay=PREDICATE_LABELS,
             extender="install",
             apiserver_flags=PREDICATE_MODE,
         )
@@ -722,7 +723,7 @@ def run_arm(assets: Assets, arm: Arm, args: argparse.Namespace) -> Json:
                 scheduler = in_tree_scheduler(plane, with_client_limit(DEFAULT_PROFILE, args.scheduler_qps))
         elif arm.extender == "floor":
             port = start_floor_extender(plane)
-            configuration = scheduler_configuration(render("overlays/large-cluster"))
+            configuration = scheduler_configuration(render(PREDICATE_LABELS))
             scheduler = in_tree_scheduler(
                 plane, with_client_limit(configuration, args.scheduler_qps), extender_port=port
             )

@@ -8,7 +8,7 @@ With the default-scheduler placement nothing but the derived label keeps a class
 off a node: between a change that makes a node unfit (it loses the label its class
 selects) and the labeller's write that takes the derived label off, the default
 scheduler may bind a pod there. With the extender in kube-scheduler's path
-(large-cluster mode) ``/filter`` judges the node by its own watch and rejects it as soon
+(with the node labels) ``/filter`` judges the node by its own watch and rejects it as soon
 as it has seen the change. This measures both, on a real kube-apiserver and
 kube-scheduler 1.36 (``KUBEBUILDER_ASSETS``), each arm on a fresh control plane:
 
@@ -53,10 +53,10 @@ from local import cpu_model
 from tests.support.autoscaler import scheduler_configuration, start_scheduler
 from tests.support.control_plane import ControlPlane, find_assets
 from tests.support.install import install
-from tests.support.manifests import render
+from tests.support.manifests import PREDICATE_LABELS, render
 
 Json = dict[str, Any]
-ARMS = ("default-scheduler", "large-cluster")
+ARMS = ("default-scheduler", "node-labels")
 BATCH: Json = {
     "apiVersion": "node.k8s.io/v1",
     "kind": "RuntimeClass",
@@ -127,7 +127,7 @@ def run_arm(arm: str, args: argparse.Namespace) -> Json:
         pool = {sb.pool_node(i) for i in range(args.pool)}
         names = sorted(pool) + [sb.plain_node(i) for i in range(args.nodes - args.pool)]
         _create_nodes(plane, names, pool, args.setup_threads)
-        overlay = "overlays/default-scheduler" if arm == "default-scheduler" else "overlays/large-cluster"
+        overlay = "overlays/default-scheduler" if arm == "default-scheduler" else PREDICATE_LABELS
         docs = render(overlay)
         installed = install(plane, docs)
         sb.wait_labelled(plane, installed, pool, len(pool) / 100 * 3 + 120)

@@ -490,19 +490,20 @@ class ServeSettings:
     label_nodes: bool = _setting(
         False,
         _bool,
-        "large-cluster mode: keep the label <node-label-prefix>/<class>=true on exactly the nodes that pass "
-        "each RuntimeClass's node rules (the Lease holder writes them), and have the pod webhook require it, "
-        "so kube-scheduler narrows to a class's nodes before it samples (live mode only; needs RBAC to patch "
+        "the derived node labels: keep the label <node-label-prefix>/<class>=true on exactly the nodes that "
+        "pass each RuntimeClass's node rules (the Lease holder writes them), for pod admission to require of "
+        "the class's pods: the default-scheduler mode places the pods by them, and in predicate mode "
+        "kube-scheduler narrows to a class's nodes before it samples (live mode only; needs RBAC to patch "
         "nodes)",
     )
     placement: str = _setting(
         PLACEMENT_RUNTIMECLASS_SCHEDULER,
         _choice(PLACEMENT_RUNTIMECLASS_SCHEDULER, PLACEMENT_DEFAULT_SCHEDULER),
-        "who places the pods of a RuntimeClass: runtimeclass-scheduler, the second kube-scheduler with "
-        "the extender in its path (pod admission routes the pods to it); or default-scheduler, with "
-        "label-nodes and pod-admission-table: the cluster's own scheduler, by the node label requirement, "
-        "tolerations and overhead pod admission gives each pod, with no extender call and no second "
-        "scheduler (docs/large-clusters.md)",
+        "the mode, by who places the pods of a RuntimeClass: runtimeclass-scheduler, the second "
+        "kube-scheduler with the extender in its path (predicate mode: pod admission routes the pods to "
+        "it); or default-scheduler, with label-nodes and pod-admission-table: the cluster's own scheduler, "
+        "by the node label requirement, tolerations and overhead pod admission gives each pod, with no "
+        "extender call and no second scheduler (the default-scheduler mode; docs/install.md)",
         "PLACEMENT",
     )
     node_label_prefix: str = _setting(

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from extender.settings import DEFAULT_STARTUP_TAINT
-from tests.support.manifests import OVERLAYS, Manifest, one, render, render_webhook_way
+from tests.support.manifests import OVERLAYS, PREDICATE_LABELS, Manifest, one, render, render_webhook_way
 from tests.support.paths import ADMISSION_DATA, EXAMPLE_CLUSTER, FIXTURES
 
 EXTENDER = "system:serviceaccount:runtimeclass-extender:runtimeclass-extender"
@@ -547,7 +547,7 @@ def _configuration(kind: str, overlay: str, *, webhook_way: bool = False) -> Man
 VALIDATING = _configuration("ValidatingWebhookConfiguration", "overlays/predicate-mode")
 # The pod webhook, as an overlay's copy for an API server without MutatingAdmissionPolicy
 # has it (docs/pod-webhook.md).
-MUTATING = _configuration("MutatingWebhookConfiguration", "overlays/large-cluster", webhook_way=True)
+MUTATING = _configuration("MutatingWebhookConfiguration", PREDICATE_LABELS, webhook_way=True)
 ONLY_CA = "only clientConfig.caBundle of a webhook may change"
 
 

@@ -39,7 +39,7 @@ from tests.support.apiserver import (
     rbac,
 )
 from tests.support.apiserver.client import send_as
-from tests.support.manifests import render
+from tests.support.manifests import PREDICATE_LABELS, render
 from tests.support.pod_cases import TABLES
 from tests.support.replicas import FAST_REQUEUE, SCHED, replica_set
 from tests.support.waiting import eventually
@@ -75,12 +75,12 @@ class Install:
 
 @pytest.fixture(params=NAMESPACES)
 async def install(request: pytest.FixtureRequest, fake_apiserver: FakeApiServer) -> AsyncIterator[Install]:
-    """The large-cluster overlay with the pod webhook beside its policies (the chart's
+    """Predicate mode with the node labels with the pod webhook beside its policies (the chart's
     podAdmission both: every writer of the extender on) applied, in the default
     namespace or another, and a cluster to write to."""
     namespace: str = request.param
     docs = render(
-        "overlays/large-cluster",
+        PREDICATE_LABELS,
         "components/pod-webhook",
         namespace=None if namespace == NAMESPACES[0] else namespace,
     )

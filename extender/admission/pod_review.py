@@ -66,7 +66,7 @@ cluster-autoscaler and Karpenter, which judge where a pod could move by the in-t
 filters alone, never remove the node it runs on believing it could run elsewhere
 (``extender.admission.pod_table`` says more). Not a pod whose ``nodeSelector`` already
 holds its class's ``scheduling.nodeSelector``, when that is all of the class's node
-rules (the in-tree RuntimeClass plugin merged it, alongside admission: the autoscalers
+rules (the in-tree RuntimeClass plugin merged it, with the plugin on: the autoscalers
 see it); not opted-out pods.
 
 **A class that does not exist (yet)**: allowed without overhead, with a warning. The

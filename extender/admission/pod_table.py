@@ -1,7 +1,7 @@
 """The pod admission table: what admitting a pod of each RuntimeClass adds, in one object.
 
 The admission policies of deploy/components/pod-admission-policy route pods that name a
-RuntimeClass, give them their class's Pod Overhead and, in large-cluster mode, their
+RuntimeClass, give them their class's Pod Overhead and, with the node labels, their
 class's node-label requirement, inside kube-apiserver. What they read of each class is
 this table, one ``PodAdmissionTable`` object (a cluster-scoped custom resource,
 runtimeclass-extender.dev/v1alpha1) that the extender's leader keeps equal to the

@@ -5,7 +5,7 @@ RuntimeClass with ``dryRun=All`` and compares the pod the API server answers wit
 the pod webhook's own review (``review_pod``) makes of the same pod. Whichever way the
 cluster admits pods (the admission policies of components/pod-admission-policy, or the
 pod webhook), the answer must be the webhook's: routed to the RuntimeClass scheduler,
-the class's overhead, in large-cluster mode the class's node-label requirement and
+the class's overhead, with the node labels the class's node-label requirement and
 tolerations, otherwise the autoscalers' annotations. A
 served MutatingAdmissionPolicy is not proof that it runs (an API server with the
 feature gate off accepts policies and runs none), so this is how an install proves it.

@@ -4,7 +4,7 @@ kube-apiserver itself).
 
 The cluster's default scheduler places the pods by what pod admission gives them, so
 every pod of the table of pods (tests/support/pod_cases.py) comes out as in
-large-cluster mode, but for two things: no pod is routed (its ``schedulerName`` stays as
+predicate mode with the node labels, but for two things: no pod is routed (its ``schedulerName`` stays as
 it came), and a pod of a class in the table is marked admitted; and a pod of a class
 that is not in the table (or not at all) is refused by the placement's guard, since
 nothing else would keep it off nodes that cannot run its class. While the table is
@@ -61,7 +61,7 @@ async def _server(manifests: list[Manifest], namespaces: list[Manifest] = NAMESP
 
 
 def _placed_by_the_default_scheduler(case: PodCase, routed: Admitted) -> Admitted:
-    """What large-cluster mode's admission gives the pod, without the routing, and with
+    """What predicate mode with the node labels's admission gives the pod, without the routing, and with
     the admitted mark on a pod of a class in the table."""
     if routed.pod is None:
         return routed

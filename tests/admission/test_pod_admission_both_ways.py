@@ -16,8 +16,8 @@ servers holding the same RuntimeClasses and Namespaces:
 
 The stored pods must be equal field for field, and a refused pod refused with the same
 message after each mechanism's own prefix. Three setups: predicate mode (routing and
-overhead), large-cluster mode with the bundled policy (and the label requirement), and
-large-cluster mode with a policy that enables the runtime-handler check, where every
+overhead), predicate mode with the node labels with the bundled policy (and the label requirement), and
+predicate mode with the node labels with a policy that enables the runtime-handler check, where every
 class has node rules. So the table's labels agree with the labeller (``ClassLabels``,
 which the webhook asks) for every policy the project ships. tests/real/ admits the
 same table on kube-apiserver itself.

@@ -23,14 +23,14 @@ from extender.policy_file import load_policy
 from extender.settings import DEFAULT_NODE_LABEL_PREFIX
 from tests.support.apiserver.admission_policy import label_selector_matches
 from tests.support.apiserver.cel_env import compile_expression, execute
-from tests.support.manifests import OVERLAYS, one, render, render_webhook_way
+from tests.support.manifests import OVERLAYS, PREDICATE_LABELS, one, render, render_webhook_way
 
 Manifest = dict[str, Any]
 NAME = "runtimeclass-extender-pod-admission"
 GUARD = "runtimeclass-extender-pod-admission-guard"
 REQUIRED = "runtimeclass-extender-pod-admission-required"
 TABLE = "runtimeclass-extender"
-LARGE = render("overlays/large-cluster")
+LARGE = render(PREDICATE_LABELS)
 POD_POLICIES = {("MutatingAdmissionPolicy", NAME), ("ValidatingAdmissionPolicy", GUARD)}
 REFUSAL = "runtimeclass-extender.dev/refusal"
 
@@ -92,7 +92,7 @@ def test_the_mutating_policy_admits_pod_creates_from_the_table_and_fails_closed(
 def test_the_policies_leave_out_the_namespaces_the_webhook_leaves_out() -> None:
     """Opt-out namespaces, kube-system and the install's own, as the webhook; the guard
     selects, in those, the pods marked to refuse alone."""
-    webhook = one(render_webhook_way("overlays/large-cluster"), "MutatingWebhookConfiguration")
+    webhook = one(render_webhook_way(PREDICATE_LABELS), "MutatingWebhookConfiguration")
     (hook,) = webhook["webhooks"]
     marked = {"objectSelector": {"matchExpressions": [{"key": REFUSAL, "operator": "Exists"}]}}
     for policy in _pod_policies(LARGE):

@@ -137,7 +137,7 @@ async def test_the_check_warns_once_while_cluster_autoscaler_runs_and_says_when_
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert [r.getMessage() for r in warnings] == [message]  # once, not per look
 
-    # The classes' rules move into their pods (large-cluster mode, or the classes lose
+    # The classes' rules move into their pods (predicate mode with the node labels, or the classes lose
     # their rules): over, said once.
     state.runtime_classes.replace([RUNC])
     await check.check()

@@ -44,8 +44,11 @@ SETUP_VALUES = CHART / "ci"
 AUDIT = "components/audit-running-pods"
 MONITORING = "components/monitoring"
 CERT_MANAGER = ("components/admission-webhook/cert-manager", "components/pod-webhook/cert-manager")
-# What alongside admission adds to the base beyond its webhooks and pod admission.
-ALONGSIDE = ("components/autoscaler-status",)
+LABEL_NODES = "components/label-nodes"
+# Predicate mode's value; the chart's defaults are the default-scheduler mode.
+PREDICATE = {"mode": "predicate"}
+# What predicate mode's overlay lists besides its webhooks and pod admission.
+PREDICATE_EXTRAS = ("components/autoscaler-status",)
 
 
 @dataclass(frozen=True)
@@ -83,25 +86,30 @@ class Case:
 
 SHIPPED = [
     Case("predicate-mode", "overlays/predicate-mode", file="predicate-mode-values.yaml"),
-    Case("alongside-admission", "overlays/alongside-admission", file="alongside-admission-values.yaml"),
-    Case("large-cluster", "overlays/large-cluster", file="large-cluster-values.yaml"),
+    Case(
+        "predicate-mode + node labels",
+        "overlays/predicate-mode",
+        (LABEL_NODES,),
+        file="predicate-labels-values.yaml",
+    ),
     Case("tls", "overlays/tls", file="tls-values.yaml"),
     Case("default-scheduler", "overlays/default-scheduler", file="default-scheduler-values.yaml"),
+    # The chart's defaults: the default-scheduler mode, podAdmission auto on a 1.36 server.
+    Case("the defaults", "overlays/default-scheduler"),
 ]
 # The setups placed by runtimeclass-scheduler, each of which has a copy for an API server
-# without MutatingAdmissionPolicy; the default-scheduler placement has none (the pod
-# webhook has no such placement: the schema and the render refuse it, test_values.py).
+# without MutatingAdmissionPolicy; the default-scheduler mode has none (the pod webhook
+# has no such mode: the render refuses it, test_values.py).
 WEBHOOK_WAY = [case for case in SHIPPED if case.overlay != "overlays/default-scheduler"]
-# The default-scheduler placement by its two values (ci/ also sets podAdmission policy).
-DEFAULT_SCHEDULER = {"labelNodes.enabled": "true", "labelNodes.placement": "default-scheduler"}
 PLACEMENT = "components/default-scheduler-placement"
 
 
 def _default_scheduler_with(*opt_in: str) -> tuple[str, ...]:
     """overlays/default-scheduler's components with ``opt_in`` before the placement's, as
-    an overlay of one's own on deploy/base lists them: the audit and cert-manager patch
-    the extender as the Deployment's second container, and the placement's component
-    leaves it the only one, so on top of overlays/default-scheduler they cannot apply."""
+    an overlay of one's own on deploy/base lists them: the extender's flags then come in
+    the chart's order. On top of overlays/default-scheduler (as docs/install.md's overlays
+    of one's own are written) the same objects render, the flags in another order (the
+    case "default-scheduler overlay + audit + cert-manager")."""
     directory = DEPLOY / "overlays" / "default-scheduler"
     spec = yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
     assert spec["resources"] == ["../../base"]
@@ -111,65 +119,65 @@ def _default_scheduler_with(*opt_in: str) -> tuple[str, ...]:
 
 
 IN_ANOTHER_NAMESPACE = [
-    Case(f"{case.id} in {OTHER}", case.overlay, file=case.file, namespace=OTHER) for case in SHIPPED
+    Case(f"{case.id} in {OTHER}", case.overlay, case.components, case.values, file=case.file, namespace=OTHER)
+    for case in SHIPPED
 ]
 WITH_COMPONENTS = [
-    Case("predicate-mode + audit", "overlays/predicate-mode", (AUDIT,), {"auditRunningPods.enabled": "true"}),
     Case(
-        "alongside-admission + audit in other",
-        "overlays/alongside-admission",
+        "predicate-mode + audit",
+        "overlays/predicate-mode",
         (AUDIT,),
-        {"mode": "alongside-admission", "auditRunningPods.enabled": "true"},
+        {**PREDICATE, "auditRunningPods.enabled": "true"},
+    ),
+    Case(
+        "predicate-mode + node labels + audit in other",
+        "overlays/predicate-mode",
+        (LABEL_NODES, AUDIT),
+        {**PREDICATE, "labelNodes.enabled": "true", "auditRunningPods.enabled": "true"},
         namespace=OTHER,
     ),
     Case(
         "predicate-mode + monitoring",
         "overlays/predicate-mode",
         (MONITORING,),
-        {"monitoring.enabled": "true"},
+        {**PREDICATE, "monitoring.enabled": "true"},
     ),
     Case(
-        "large-cluster + monitoring in other",
-        "overlays/large-cluster",
-        (MONITORING,),
-        {"labelNodes.enabled": "true", "monitoring.enabled": "true"},
+        "predicate-mode + node labels + monitoring in other",
+        "overlays/predicate-mode",
+        (LABEL_NODES, MONITORING),
+        {**PREDICATE, "labelNodes.enabled": "true", "monitoring.enabled": "true"},
         namespace=OTHER,
     ),
     Case(
         "predicate-mode + cert-manager",
         "overlays/predicate-mode",
         CERT_MANAGER,
-        {"certManager.enabled": "true"},
+        {**PREDICATE, "certManager.enabled": "true"},
     ),
     Case(
-        "alongside-admission + cert-manager",
-        "overlays/alongside-admission",
-        CERT_MANAGER,
-        {"mode": "alongside-admission", "certManager.enabled": "true"},
-    ),
-    Case(
-        "large-cluster + cert-manager",
-        "overlays/large-cluster",
-        CERT_MANAGER,
-        {"labelNodes.enabled": "true", "certManager.enabled": "true"},
+        "predicate-mode + node labels + cert-manager",
+        "overlays/predicate-mode",
+        (LABEL_NODES, *CERT_MANAGER),
+        {**PREDICATE, "labelNodes.enabled": "true", "certManager.enabled": "true"},
     ),
     Case(
         "tls + audit + cert-manager + monitoring",
         "overlays/tls",
         (AUDIT, *CERT_MANAGER, MONITORING),
         {
+            **PREDICATE,
             "tls.enabled": "true",
             "auditRunningPods.enabled": "true",
             "certManager.enabled": "true",
             "monitoring.enabled": "true",
         },
     ),
-    Case("default-scheduler", "overlays/default-scheduler", values=DEFAULT_SCHEDULER),
     Case(
         "default-scheduler + monitoring in other",
         "overlays/default-scheduler",
         (MONITORING,),
-        {**DEFAULT_SCHEDULER, "monitoring.enabled": "true"},
+        {"monitoring.enabled": "true"},
         namespace=OTHER,
     ),
     # The audit and cert-manager: overlays/default-scheduler's components on the base,
@@ -178,49 +186,74 @@ WITH_COMPONENTS = [
         "default-scheduler + audit in other",
         "base",
         _default_scheduler_with(AUDIT),
-        {**DEFAULT_SCHEDULER, "auditRunningPods.enabled": "true"},
+        {"mode": "default-scheduler", "auditRunningPods.enabled": "true"},
         namespace=OTHER,
     ),
     Case(
         "default-scheduler + cert-manager",
         "base",
         _default_scheduler_with(*CERT_MANAGER),
-        {**DEFAULT_SCHEDULER, "certManager.enabled": "true"},
+        {"certManager.enabled": "true"},
+    ),
+    Case(
+        "default-scheduler overlay + audit + cert-manager",
+        "overlays/default-scheduler",
+        (AUDIT, *CERT_MANAGER),
+        {"auditRunningPods.enabled": "true", "certManager.enabled": "true"},
+        flag_order=False,
     ),
     Case(
         "default-scheduler + audit + cert-manager + monitoring",
         "base",
         (*_default_scheduler_with(AUDIT, *CERT_MANAGER), MONITORING),
         {
-            **DEFAULT_SCHEDULER,
             "auditRunningPods.enabled": "true",
             "certManager.enabled": "true",
             "monitoring.enabled": "true",
         },
     ),
-    # The overlay appends the requeue flags after its own components' (leader election),
-    # the chart has them before: the one case compared with the flags in any order.
+    # Parts left out: the base with only some components, as deploy/components' comments
+    # describe overlays of one's own. Requeueing off: the overlay appends the requeue
+    # flags after its own components' (leader election), the chart has them before: the
+    # one such case compared with the flags in any order.
     Case(
-        "alongside-admission + requeue",
-        "overlays/alongside-admission",
-        ("components/requeue-pending-pods",),
-        {"mode": "alongside-admission", "requeuePendingPods.enabled": "true"},
+        "predicate-mode without requeueing, then with it",
+        "base",
+        (
+            "components/admission-webhook",
+            "components/pod-admission-policy",
+            "components/leader-election",
+            *PREDICATE_EXTRAS,
+            "components/requeue-pending-pods",
+        ),
+        {**PREDICATE, "requeuePendingPods.enabled": "true"},
         flag_order=False,
     ),
-    # Parts left out: the base with only some components, as deploy/components' comments
-    # describe overlays of one's own.
     Case(
-        "no pod webhook",
+        "predicate-mode without requeueing in other",
         "base",
-        ("components/admission-webhook", "components/leader-election", *ALONGSIDE),
-        {"mode": "alongside-admission", "podAdmission.mode": "none"},
+        (
+            "components/admission-webhook",
+            "components/pod-admission-policy",
+            "components/leader-election",
+            *PREDICATE_EXTRAS,
+        ),
+        {**PREDICATE, "requeuePendingPods.enabled": "false"},
+        namespace=OTHER,
     ),
     Case(
-        "no pod webhook, no leader election, cert-manager",
+        "no pod admission",
         "base",
-        ("components/admission-webhook", *ALONGSIDE, "components/admission-webhook/cert-manager"),
+        ("components/admission-webhook", "components/leader-election", *PREDICATE_EXTRAS),
+        {**PREDICATE, "requeuePendingPods.enabled": "false", "podAdmission.mode": "none"},
+    ),
+    Case(
+        "no pod admission, no leader election, cert-manager",
+        "base",
+        ("components/admission-webhook", *PREDICATE_EXTRAS, "components/admission-webhook/cert-manager"),
         {
-            "mode": "alongside-admission",
+            **PREDICATE,
+            "requeuePendingPods.enabled": "false",
             "podAdmission.mode": "none",
             "leaderElection.enabled": "false",
             "certManager.enabled": "true",
@@ -237,6 +270,8 @@ POD_ADMISSION = [
         Case(
             f"{case.id} without MutatingAdmissionPolicy",
             case.overlay,
+            case.components,
+            case.values,
             file=case.file,
             api_versions=(),
             webhook_way=True,
@@ -244,9 +279,10 @@ POD_ADMISSION = [
         for case in WEBHOOK_WAY
     ),
     Case(
-        "large-cluster without MutatingAdmissionPolicy in other",
-        "overlays/large-cluster",
-        file="large-cluster-values.yaml",
+        "predicate-mode + node labels without MutatingAdmissionPolicy in other",
+        "overlays/predicate-mode",
+        (LABEL_NODES,),
+        file="predicate-labels-values.yaml",
         namespace=OTHER,
         api_versions=(),
         webhook_way=True,
@@ -254,16 +290,16 @@ POD_ADMISSION = [
     Case(
         "predicate-mode, webhook",
         "overlays/predicate-mode",
-        values={"podAdmission.mode": "webhook"},
+        values={**PREDICATE, "podAdmission.mode": "webhook"},
         webhook_way=True,
     ),
     Case(
         "predicate-mode, policy",
         "overlays/predicate-mode",
-        values={"podAdmission.mode": "policy"},
+        values={**PREDICATE, "podAdmission.mode": "policy"},
         api_versions=(),
     ),
-    # The default-scheduler placement's ci/ values name policy: the same on any server.
+    # The default-scheduler mode's ci/ values name policy: the same on any server.
     Case(
         "default-scheduler without MutatingAdmissionPolicy, policy",
         "overlays/default-scheduler",
@@ -273,15 +309,20 @@ POD_ADMISSION = [
     Case(
         "default-scheduler, policy, in other",
         "overlays/default-scheduler",
-        values={**DEFAULT_SCHEDULER, "podAdmission.mode": "policy"},
+        values={"podAdmission.mode": "policy"},
         namespace=OTHER,
         api_versions=(),
     ),
     Case(
-        "large-cluster, policy, cert-manager",
-        "overlays/large-cluster",
-        CERT_MANAGER,
-        {"labelNodes.enabled": "true", "podAdmission.mode": "policy", "certManager.enabled": "true"},
+        "predicate-mode + node labels, policy, cert-manager",
+        "overlays/predicate-mode",
+        (LABEL_NODES, *CERT_MANAGER),
+        {
+            **PREDICATE,
+            "labelNodes.enabled": "true",
+            "podAdmission.mode": "policy",
+            "certManager.enabled": "true",
+        },
         api_versions=(),
     ),
     # Both: the webhook way plus the policies' component, whose flag kustomize appends
@@ -290,24 +331,24 @@ POD_ADMISSION = [
         "predicate-mode, both",
         "overlays/predicate-mode",
         POLICIES,
-        {"podAdmission.mode": "both"},
+        {**PREDICATE, "podAdmission.mode": "both"},
         flag_order=False,
         webhook_way=True,
     ),
     Case(
-        "large-cluster, both, in other",
-        "overlays/large-cluster",
-        POLICIES,
-        {"labelNodes.enabled": "true", "podAdmission.mode": "both"},
+        "predicate-mode + node labels, both, in other",
+        "overlays/predicate-mode",
+        (LABEL_NODES, *POLICIES),
+        {**PREDICATE, "labelNodes.enabled": "true", "podAdmission.mode": "both"},
         namespace=OTHER,
         flag_order=False,
         webhook_way=True,
     ),
     Case(
-        "alongside-admission, both, cert-manager",
-        "overlays/alongside-admission",
+        "predicate-mode, both, cert-manager",
+        "overlays/predicate-mode",
         (*POLICIES, *CERT_MANAGER),
-        {"mode": "alongside-admission", "podAdmission.mode": "both", "certManager.enabled": "true"},
+        {**PREDICATE, "podAdmission.mode": "both", "certManager.enabled": "true"},
         flag_order=False,
         webhook_way=True,
     ),
@@ -330,7 +371,7 @@ def test_every_overlay_is_a_case_in_both_namespaces() -> None:
     assert {case.overlay for case in SHIPPED} == overlays
     assert {case.overlay for case in IN_ANOTHER_NAMESPACE} == overlays
     values_files = {path.name for path in SETUP_VALUES.glob("*-values.yaml")}
-    assert {case.file for case in SHIPPED} <= values_files
+    assert {case.file for case in SHIPPED if case.file} <= values_files
 
 
 def test_every_opt_in_component_is_a_case() -> None:
@@ -381,6 +422,7 @@ def test_the_chart_renders_the_install_pages_overlay_of_ones_own() -> None:
     overlay = render_own(_documented_overlay("install.md", "components/audit-running-pods"))
     chart = template(
         {
+            **PREDICATE,
             "auditRunningPods.enabled": "true",
             "certManager.enabled": "true",
             "extender.image.repository": "REGISTRY/runtimeclass-extender",
@@ -390,11 +432,29 @@ def test_the_chart_renders_the_install_pages_overlay_of_ones_own() -> None:
     assert differences(chart, overlay) == []
 
 
+def test_the_chart_renders_the_pod_webhook_pages_overlay_of_ones_own() -> None:
+    """docs/pod-webhook.md's overlay (predicate mode the pod webhook's way, on the base,
+    with cert-manager and an image of one's registry) is the chart's values for it."""
+    overlay = render_own(_documented_overlay("pod-webhook.md", "- ../deploy/components/pod-webhook "))
+    chart = template(
+        {
+            **PREDICATE,
+            "podAdmission.mode": "webhook",
+            "certManager.enabled": "true",
+            "extender.image.repository": "REGISTRY/runtimeclass-extender",
+            "extender.image.tag": "0.1.0",
+        }
+    )
+    assert differences(chart, overlay, flag_order=False) == []
+
+
 def test_the_chart_renders_the_metrics_pages_overlay_of_ones_own() -> None:
     """docs/metrics.md's overlay (monitoring, its objects labelled for a
     kube-prometheus-stack release) is monitoring.labels."""
     overlay = render_own(_documented_overlay("metrics.md", "components/monitoring"))
-    chart = template({"monitoring.enabled": "true", "monitoring.labels.release": "kube-prometheus-stack"})
+    chart = template(
+        {**PREDICATE, "monitoring.enabled": "true", "monitoring.labels.release": "kube-prometheus-stack"}
+    )
     assert differences(with_the_whole_dashboard(chart), overlay) == []
 
 
@@ -404,7 +464,7 @@ def test_the_chart_renders_the_metrics_pages_overlay_of_ones_own() -> None:
 def test_the_dashboard_is_the_one_object_monitoring_renders_otherwise() -> None:
     """Compared as they are, the chart and the component differ in the dashboard's JSON
     and nowhere else; with the whole dashboard in the chart's place, not at all."""
-    chart = template({"monitoring.enabled": "true"})
+    chart = template({**PREDICATE, "monitoring.enabled": "true"})
     overlay = render("overlays/predicate-mode", MONITORING)
     found = differences(chart, overlay)
     where = f"('ConfigMap', '{NAMESPACE}', '{DASHBOARD_CONFIGMAP}').data.{DASHBOARD_KEY}"
@@ -446,7 +506,7 @@ def test_the_setups_dashboards_differ_by_their_features() -> None:
         return titles | {f"latency: {target['legendFormat']}" for target in latency["targets"]}
 
     predicate = shown({}, "predicate-mode-values.yaml")
-    large = shown({}, "large-cluster-values.yaml")
+    large = shown({}, "predicate-labels-values.yaml")
     minimal = shown({}, "minimal-values.yaml")
     opt_in = shown({}, "opt-in-values.yaml")
     assert large - predicate == {
@@ -462,11 +522,11 @@ def test_the_setups_dashboards_differ_by_their_features() -> None:
     assert "Webhook certificates" in predicate and "Webhook certificates" not in opt_in
     assert not {"Leader election", "Pending pods and requeue", "Webhook certificates"} & minimal
     assert {"Filter calls", "Rejections", "Cluster watch", "Admission webhooks", "Replay"} <= minimal
-    # Alongside admission: requeueing is off unless asked for.
-    assert "Pending pods and requeue" not in shown({}, "alongside-admission-values.yaml")
-    requeueing = shown({"requeuePendingPods.enabled": "true"}, "alongside-admission-values.yaml")
-    assert "Pending pods and requeue" in requeueing
-    # The default-scheduler placement: large-cluster mode's panels but requeueing's.
+    # Requeueing turned off in predicate mode: its panels go.
+    assert "Pending pods and requeue" not in shown(
+        {"requeuePendingPods.enabled": "false"}, "predicate-mode-values.yaml"
+    )
+    # The default-scheduler mode: predicate mode with node labels' panels but requeueing's.
     assert large - shown({}, "default-scheduler-values.yaml") == {
         "Pending pods and requeue",
         "Pending pods and queued nudges",
@@ -475,8 +535,8 @@ def test_the_setups_dashboards_differ_by_their_features() -> None:
     assert shown({}, "default-scheduler-values.yaml") <= large
     # podAdmission decides the pod webhook: policy alone has none, webhook and both have it.
     assert "Pod reviews" not in predicate
-    assert "Pod reviews" in shown({"podAdmission.mode": "webhook"})
-    assert "Pod reviews" in shown({"podAdmission.mode": "both"})
+    assert "Pod reviews" in shown({**PREDICATE, "podAdmission.mode": "webhook"})
+    assert "Pod reviews" in shown({**PREDICATE, "podAdmission.mode": "both"})
 
 
 def test_a_feature_the_chart_does_not_know_fails_the_render(tmp_path: Path) -> None:
@@ -488,7 +548,15 @@ def test_a_feature_the_chart_does_not_know_fails_the_render(tmp_path: Path) -> N
     features["features"] = sorted([*features["features"], "sharding"])
     features_file.write_text(json.dumps(features), encoding="utf-8")
     result = run_helm(
-        "template", "r", str(chart), "--namespace", NAMESPACE, "--set", "monitoring.enabled=true"
+        "template",
+        "r",
+        str(chart),
+        "--namespace",
+        NAMESPACE,
+        "--set",
+        "mode=predicate",
+        "--set",
+        "monitoring.enabled=true",
     )
     assert result.returncode != 0
     assert (
@@ -508,7 +576,7 @@ def test_cert_manager_in_another_namespace_as_the_permissions_page_shows_it() ->
     renders the same objects."""
     documented = _documented_overlay("permissions.md", "components/admission-webhook/cert-manager")
     overlay = render_own(documented.replace("namespace: scheduling", f"namespace: {OTHER}"))
-    chart = template({"certManager.enabled": "true"}, namespace=OTHER)
+    chart = template({**PREDICATE, "certManager.enabled": "true"}, namespace=OTHER)
     assert differences(chart, overlay) == []
     service = one(chart, "Service")
     assert one(chart, "Certificate")["spec"]["dnsNames"][0] == f"{service['metadata']['name']}.{OTHER}.svc"
@@ -517,9 +585,10 @@ def test_cert_manager_in_another_namespace_as_the_permissions_page_shows_it() ->
 
 
 def test_sizes_and_images_are_values_and_change_nothing_else() -> None:
-    plain = template()
+    plain = template(PREDICATE)
     changed = template(
         {
+            **PREDICATE,
             "replicas": "3",
             "extender.image.repository": "registry.example/runtimeclass-extender",
             "extender.image.tag": "9.9.9",
@@ -541,7 +610,7 @@ def test_sizes_and_images_are_values_and_change_nothing_else() -> None:
 
 def test_the_namespace_object_is_left_to_whoever_makes_the_namespace() -> None:
     """namespace.create=false: the same objects without the Namespace."""
-    docs = template({"namespace.create": "false"}, namespace=OTHER)
+    docs = template({**PREDICATE, "namespace.create": "false"}, namespace=OTHER)
     assert differences(docs, render("overlays/predicate-mode", namespace=OTHER)) == [
         "('Namespace', None, 'other'): only in the overlay"
     ]
@@ -561,8 +630,7 @@ def test_files_holds_the_payloads_the_templates_read() -> None:
     assert read == {f"files/{path}" for path in COPIES}
     assert {str(path) for path in COPIES} == {
         "base/scheduler-config.yaml",
-        "overlays/predicate-mode/scheduler-config.yaml",
-        "overlays/large-cluster/scheduler-config.yaml",
+        "components/label-nodes/scheduler-config.yaml",
         "overlays/tls/scheduler-config.yaml",
         "components/monitoring/dashboard.json",
         "components/monitoring/dashboard-features.json",
@@ -581,7 +649,7 @@ def _files_read(text: str) -> set[str]:
     return (
         set(re.findall(r'\.Files\.Get "files/([^"]+)"', text))
         | set(re.findall(r'\(list \. "files/([^"]+)"\)', text))
-        | set(re.findall(r'"((?:base|overlays/[a-z-]+)/scheduler-config\.yaml)"', text))
+        | set(re.findall(r'"((?:base|(?:overlays|components)/[a-z-]+)/scheduler-config\.yaml)"', text))
     )
 
 
@@ -608,7 +676,7 @@ def test_a_changed_template_is_caught(tmp_path: Path) -> None:
     deployment = chart / "templates" / "deployment.yaml"
     deployment.write_text(deployment.read_text(encoding="utf-8").replace("--port=8888", "--port=8889"))
     (chart / "templates" / "pdb.yaml").unlink()
-    found = differences(template(chart=chart), render("overlays/predicate-mode"))
+    found = differences(template(PREDICATE, chart=chart), render("overlays/predicate-mode"))
     assert found == [
         "('PodDisruptionBudget', 'runtimeclass-extender', 'runtimeclass-scheduler'): only in the overlay",
         "('Deployment', 'runtimeclass-extender', 'runtimeclass-scheduler').spec.template.spec"
@@ -617,8 +685,15 @@ def test_a_changed_template_is_caught(tmp_path: Path) -> None:
 
 
 def test_flags_in_another_order_are_caught_unless_asked_otherwise() -> None:
-    chart = template({"mode": "alongside-admission", "requeuePendingPods.enabled": "true"})
-    overlay = render("overlays/alongside-admission", "components/requeue-pending-pods")
+    chart = template({**PREDICATE, "requeuePendingPods.enabled": "true"})
+    overlay = render(
+        "base",
+        "components/admission-webhook",
+        "components/pod-admission-policy",
+        "components/leader-election",
+        *PREDICATE_EXTRAS,
+        "components/requeue-pending-pods",
+    )
     assert differences(chart, overlay) != []
     assert differences(chart, overlay, flag_order=False) == []
 
@@ -637,10 +712,10 @@ def test_a_changed_scheduler_configuration_changes_the_name_as_kustomize_does(tm
     overlays' names: a configuration of other bytes (characters Go's JSON encoder escapes,
     non-ASCII) gets a new name, the one kustomize gives it."""
     chart = _chart_copy(tmp_path)
-    path = "overlays/predicate-mode/scheduler-config.yaml"
+    path = "base/scheduler-config.yaml"
     edited = (DEPLOY / path).read_text(encoding="utf-8") + '# <&> \u00e9 "quoted"\n'
     (chart / "files" / path).write_text(edited, encoding="utf-8")
-    docs = template(chart=chart)
+    docs = template(PREDICATE, chart=chart)
     found = differences(docs, render("overlays/predicate-mode"))
     assert [line for line in found if "only in" in line] == [
         f"('ConfigMap', 'runtimeclass-extender', '{_scheduler_config_name(render('overlays/predicate-mode'))}')"

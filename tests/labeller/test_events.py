@@ -286,7 +286,7 @@ def unschedulable(pod: dict[str, Any], message: str = UNSCHEDULABLE) -> dict[str
 
 
 def admitted(name: str, **extra: Any) -> dict[str, Any]:
-    """A pod of gvisor as large-cluster admission leaves it: its class's label required,
+    """A pod of gvisor as admission with the node labels leaves it: its class's label required,
     its class's toleration."""
     pod = make_pod(name, runtime_class="gvisor", tolerations=[SANDBOX_TOLERATION], **extra)
     pod["spec"]["nodeSelector"] = {f"{PREFIX}/gvisor": "true"}

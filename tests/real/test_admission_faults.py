@@ -1,12 +1,12 @@
 """Faults of pod admission an operator would hit, on kube-apiserver and kube-scheduler 1.36.
 
-- **The RuntimeClass admission plugin on** (alongside admission): it sets and checks a
+- **The RuntimeClass admission plugin on** (the RuntimeClass admission plugin on): it sets and checks a
   pod's overhead from the live class, before the policies. A class whose overhead was
   edited while no replica ran used to make the policy refuse every pod of it against
   its stale table entry ("Pod's Overhead doesn't match"); now the table says the plugin
   runs, and the policy leaves the overhead to it.
 - **A pod without what pod admission gives a pod of its class** (opted out, naming the
-  RuntimeClass scheduler itself): the large-cluster profile's in-tree TaintToleration
+  RuntimeClass scheduler itself): the node labels' profile's in-tree TaintToleration
   filter keeps it off its class's tainted nodes, and it never reaches the extender for
   them. It hears why, naming its class and what it lacks.
 - **The PodAdmissionTable CRD missing** (an upgrade that skipped it): the extender says
@@ -31,7 +31,7 @@ from tests.support.autoscaler import scheduler_configuration, start_scheduler
 from tests.support.control_plane import Assets, ControlPlane
 from tests.support.helm import template as helm_template
 from tests.support.install import install
-from tests.support.manifests import render
+from tests.support.manifests import PREDICATE_LABELS, render
 from tests.support.waiting import wait_for
 
 Json = dict[str, Any]
@@ -91,7 +91,7 @@ def in_tree(assets: Assets) -> Iterator[ControlPlane]:
 
 def test_with_the_admission_plugin_on_a_stale_overhead_entry_refuses_no_pod(in_tree: ControlPlane) -> None:
     in_tree.apply(GVISOR)
-    done = install(in_tree, render("overlays/alongside-admission"))
+    done = install(in_tree, render("overlays/predicate-mode"))
     try:
         wait_for(
             lambda: in_tree.client.request("GET", TABLE).body.get("spec", {}).get("runtimeClassAdmissionPlugin"),
@@ -119,7 +119,7 @@ def test_a_pod_without_its_classs_tolerations_hears_why_it_pends(plane: ControlP
         pytest.skip("kube-scheduler is not in KUBEBUILDER_ASSETS")
     plane.apply(GVISOR)
     plane.ensure_namespace(NAMESPACE)
-    docs = render("overlays/large-cluster")
+    docs = render(PREDICATE_LABELS)
     done = install(plane, docs)
     scheduler = start_scheduler(
         plane, scheduler_configuration(docs), namespace=done.namespace, extender_port=done.extender.port
@@ -175,7 +175,7 @@ def test_without_the_crd_the_leader_labels_nodes_and_says_which_crd_is_missing(n
     plane = new_plane
     plane.apply(GVISOR)
     plane.ensure_namespace(NAMESPACE)
-    docs = [d for d in render("overlays/large-cluster") if d["kind"] != "CustomResourceDefinition"]
+    docs = [d for d in render(PREDICATE_LABELS) if d["kind"] != "CustomResourceDefinition"]
     done = install(plane, docs, start=False)
     plane.add_ready_node("gvisor-m", labels=SELECTOR, taints=[SANDBOX])
     try:
@@ -202,7 +202,7 @@ def test_without_the_crd_the_leader_labels_nodes_and_says_which_crd_is_missing(n
         answer = create(plane, plain)
         assert answer.status == 403 and "paramkind" in answer.message.lower(), answer.message
         # The CRD installed: the table is written, the pod is ready, pods are admitted.
-        crd = next(d for d in render("overlays/large-cluster") if d["kind"] == "CustomResourceDefinition")
+        crd = next(d for d in render(PREDICATE_LABELS) if d["kind"] == "CustomResourceDefinition")
         plane.apply_all([crd])
         done.docs.append(crd)
         wait_for(lambda: readyz(extender.probe_port)[0] == 200, timeout=90, what="ready once the CRD is there")
@@ -221,7 +221,7 @@ def test_a_pod_created_right_after_the_install_is_routed(new_plane: ControlPlane
     plane = new_plane
     plane.apply(GVISOR)
     plane.ensure_namespace(NAMESPACE)
-    done = install(plane, helm_template({"labelNodes.enabled": "true"}))
+    done = install(plane, helm_template({"mode": "predicate", "labelNodes.enabled": "true"}))
     try:
         answer = create(plane, pod("first-0"))
         assert answer.ok, answer.message

@@ -15,7 +15,7 @@ Every case asserts what the real autoscaler did (its log's scale-up plans, the N
 objects it made or tainted, its status ConfigMap) and where the real scheduler bound
 the pod:
 
-- large-cluster mode (what the docs recommend), templates from configuration (scale from
+- predicate mode with the node labels (what the docs recommend), templates from configuration (scale from
   zero, the template labelled as ``node-template`` says) and from the group's live node:
   the gvisor group grows by one, no other group, and the pod binds to the new node;
 - predicate mode: the autoscaler cannot see the class's rules and adds nothing (the pod
@@ -72,7 +72,7 @@ from tests.support.control_plane import Assets, ControlPlane, Process
 from tests.support.helm import refusal
 from tests.support.helm import template as helm_template
 from tests.support.install import Installed, install
-from tests.support.manifests import render
+from tests.support.manifests import PREDICATE_LABELS, render
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("cluster_autoscaler")
@@ -427,14 +427,14 @@ def taint_keys(plane: ControlPlane, node: str) -> list[str]:
     return [t["key"] for t in (answer.body.get("spec") or {}).get("taints") or []] if answer.ok else []
 
 
-# --- large-cluster mode: the right group, and the pod binds there ---------------------------
+# --- predicate mode with the node labels: the right group, and the pod binds there ---------------------------
 
 
 def test_large_cluster_mode_scales_the_gvisor_group_from_zero_with_the_label_in_its_template(
     cloud: ControlPlane, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     # The chart as docs/autoscaling.md installs it on an autoscaled cluster.
-    chart = helm_template({"labelNodes.enabled": "true", "nodeAutoscaling.enabled": "true"})
+    chart = helm_template({"mode": "predicate", "labelNodes.enabled": "true", "nodeAutoscaling.enabled": "true"})
     with scene(cloud, request, chart) as s:
         s.node("plain-a")
         s.node("plain-b")
@@ -463,10 +463,10 @@ def test_large_cluster_mode_scales_the_gvisor_group_from_zero_with_the_label_in_
             assert {"key": "sandbox", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"} in pod[
                 "tolerations"
             ]
-            print(f"large-cluster, scale from zero: gvisor 0->1, {node} bound {seconds:.1f} s after start")
+            print(f"node labels, scale from zero: gvisor 0->1, {node} bound {seconds:.1f} s after start")
 
 
-@pytest.mark.parametrize("overlay", ["overlays/large-cluster", "overlays/default-scheduler"])
+@pytest.mark.parametrize("overlay", [PREDICATE_LABELS, "overlays/default-scheduler"])
 def test_the_gvisor_group_grows_from_its_live_node_in_either_large_cluster_placement(
     cloud: ControlPlane, request: pytest.FixtureRequest, overlay: str
 ) -> None:
@@ -504,8 +504,7 @@ def test_the_default_scheduler_placement_scales_the_gvisor_group_from_zero(
     toleration pod admission gave it; the autoscaler grows the right group."""
     chart = helm_template(
         {
-            "labelNodes.enabled": "true",
-            "labelNodes.placement": "default-scheduler",
+            "mode": "default-scheduler",
             "nodeAutoscaling.enabled": "true",
         }
     )
@@ -535,7 +534,7 @@ def test_predicate_mode_is_refused_where_cluster_autoscaler_runs_and_it_adds_no_
 ) -> None:
     # The chart refuses the combination outright.
     assert "- nodeAutoscaling.enabled=true in predicate mode needs labelNodes.enabled=true" in refusal(
-        {"nodeAutoscaling.enabled": "true"}
+        {"mode": "predicate", "nodeAutoscaling.enabled": "true"}
     )
     gvisor = template("gvisor", labels=SELECTOR, taints=[STARTUP, SANDBOX])
     # cluster-autoscaler runs first (its status ConfigMap written): the extender's first look finds it.
@@ -619,7 +618,7 @@ SCALE_DOWN = {
 }
 
 
-@pytest.mark.parametrize("overlay", ["overlays/predicate-mode", "overlays/large-cluster", "overlays/default-scheduler"])
+@pytest.mark.parametrize("overlay", ["overlays/predicate-mode", PREDICATE_LABELS, "overlays/default-scheduler"])
 def test_scale_down_never_removes_the_node_a_runtimeclass_pod_needs(
     cloud: ControlPlane, request: pytest.FixtureRequest, overlay: str
 ) -> None:
@@ -638,7 +637,7 @@ def _scale_down_keeps_the_node(cloud: ControlPlane, request: pytest.FixtureReque
         s.node("plain-a")
         s.node("plain-b")
         s.member("gvisor-keep", "gvisor", labels=SELECTOR)
-        if overlay.endswith(("large-cluster", "default-scheduler")):
+        if overlay.endswith(("label-nodes", "default-scheduler")):
             wait_for(
                 lambda: LABEL in cloud.client.get("/api/v1/nodes/gvisor-keep")["metadata"]["labels"],
                 timeout=30,
@@ -671,7 +670,7 @@ def _scale_down_keeps_the_node(cloud: ControlPlane, request: pytest.FixtureReque
             assert "annotations" not in admitted
             assert admitted["labels"] == {"app": "sandboxed", "runtimeclass-extender.dev/admitted": "true"}
         else:
-            # The autoscaler sees where the pod may run: the label (large-cluster mode), or
+            # The autoscaler sees where the pod may run: the label (with the node labels), or
             # the class's selector the in-tree plugin merged.
             assert "annotations" not in admitted
         gvisor = template("gvisor", labels=SELECTOR, taints=[STARTUP, SANDBOX])
@@ -720,7 +719,7 @@ def test_a_new_node_waiting_for_its_label_behind_a_busy_labeller_asks_for_no_sec
     kata = {**GVISOR, "metadata": {"name": "kata"}, "scheduling": {"nodeSelector": {"runtime/kata": "true"}}}
     cloud.apply(kata)
     try:
-        with scene(cloud, request, "overlays/large-cluster", extra_flags=["--label-nodes-rate=1"]) as s:
+        with scene(cloud, request, PREDICATE_LABELS, extra_flags=["--label-nodes-rate=1"]) as s:
             for i in range(40):
                 # Cordoned: nothing is scheduled there, only their labels are written.
                 cloud.apply(
@@ -765,7 +764,7 @@ def test_a_new_node_keeps_its_startup_taint_until_a_label_set_20_s_after_registr
         with scene(
             cloud,
             request,
-            "overlays/large-cluster",
+            PREDICATE_LABELS,
             extra_flags=["--startup-taint-grace=90"],
             late_labels={KATA_RUNTIME: "true"},
             late_after=20.0,
@@ -841,7 +840,7 @@ def test_the_node_policy_allows_removing_the_startup_taint_and_no_other_spec_cha
     assert (
         set(openapi["components"]["schemas"]["io.k8s.api.core.v1.NodeSpec"]["properties"]) == NODE_SPEC_FIELDS
     )
-    done = install(cloud, render("overlays/large-cluster"), start=False)
+    done = install(cloud, render(PREDICATE_LABELS), start=False)
     try:
         extender = cloud.client_as(done.namespace, "runtimeclass-extender")
         cloud.add_ready_node("tainted", taints=[STARTUP, SANDBOX])

@@ -1,6 +1,6 @@
-"""The default-scheduler placement on kube-apiserver and kube-scheduler 1.36 (docs/large-clusters.md).
+"""The default-scheduler mode on kube-apiserver and kube-scheduler 1.36 (docs/large-clusters.md).
 
-The chart installed with ``labelNodes.placement=default-scheduler`` (its extender run as
+The chart installed with ``mode=default-scheduler`` (its extender run as
 its own ServiceAccount, tests/support/install.py), and kube-scheduler as Kubernetes
 ships it: its default profile, no extender, no second scheduler. What an operator gets:
 
@@ -50,7 +50,7 @@ GVISOR: Json = {
     },
 }
 NAMESPACE = "sandboxes"
-CHART_VALUES = {"labelNodes.enabled": "true", "labelNodes.placement": "default-scheduler"}
+CHART_VALUES = {"mode": "default-scheduler"}
 REFUSED = "pod rejected: RuntimeClass {name} is not in the pod admission table runtimeclass-extender yet"
 
 

@@ -22,13 +22,19 @@ import yaml
 from tests.support.paths import REPO
 
 DEPLOY = REPO / "deploy"
-OVERLAYS = (
-    "overlays/predicate-mode",
-    "overlays/alongside-admission",
-    "overlays/large-cluster",
-    "overlays/tls",
-    "overlays/default-scheduler",
-)
+# Predicate mode with the derived node labels: an overlay of one's own on
+# overlays/predicate-mode that lists components/label-nodes (docs/large-clusters.md),
+# what the chart's labelNodes.enabled=true renders.
+PREDICATE_LABELS = "overlays/predicate-mode + components/label-nodes"
+# Every setup deploy/ ships or the docs build from it, as ``render`` takes them: the
+# overlays, and the names of setups that add components to one.
+SETUPS: dict[str, tuple[str, ...]] = {
+    "overlays/predicate-mode": ("overlays/predicate-mode",),
+    PREDICATE_LABELS: ("overlays/predicate-mode", "components/label-nodes"),
+    "overlays/tls": ("overlays/tls",),
+    "overlays/default-scheduler": ("overlays/default-scheduler",),
+}
+OVERLAYS = tuple(SETUPS)
 
 Manifest = dict[str, Any]
 
@@ -43,8 +49,10 @@ def _kubectl() -> str:
 def render(kustomization: str, *components: str, namespace: str | None = None) -> tuple[Manifest, ...]:
     """``deploy/<kustomization>``, with ``components`` and ``namespace`` added by an
     overlay of our own when given (kustomize accepts relative paths only). Rendered
-    once; each caller gets objects of its own, which it may change."""
-    return copy.deepcopy(_render(kustomization, *components, namespace=namespace))
+    once; each caller gets objects of its own, which it may change. A name of ``SETUPS``
+    stands for its overlay and components."""
+    kustomization, *more = SETUPS.get(kustomization, (kustomization,))
+    return copy.deepcopy(_render(kustomization, *more, *components, namespace=namespace))
 
 
 @cache
@@ -100,8 +108,10 @@ def render_webhook_way(overlay: str, *components: str, namespace: str | None = N
     """``deploy/<overlay>`` the webhook way (``webhook_way``), with ``components`` and
     ``namespace`` added as ``render`` adds them: every overlay is copied beside
     deploy/overlays (its relative paths stay right, and tls's ../predicate-mode is the
-    copy) and edited. Rendered once; each caller gets objects of its own."""
-    return copy.deepcopy(_render_webhook_way(overlay, *components, namespace=namespace))
+    copy) and edited. Rendered once; each caller gets objects of its own. A name of
+    ``SETUPS`` stands for its overlay and components."""
+    overlay, *more = SETUPS.get(overlay, (overlay,))
+    return copy.deepcopy(_render_webhook_way(overlay, *more, *components, namespace=namespace))
 
 
 @cache

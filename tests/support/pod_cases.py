@@ -4,8 +4,8 @@ The same table is admitted by the pod admission policies and by the pod webhook,
 test API server (tests/admission/test_pod_admission_both_ways.py) and on kube-apiserver
 itself (tests/real/test_pod_admission.py): the pods that come out must be the same both
 ways, and each as ``EXPECTED`` says. Three setups: predicate mode (routing and
-overhead), large-cluster mode with the bundled policy (and the label requirement), and
-large-cluster mode with a policy that enables the runtime-handler check, where every
+overhead), predicate mode with the node labels with the bundled policy (and the label requirement), and
+predicate mode with the node labels with a policy that enables the runtime-handler check, where every
 class has node rules.
 """
 
@@ -29,7 +29,7 @@ from policies.node_affinity import NODE_SELECTOR_TERM_ANNOTATION
 from policies.quantity import resource_lists_equal
 from policies.registry import Policy
 from tests.support.apiserver import FakeApiServer, ResourceType
-from tests.support.manifests import one, render, render_webhook_way
+from tests.support.manifests import PREDICATE_LABELS, one, render, render_webhook_way
 from tests.support.paths import REPO
 
 Manifest = dict[str, Any]
@@ -113,7 +113,7 @@ GVISOR_TOLERATIONS = [
     # NoExecute: the pod's own business (the extender never counts a class's).
     {"key": "evict-me", "operator": "Exists", "effect": "NoExecute"},
 ]
-# What a pod of gvisor gets in large-cluster mode (extender/admission/pod_table.py).
+# What a pod of gvisor gets with the node labels (extender/admission/pod_table.py).
 GVISOR_POD_TOLERATIONS = [
     SANDBOX_TOLERATION,
     {"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"},
@@ -175,7 +175,7 @@ class PodCase:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, str]] | None = None
-    # In large-cluster mode only (a label value that conflicts).
+    # In predicate mode with the node labels only (a label value that conflicts).
     large_only: bool = False
 
     def manifest(self) -> Manifest:
@@ -272,7 +272,7 @@ class Setup:
 
     def policies_way(self) -> list[Manifest]:
         """What the overlay applies for pod admission, as shipped, with the table as the
-        extender's leader (with --label-nodes in large-cluster mode) fills it."""
+        extender's leader (with --label-nodes with the node labels) fills it."""
         docs = render(self.overlay)
         wanted = [
             copy.deepcopy(d)
@@ -309,8 +309,8 @@ class Setup:
 
 SETUPS = [
     Setup("predicate-mode", "overlays/predicate-mode"),
-    Setup("large-cluster", "overlays/large-cluster", label_nodes=True),
-    Setup("large-cluster, runtime-handler policy", "overlays/large-cluster", True, RUNTIME_HANDLER_POLICY),
+    Setup("predicate-mode + node labels", PREDICATE_LABELS, label_nodes=True),
+    Setup("predicate-mode + node labels, runtime-handler policy", PREDICATE_LABELS, True, RUNTIME_HANDLER_POLICY),
 ]
 # The policies alone (the pod webhook has no default-scheduler placement).
 DEFAULT_SCHEDULER = Setup("default-scheduler", "overlays/default-scheduler", label_nodes=True, default_scheduler=True)
@@ -418,7 +418,7 @@ DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unrea
 def _tolerating(
     *own: dict[str, str], covering: Sequence[dict[str, str]] = ()
 ) -> Callable[[Setup], list[dict[str, str]]]:
-    """A gvisor pod's tolerations: its ``own``, and in large-cluster mode its class's it
+    """A gvisor pod's tolerations: its ``own``, and with the node labels its class's it
     does not carry, nor has one ``covering`` (as the in-tree plugin merges them: the
     autoscalers read them)."""
 
@@ -481,8 +481,8 @@ def _gvisor(
     tolerations: Callable[[Setup], list[dict[str, str]]] | None = None,
     scheduler: str = SCHEDULER,
 ) -> Callable[[Setup, Admitted], None]:
-    """A pod of gvisor as admitted: its overhead, its label (large-cluster mode) or the
-    autoscalers' annotations (without), its class's tolerations (large-cluster mode)."""
+    """A pod of gvisor as admitted: its overhead, its label (with the node labels) or the
+    autoscalers' annotations (without), its class's tolerations (with the node labels)."""
     return _pod(
         scheduler=scheduler,
         overhead=overhead,

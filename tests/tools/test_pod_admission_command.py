@@ -19,7 +19,7 @@ from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import runtime_class_from_api
 from extender.policy_file import load_policy
 from tests.support.apiserver import PODS, RUNTIME_CLASSES, SECRETS, FakeApiServer
-from tests.support.manifests import render
+from tests.support.manifests import PREDICATE_LABELS, render
 from tests.support.pod_cases import (
     CLASSES,
     DEFAULT_SCHEDULER,
@@ -38,7 +38,7 @@ PREFIX = "runtimeclass.node-restriction.kubernetes.io"
 def _pod_policies(overlay: str, policy: Path | None = None) -> list[dict[str, Any]]:
     """The overlay's pod admission (the CRD, the policies and their bindings, copies:
     ``render`` caches what it renders) and the table as the extender's leader writes it
-    for ``SHORT`` (with --label-nodes in large-cluster mode, under ``policy``)."""
+    for ``SHORT`` (with --label-nodes with the node labels, under ``policy``)."""
     docs = [
         copy.deepcopy(d)
         for d in render(overlay)
@@ -52,7 +52,7 @@ def _pod_policies(overlay: str, policy: Path | None = None) -> list[dict[str, An
             "apiVersion": TABLES.api_version,
             "kind": TABLES.kind,
             "metadata": {"name": TABLE},
-            "spec": table_spec(entries, label_nodes=overlay.endswith("large-cluster")),
+            "spec": table_spec(entries, label_nodes=overlay.endswith("label-nodes")),
         },
     ]
 
@@ -121,7 +121,7 @@ async def test_the_label_requirement_follows_the_policy_file(
     under that policy; a policy file that makes every class have node rules
     (RuntimeHandler) does not agree with it until the extender runs with the same file
     and writes the table again, and the check says for which classes."""
-    classes.apply(_pod_policies("overlays/large-cluster"))
+    classes.apply(_pod_policies(PREDICATE_LABELS))
     kubeconfig = ["--kubeconfig", str(fake_kubeconfig), "-o", "json"]
     status, out, _ = await _run(capsys, *kubeconfig)
     assert status == 0, out
@@ -134,7 +134,7 @@ async def test_the_label_requirement_follows_the_policy_file(
     assert status == 1
     differing = {r["runtimeClass"] for r in json.loads(out)["results"] if r["differences"]}
     assert differing == {"kata", "plain", "empty-selector", "empty-overhead"}
-    classes.apply(_pod_policies("overlays/large-cluster", policy))
+    classes.apply(_pod_policies(PREDICATE_LABELS, policy))
     status, out, _ = await _run(capsys, *kubeconfig, "--policy-file", str(policy))
     assert status == 0, out
 

@@ -7,42 +7,53 @@ app.kubernetes.io/part-of: runtimeclass-extender
 {{- end }}
 
 {{/*
-"true" in the default-scheduler placement (labelNodes.placement, overlays/default-scheduler):
-the cluster's own scheduler places the pods, and components/default-scheduler-placement
-leaves out kube-scheduler's container, configuration, ServiceAccount and RBAC and the
-extender's token Secret, runs the pod as the extender's ServiceAccount and adds its guard.
-values.schema.json admits it only with labelNodes and the pod admission policies.
+"true" in the default-scheduler mode (mode, overlays/default-scheduler): the cluster's own
+scheduler places the pods, and components/default-scheduler-placement leaves out
+kube-scheduler's container, configuration, ServiceAccount and RBAC and the extender's
+token Secret, runs the pod as the extender's ServiceAccount and adds its guard.
+_validate.tpl admits it only with the node labels and the pod admission policies.
 */}}
 {{- define "runtimeclass-extender.defaultScheduler" -}}
-{{- if eq .Values.labelNodes.placement "default-scheduler" }}true{{ end -}}
+{{- if eq .Values.mode "default-scheduler" }}true{{ end -}}
 {{- end }}
 
 {{/*
-"true" when pending pods are requeued, "" when not: requeuePendingPods.enabled, or when
-it is null the mode's default (on in predicate mode, as overlays/predicate-mode, tls and
-large-cluster have it; off alongside admission, as overlays/alongside-admission, and in
-the default-scheduler placement, as overlays/default-scheduler, where no pod waits for
-runtimeclass-scheduler).
+"true" with the derived node labels (components/label-nodes): labelNodes.enabled, or when
+it is null the mode's default (on in the default-scheduler mode, which places the pods by
+them; off in predicate mode).
 */}}
-{{- define "runtimeclass-extender.requeue" -}}
-{{- $enabled := .Values.requeuePendingPods.enabled -}}
+{{- define "runtimeclass-extender.labelNodes" -}}
+{{- $enabled := .Values.labelNodes.enabled -}}
 {{- if kindIs "invalid" $enabled -}}
-{{- $enabled = and (eq .Values.mode "predicate") (not (include "runtimeclass-extender.defaultScheduler" .)) -}}
+{{- $enabled = eq .Values.mode "default-scheduler" -}}
 {{- end -}}
 {{- if $enabled }}true{{ end -}}
 {{- end }}
 
 {{/*
-The KubeSchedulerConfiguration, byte for byte the file of the matching overlay (copied
-under files/ with deploy/'s paths; tests/helm/ checks each copy). values.schema.json
-admits only the combinations some overlay ships.
+"true" when pending pods are requeued, "" when not: requeuePendingPods.enabled, or when
+it is null the mode's default (on in predicate mode, as overlays/predicate-mode and tls
+have it; off in the default-scheduler mode, as overlays/default-scheduler, where no pod
+waits for runtimeclass-scheduler).
+*/}}
+{{- define "runtimeclass-extender.requeue" -}}
+{{- $enabled := .Values.requeuePendingPods.enabled -}}
+{{- if kindIs "invalid" $enabled -}}
+{{- $enabled = eq .Values.mode "predicate" -}}
+{{- end -}}
+{{- if $enabled }}true{{ end -}}
+{{- end }}
+
+{{/*
+The KubeSchedulerConfiguration of predicate mode, byte for byte the file of the matching
+overlay or component (copied under files/ with deploy/'s paths; tests/helm/ checks each
+copy): the base's, the node labels', or the tls overlay's. _validate.tpl admits only the
+combinations something in deploy/ ships.
 */}}
 {{- define "runtimeclass-extender.schedulerConfig" -}}
-{{- $file := "overlays/predicate-mode/scheduler-config.yaml" -}}
-{{- if eq .Values.mode "alongside-admission" -}}
-{{- $file = "base/scheduler-config.yaml" -}}
-{{- else if .Values.labelNodes.enabled -}}
-{{- $file = "overlays/large-cluster/scheduler-config.yaml" -}}
+{{- $file := "base/scheduler-config.yaml" -}}
+{{- if include "runtimeclass-extender.labelNodes" . -}}
+{{- $file = "components/label-nodes/scheduler-config.yaml" -}}
 {{- else if .Values.tls.enabled -}}
 {{- $file = "overlays/tls/scheduler-config.yaml" -}}
 {{- end -}}
@@ -93,7 +104,7 @@ or for "auto" policy where the API server serves admissionregistration.k8s.io/v1
 MutatingAdmissionPolicy (Kubernetes 1.36), else webhook. helm install and upgrade read
 what the cluster serves; helm template knows only what --api-versions tells it.
 
-The default-scheduler placement needs the policies (_validate.tpl refuses webhook, both
+The default-scheduler mode needs the policies (_validate.tpl refuses webhook, both
 and none there, and runs first: every template that renders pod admission asks this);
 auto choosing the webhook, which the values alone cannot show, fails the render too.
 */}}
@@ -104,7 +115,7 @@ auto choosing the webhook, which the values alone cannot show, fails the render 
 {{- $mode = ternary "policy" "webhook" (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") -}}
 {{- end -}}
 {{- if and (include "runtimeclass-extender.defaultScheduler" .) (ne $mode "policy") -}}
-{{- fail "labelNodes.placement=default-scheduler needs the pod admission policies, and podAdmission.mode auto chose the pod webhook: the API server does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36), and the pod webhook has no default-scheduler placement. On a 1.36 API server, helm template (and a GitOps tool) needs --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy, or set podAdmission.mode=policy; on an older one, keep labelNodes.placement=runtimeclass-scheduler" -}}
+{{- fail "mode=default-scheduler needs the pod admission policies, and podAdmission.mode auto chose the pod webhook: the API server does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36), and the pod webhook has no default-scheduler mode. On a 1.36 API server, helm template (and a GitOps tool) needs --api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy, or set podAdmission.mode=policy; before 1.36, install predicate mode: --set mode=predicate (docs/install.md#which-mode-do-i-install)" -}}
 {{- end -}}
 {{- $mode -}}
 {{- end }}
@@ -148,7 +159,7 @@ the render.
 {{- define "runtimeclass-extender.dashboardFeatures" -}}
 always: true
 requeue: {{ include "runtimeclass-extender.requeue" . | eq "true" }}
-labelNodes: {{ .Values.labelNodes.enabled }}
+labelNodes: {{ include "runtimeclass-extender.labelNodes" . | eq "true" }}
 audit: {{ .Values.auditRunningPods.enabled }}
 podWebhook: {{ include "runtimeclass-extender.podWebhook" . | eq "true" }}
 leaderElection: {{ .Values.leaderElection.enabled }}
