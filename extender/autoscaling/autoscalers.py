@@ -6,12 +6,13 @@ nodes and on each node group's template, never by calling extenders
 extenders"); Karpenter provisions from a pod's own scheduling requirements. Either sees a
 RuntimeClass's node rules only where they are in the pod's spec:
 
-- with ``label-nodes`` (large-cluster mode), the class's derived label, which pod
-  admission requires of its pods: every class is seen;
-- with the RuntimeClass admission plugin on (alongside admission), the class's
+- with ``label-nodes`` (the default-scheduler mode, or predicate mode with the node
+  labels), the class's derived label, which pod admission requires of its pods: every
+  class is seen;
+- with the API server's RuntimeClass admission plugin on, the class's
   ``scheduling.nodeSelector``, which the plugin merges into its pods: a class whose
   rules are only that selector is seen (``ClassLabels.visible_selector``);
-- otherwise (predicate mode) no class with node rules is seen.
+- otherwise (predicate mode without the labels) no class with node rules is seen.
 
 For a class that is not seen, an autoscaler adds no node for a pending pod that fits an
 existing node by the in-tree filters (one the extender then rejects), and would move a
@@ -88,8 +89,8 @@ def warning(
         f"{_who_runs(autoscalers)} in this cluster and cannot see the node rules of RuntimeClass {names}: it will add no "
         "node for their pending pods when an existing node fits them by kube-scheduler's own filters, and "
         "it would move their running pods to any node with room (pod admission marks those pods not to "
-        "be moved). Use large-cluster mode (label-nodes), or alongside admission for classes whose rules "
-        "are their scheduling.nodeSelector alone (docs/autoscaling.md)"
+        "be moved). Turn on the node labels: predicate mode with labelNodes.enabled=true, or "
+        "components/label-nodes (docs/autoscaling.md)"
     )
 
 
@@ -98,8 +99,8 @@ def class_warning(autoscalers: Sequence[Found], runtime_class: RuntimeClassView,
     return (
         f"{_who_runs(autoscalers)} in this cluster and cannot see the node rules of RuntimeClass {runtime_class.name} "
         f"({rules.describe(runtime_class)}) in its pods: it will add no node for a pending pod of the class "
-        "when an existing node fits the pod by kube-scheduler's own filters; use large-cluster mode "
-        "(docs/autoscaling.md)"
+        "when an existing node fits the pod by kube-scheduler's own filters; turn on the node labels "
+        "(labelNodes.enabled=true, or components/label-nodes; docs/autoscaling.md)"
     )
 
 

@@ -3,7 +3,7 @@
 cluster-autoscaler adds a node to a group when the group's *template* passes
 kube-scheduler's in-tree filters for a pending pod; Karpenter launches a node when a
 NodePool's template satisfies the pod's requirements. Neither calls the extender, so in
-large-cluster mode a pod of a class is seen to fit a group only when the group's template
+predicate mode with the node labels a pod of a class is seen to fit a group only when the group's template
 carries the class's derived label (``runtimeclass.node-restriction.kubernetes.io/<class>:
 "true"``), which the pod requires. The template is copied from a live node of the group
 when there is one (the labeller has labelled it), and taken from configuration when the
@@ -18,7 +18,7 @@ provider takes it (docs/autoscaling.md).
   cannot run, or no class at all): the labeller removes them from every node that
   arrives with them, and meanwhile the autoscaler believes the group can run that class;
 - the taints of the template that a pod of a class must tolerate itself for the
-  autoscaler to pick the group: it judges a pod's own tolerations. In large-cluster mode
+  autoscaler to pick the group: it judges a pod's own tolerations. In predicate mode with the node labels
   pod admission gives each pod its class's tolerations for NoSchedule taints (as the
   in-tree plugin merges them: extender.admission.pod_table), so those are the NoExecute
   taints and the NoSchedule ones the class does not tolerate.
@@ -58,8 +58,13 @@ class ClassVerdict:
 
     name: str
     runs: bool
-    # The derived label the template must carry (a class it runs, with node rules).
+    # The derived label the template must carry (a class it runs, with node rules that
+    # are not in its pods already).
     label: str | None = None
+    # The class's scheduling.nodeSelector, which the RuntimeClass admission plugin puts
+    # into its pods in place of the label requirement (a class whose rules are that
+    # selector alone, where the plugin runs): the template already carries it.
+    selector: dict[str, str] | None = None
     # Why its nodes cannot run it: the class's node rules, in words.
     rules: str = ""
     # The template's taints a pod of the class must tolerate in its own spec.
@@ -85,8 +90,14 @@ def placement_taints(node: NodeView) -> list[Taint]:
     ]
 
 
-def judge(node: NodeView, classes: Iterable[RuntimeClassView], rules: ClassLabels) -> TemplateVerdict:
-    """Which classes the template's nodes run, and what the template must carry."""
+def judge(
+    node: NodeView, classes: Iterable[RuntimeClassView], rules: ClassLabels, *, admission_plugin: bool = False
+) -> TemplateVerdict:
+    """Which classes the template's nodes run, and what the template must carry.
+    ``admission_plugin``: the API server runs the RuntimeClass admission plugin, which
+    puts a class's scheduling.nodeSelector and tolerations into its pods, so that a
+    class whose rules are that selector alone needs no derived label (pod admission
+    requires none of its pods: extender.admission.pod_table's ``unlessNodeSelector``)."""
     verdicts: list[ClassVerdict] = []
     labels: dict[str, str] = {}
     taints = placement_taints(node)
@@ -94,11 +105,16 @@ def judge(node: NodeView, classes: Iterable[RuntimeClassView], rules: ClassLabel
         if not rules.passes(runtime_class, node):
             verdicts.append(ClassVerdict(runtime_class.name, False, rules=rules.describe(runtime_class)))
             continue
-        label = rules.key(runtime_class.name) if rules.has_node_rules(runtime_class) else None
+        selector = rules.visible_selector(runtime_class) if admission_plugin else None
+        ruled = rules.has_node_rules(runtime_class) and selector is None
+        label = rules.key(runtime_class.name) if ruled else None
         if label is not None:
             labels[label] = LABEL_VALUE
-        own = tuple(str(t) for t in taints if not merged_toleration(t, runtime_class))
-        verdicts.append(ClassVerdict(runtime_class.name, True, label=label, taints=own))
+        own = tuple(
+            str(t) for t in taints if not merged_toleration(t, runtime_class, admission_plugin=admission_plugin)
+        )
+        kept = dict(selector) if selector else None
+        verdicts.append(ClassVerdict(runtime_class.name, True, label=label, selector=kept, taints=own))
     owned = rules.owned(node.labels)
     return TemplateVerdict(
         verdicts,
@@ -108,10 +124,13 @@ def judge(node: NodeView, classes: Iterable[RuntimeClassView], rules: ClassLabel
     )
 
 
-def merged_toleration(taint: Taint, runtime_class: RuntimeClassView) -> bool:
-    """Pod admission puts a toleration of ``taint`` into the class's pods (large-cluster
-    mode: the class's tolerations for NoSchedule taints; a NoExecute taint needs the
-    pod's own)."""
+def merged_toleration(taint: Taint, runtime_class: RuntimeClassView, *, admission_plugin: bool = False) -> bool:
+    """Admission puts a toleration of ``taint`` into the class's pods: the RuntimeClass
+    admission plugin, where it runs, every toleration of the class; pod admission, with
+    the node labels, the class's tolerations for NoSchedule taints (a NoExecute taint
+    then needs the pod's own)."""
+    if admission_plugin and tolerated_by_any(taint, list(runtime_class.tolerations)):
+        return True
     honoured = [t for t in runtime_class.tolerations if t.effect in ("", "NoSchedule")]
     return taint.effect == "NoSchedule" and tolerated_by_any(taint, honoured)
 

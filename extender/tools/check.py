@@ -60,6 +60,7 @@ from extender.documents import DocumentError, load_document, load_documents
 from extender.policy_file import load_policy
 from extender.tools.images import GET_THE_IMAGE, UnservedImage, unserved_images
 from extender.tools.inputs import STDIN, load_state, read_text
+from extender.tools.installed import installed_in
 from extender.tools.output import EXIT_USAGE, UsageError, guarded, print_structured
 from policies.objects import RuntimeClassView
 
@@ -456,14 +457,13 @@ def _autoscalers(args: argparse.Namespace, state: ClusterState) -> Callable[[Run
     if (karpenter_found := karpenter(state.nodes.values())) is not None:
         found.append(karpenter_found)
     rules = ClassLabels(args.node_label_prefix, load_policy(None))
+    # How the classes' rules reach their pods: as the extender's table says, unless told.
+    installed = installed_in(args)
+    label_nodes = bool(args.label_nodes or installed.label_nodes)
+    plugin = installed.plugin(args.runtimeclass_admission_plugin)
 
     def warnings(runtime_class: RuntimeClassView) -> list[str]:
-        blind = unseen(
-            [runtime_class],
-            rules,
-            label_nodes=args.label_nodes,
-            admission_plugin=args.runtimeclass_admission_plugin,
-        )
+        blind = unseen([runtime_class], rules, label_nodes=label_nodes, admission_plugin=plugin)
         return [class_warning(found, runtime_class, rules)] if found and blind else []
 
     return warnings

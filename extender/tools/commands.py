@@ -238,13 +238,17 @@ def add_check_command(commands: Any, *, prog: str) -> None:
     autoscaling.add_argument(
         "--label-nodes",
         action="store_true",
-        help="the extender runs in large-cluster mode: every class's label is in its pods",
+        help="the extender keeps the derived node labels (the default-scheduler mode, or predicate mode "
+        "with them): every class's label is in its pods (default: what the pod admission table says)",
     )
+    _add_plugin_argument(autoscaling)
     autoscaling.add_argument(
-        "--runtimeclass-admission-plugin",
-        action="store_true",
-        help="the API server runs the RuntimeClass admission plugin (alongside admission): a class's "
-        "scheduling.nodeSelector is in its pods",
+        "--pod-admission-table",
+        default="runtimeclass-extender",
+        metavar="NAME",
+        help="the extender's PodAdmissionTable, which says whether it keeps the node labels and whether "
+        "the API server runs the RuntimeClass admission plugin (read if it can be; default: "
+        "runtimeclass-extender)",
     )
     autoscaling.add_argument(
         "--cluster-autoscaler-status",
@@ -329,6 +333,21 @@ def _add_label_prefix_argument(parser: Any) -> None:
     )
 
 
+def _add_plugin_argument(parser: Any) -> None:
+    parser.add_argument(
+        "--runtimeclass-admission-plugin",
+        choices=("auto", "on", "off"),
+        nargs="?",
+        const="on",
+        default="auto",
+        metavar="auto|on|off",
+        help="whether the API server runs the RuntimeClass admission plugin, which puts a class's "
+        "scheduling.nodeSelector and tolerations into its pods (managed clusters and kubeadm run it). "
+        "auto (the default): what the extender found out, from its pod admission table; without the "
+        "table (a cluster file, no extender yet), on, as kube-apiserver ships it. The flag alone: on",
+    )
+
+
 def _add_table_output_argument(parser: Any) -> None:
     parser.add_argument(
         "--pod-admission-table",
@@ -355,7 +374,7 @@ def add_node_template_command(commands: Any, *, prog: str) -> None:
         "cluster-autoscaler and Karpenter (exit 1 when it carries one it must not)",
         description="Judge a node group's template (a Node manifest with --node, or its labels and taints "
         "with --label and --taint) against the RuntimeClasses (from --cluster-file or the live cluster) as "
-        "the large-cluster labeller would: which classes its nodes will run, the derived label each needs "
+        "the node labeller would: which classes its nodes will run, the derived label each needs "
         "in the template for an autoscaler to scale the group from zero, labels under the prefix it must "
         "not carry, and taints pods must tolerate themselves; then the labels as each provider takes them "
         "(AWS Auto Scaling group tags, the Cluster API annotation, a Karpenter NodePool, a Node, the gcloud "
@@ -387,6 +406,7 @@ def add_node_template_command(commands: Any, *, prog: str) -> None:
         "live cluster of the kubeconfig)",
     )
     _add_label_prefix_argument(parser)
+    _add_plugin_argument(parser)
     parser.add_argument(
         "--startup-taint",
         default=DEFAULT_STARTUP_TAINT,

@@ -19,17 +19,19 @@ labeller removes it from every node that arrives with it); 2 on bad input.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
 
-from extender.autoscaling.node_templates import PROVIDERS, TemplateVerdict, judge, snippets
+from extender.autoscaling.node_templates import PROVIDERS, ClassVerdict, TemplateVerdict, judge, snippets
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import ObjectError, node_from_api
 from extender.documents import DocumentError, load_document
 from extender.policy_file import load_policy
 from extender.protocol import check_kind
 from extender.tools.inputs import empty_input, load_state, read_text
+from extender.tools.installed import AUTO, Installed, installed_in
 from extender.tools.output import UsageError, guarded, print_structured, print_table
 from policies.node_affinity import label_key_errors
 from policies.objects import NodeView, Taint
@@ -94,6 +96,7 @@ def _document(verdict: TemplateVerdict, found: dict[str, str], node: NodeView) -
                 "name": v.name,
                 "runs": v.runs,
                 "label": v.label,
+                "selector": v.selector,
                 "rules": v.rules,
                 "podMustTolerate": list(v.taints),
             }
@@ -113,11 +116,13 @@ def run_node_template(args: argparse.Namespace) -> int:
     node = read_template(args)
     rules = ClassLabels(args.node_label_prefix, load_policy(args.policy_file))
     state = load_state(args)
-    verdict = judge(node, state.runtime_classes.values(), rules)
+    installed = installed_in(args)
+    plugin = installed.plugin(args.runtimeclass_admission_plugin)
+    verdict = judge(node, state.runtime_classes.values(), rules, admission_plugin=plugin)
     providers = PROVIDERS if args.provider == "all" else (args.provider,)
     found = {p: text for p, text in snippets(verdict.labels, args.startup_taint).items() if p in providers}
     if args.output != "table":
-        print_structured(_document(verdict, found, node), args.output)
+        print_structured({**_document(verdict, found, node), "runtimeClassAdmissionPlugin": plugin}, args.output)
         return EXIT_STRAY if verdict.stray else EXIT_OK
     rows = []
     for v in verdict.classes:
@@ -126,7 +131,7 @@ def run_node_template(args: argparse.Namespace) -> int:
                 [
                     v.name,
                     "yes",
-                    f"{v.label}={verdict.labels[v.label]}" if v.label else "(none: no node rules)",
+                    _template_label(v, verdict.labels),
                 ]
             )
         else:
@@ -139,11 +144,16 @@ def run_node_template(args: argparse.Namespace) -> int:
         if verdict.classes
         else "No RuntimeClasses.",
     )
-    lines = []
+    lines = [_plugin_note(plugin, installed, args.runtimeclass_admission_plugin)]
     if verdict.missing:
         lines.append("The template must carry, and does not yet: " + _pairs(verdict.missing))
     elif verdict.labels:
         lines.append("The template carries every label its nodes need.")
+    elif any(v.runs and v.selector for v in verdict.classes):
+        lines.append(
+            "The template needs no derived label: the pods of the classes its nodes run carry their "
+            "class's scheduling.nodeSelector, which its labels match."
+        )
     for key in verdict.stray:
         lines.append(
             f"The template must not carry {key}: its nodes cannot run that class (the extender removes it)."
@@ -161,5 +171,25 @@ def run_node_template(args: argparse.Namespace) -> int:
     return EXIT_STRAY if verdict.stray else EXIT_OK
 
 
-def _pairs(labels: dict[str, str]) -> str:
+def _template_label(verdict: ClassVerdict, labels: dict[str, str]) -> str:
+    if verdict.label:
+        return f"{verdict.label}={labels[verdict.label]}"
+    if verdict.selector:
+        return f"(none: its pods carry scheduling.nodeSelector {_pairs(verdict.selector)})"
+    return "(none: no node rules)"
+
+
+def _plugin_note(plugin: bool, installed: Installed, choice: str) -> str:
+    """Which way the classes' rules reach their pods was taken, and why."""
+    if choice != AUTO:
+        why = f"--runtimeclass-admission-plugin={choice}"
+    elif installed.admission_plugin is not None:
+        why = "the extender found it out"
+    else:
+        why = "as kube-apiserver ships it; --runtimeclass-admission-plugin=off if yours does not"
+    runs = "runs" if plugin else "does not run"
+    return f"The API server {runs} the RuntimeClass admission plugin ({why})."
+
+
+def _pairs(labels: Mapping[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))

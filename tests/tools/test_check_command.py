@@ -34,6 +34,7 @@ from tests.support.admission import runtime_class
 from tests.support.apiserver.objects import make_node
 from tests.support.apiserver.server import CONFIGMAPS, NODES, FakeApiServer
 from tests.support.autoscaler import status_configmap
+from tests.support.manifests import render
 from tests.support.paths import EXAMPLE_CLUSTER, EXAMPLES, REPO
 
 ANNOTATION_PATH = f"metadata.annotations[{NODE_SELECTOR_TERM_ANNOTATION}]"
@@ -608,27 +609,85 @@ async def test_live_cluster_with_cluster_autoscaler_warns_of_the_classes_it_cann
     fake_kubeconfig: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """cluster-autoscaler runs (its status ConfigMap is there): in predicate mode it cannot
-    see a class's rules, in large-cluster mode it can, and alongside admission it sees a
+    """cluster-autoscaler runs (its status ConfigMap is there): in predicate mode without
+    the node labels and the RuntimeClass admission plugin it cannot see a class's rules;
+    with the node labels it can, and where the API server runs the plugin it sees a
     class's scheduling.nodeSelector (the plugin merges it) but not the annotation."""
     fake_apiserver.add(NODES, make_node("sandbox-1", labels={"pool": "sandbox"}))
     fake_apiserver.add(CONFIGMAPS, status_configmap())
     manifest = write(tmp_path / "rc.yaml", runtime_class("sandboxed", node_selector={"pool": "sandbox"}))
     live = ["check", str(manifest), "--kubeconfig", str(fake_kubeconfig)]
-    status = await asyncio.to_thread(main, [*live, "--warnings-as-errors"])
+    status = await asyncio.to_thread(main, [*live, "--warnings-as-errors", "--runtimeclass-admission-plugin=off"])
     out, err = capsys.readouterr()
     assert status == 1 and out == "runtimeclass/sandboxed warned\n"
     assert err == (
         "Warning: cluster-autoscaler (ConfigMap kube-system/cluster-autoscaler-status) runs in this cluster "
         "and cannot see the node rules of RuntimeClass sandboxed (scheduling.nodeSelector pool=sandbox) in "
         "its pods: it will add no node for a pending pod of the class when an existing node fits the pod by "
-        "kube-scheduler's own filters; use large-cluster mode (docs/autoscaling.md)\n"
+        "kube-scheduler's own filters; turn on the node labels (labelNodes.enabled=true, or "
+        "components/label-nodes; docs/autoscaling.md)\n"
     )
-    for mode in ("--label-nodes", "--runtimeclass-admission-plugin"):
-        status = await asyncio.to_thread(main, [*live, "--warnings-as-errors", mode])
-        assert status == 0 and capsys.readouterr().err == "", mode
+    # The node labels; the plugin said on (the flag alone, or on); and without the
+    # extender's table the plugin as kube-apiserver ships it: on.
+    for flags in (
+        ["--runtimeclass-admission-plugin=off", "--label-nodes"],
+        ["--runtimeclass-admission-plugin"],
+        ["--runtimeclass-admission-plugin=on"],
+        [],
+    ):
+        status = await asyncio.to_thread(main, [*live, "--warnings-as-errors", *flags])
+        assert status == 0 and capsys.readouterr().err == "", flags
     # Not looked for: nothing to say.
-    status = await asyncio.to_thread(main, [*live, "--warnings-as-errors", "--cluster-autoscaler-status", ""])
+    status = await asyncio.to_thread(
+        main, [*live, "--warnings-as-errors", "--runtimeclass-admission-plugin=off", "--cluster-autoscaler-status", ""]
+    )
+    assert status == 0 and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("spec", "warned"),
+    [
+        # What the extender found out: the plugin off, so the class's selector is in no pod.
+        ({"labelNodes": False, "runtimeClassAdmissionPlugin": False}, True),
+        # The plugin on: the selector is in every pod of the class.
+        ({"labelNodes": False, "runtimeClassAdmissionPlugin": True}, False),
+        # The node labels: every class's label is in its pods.
+        ({"labelNodes": True, "runtimeClassAdmissionPlugin": False}, False),
+        # Not found out yet: as kube-apiserver ships it.
+        ({"labelNodes": False}, False),
+    ],
+)
+async def test_live_cluster_reads_how_the_extender_runs_from_its_table(
+    tmp_path: Path,
+    fake_apiserver: FakeApiServer,
+    fake_kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+    spec: dict[str, Any],
+    warned: bool,
+) -> None:
+    """Without a flag, check takes the node labels and the plugin from the extender's pod
+    admission table (--pod-admission-table), as its leader wrote them."""
+    fake_apiserver.add(NODES, make_node("sandbox-1", labels={"pool": "sandbox"}))
+    fake_apiserver.add(CONFIGMAPS, status_configmap())
+    crd = next(d for d in render("overlays/predicate-mode") if d["kind"] == "CustomResourceDefinition")
+    fake_apiserver.apply(
+        [
+            crd,
+            {
+                "apiVersion": "runtimeclass-extender.dev/v1alpha1",
+                "kind": "PodAdmissionTable",
+                "metadata": {"name": "table-of-mine"},
+                "spec": {"runtimeClasses": {}, **spec},
+            },
+        ]
+    )
+    manifest = write(tmp_path / "rc.yaml", runtime_class("sandboxed", node_selector={"pool": "sandbox"}))
+    argv = ["check", str(manifest), "--kubeconfig", str(fake_kubeconfig), "--warnings-as-errors"]
+    status = await asyncio.to_thread(main, [*argv, "--pod-admission-table", "table-of-mine"])
+    err = capsys.readouterr().err
+    assert (status == 1) == warned and ("cannot see the node rules of RuntimeClass sandboxed" in err) == warned
+    # Another table's name: none to read, the defaults.
+    status = await asyncio.to_thread(main, argv)
     assert status == 0 and capsys.readouterr().err == ""
 
 

@@ -20,6 +20,9 @@ KATA = f"{PREFIX}/kata-containers"
 STARTUP = "startup-taint.cluster-autoscaler.kubernetes.io/runtimeclass-labels"
 # A GKE Sandbox-style node pool: the gvisor class's selector, its taint, Linux.
 SANDBOX = ("--label", "sandbox.gke.io/runtime=gvisor", "--label", "kubernetes.io/os=linux")
+# An API server without the RuntimeClass admission plugin: every class with node rules
+# needs its derived label in the template (the cases below that say so).
+PLUGIN_OFF = "--runtimeclass-admission-plugin=off"
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -31,7 +34,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_a_sandbox_group_runs_gvisor_and_runc_and_needs_their_labels(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    status, out, err = run(capsys, *SANDBOX, "--taint", "sandbox.gke.io/runtime=gvisor:NoSchedule")
+    status, out, err = run(
+        capsys, PLUGIN_OFF, *SANDBOX, "--taint", "sandbox.gke.io/runtime=gvisor:NoSchedule"
+    )
     assert status == 0
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:5]}
     assert rows["gvisor"] == ["yes", f"{GVISOR}=true"]
@@ -79,7 +84,7 @@ def test_a_node_manifest_that_claims_a_class_it_cannot_run_exits_1(
             }
         )
     )
-    status, out, _ = run(capsys, "--node", str(node), "--provider", "karpenter")
+    status, out, _ = run(capsys, PLUGIN_OFF, "--node", str(node), "--provider", "karpenter")
     assert status == 1
     assert f"The template must not carry {KATA}: its nodes cannot run that class" in out
     assert "every label its nodes need" in out  # gvisor's is there; runc's needs kubernetes.io/os
@@ -88,7 +93,7 @@ def test_a_node_manifest_that_claims_a_class_it_cannot_run_exits_1(
 
 def test_json_is_one_document_and_the_plugin_has_the_command(capsys: pytest.CaptureFixture[str]) -> None:
     status = kubectl_main(
-        ["node-template", "--cluster-file", CLASSES, *SANDBOX, "-o", "json", "--provider", "aws"]
+        ["node-template", "--cluster-file", CLASSES, PLUGIN_OFF, *SANDBOX, "-o", "json", "--provider", "aws"]
     )
     document = json.loads(capsys.readouterr().out)
     assert status == 0
@@ -163,7 +168,9 @@ def test_the_label_prefix_is_refused_as_serve_refuses_it(
 
 
 def test_the_gke_aks_snippet_honours_the_prefix(capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, _ = run(capsys, *SANDBOX, "--provider", "gke-aks", "--node-label-prefix", "example.com")
+    status, out, _ = run(
+        capsys, PLUGIN_OFF, *SANDBOX, "--provider", "gke-aks", "--node-label-prefix", "example.com"
+    )
     assert status == 0
     snippet = out.split("# GKE and AKS node pools\n")[1].splitlines()
     assert snippet == [
@@ -174,3 +181,88 @@ def test_the_gke_aks_snippet_honours_the_prefix(capsys: pytest.CaptureFixture[st
         "az aks nodepool add --resource-group GROUP --cluster-name CLUSTER --name POOL "
         f"--labels example.com/gvisor=true example.com/runc=true --node-taints {STARTUP}=true:NoSchedule",
     ]
+
+
+def test_where_the_plugin_runs_a_class_of_a_selector_alone_needs_no_label(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """By default (a cluster file: the plugin as kube-apiserver ships it, on), a class
+    whose rules are its scheduling.nodeSelector alone gets no label requirement (pod
+    admission leaves its pods to the plugin's selector), so a GKE Sandbox pool needs
+    nothing of ours: gvisor and runc show their selectors, no label is missing, and the
+    class's tolerations (merged by the plugin, all of them) need none of the pods' own."""
+    status, out, err = run(capsys, *SANDBOX, "--taint", "sandbox.gke.io/runtime=gvisor:NoSchedule")
+    assert status == 0
+    rows = {line.split()[0]: " ".join(line.split()[1:]) for line in out.splitlines()[1:5]}
+    assert (
+        rows["gvisor"] == "yes (none: its pods carry scheduling.nodeSelector sandbox.gke.io/runtime=gvisor)"
+    )
+    assert rows["runc"] == "yes (none: its pods carry scheduling.nodeSelector kubernetes.io/os=linux)"
+    assert "must carry" not in out and "# AWS" not in out
+    assert "The template needs no derived label" in out
+    assert (
+        "The API server runs the RuntimeClass admission plugin (as kube-apiserver ships it; "
+        "--runtimeclass-admission-plugin=off if yours does not)." in out
+    )
+    assert "Pods of gvisor must tolerate" not in out and "Pods of runc must tolerate" in out
+    assert "Its nodes run 2 of 4 RuntimeClasses." in err
+    # The flag alone says on; -o json says which was taken.
+    status = main(
+        [
+            "node-template",
+            "--cluster-file",
+            CLASSES,
+            *SANDBOX,
+            "--runtimeclass-admission-plugin",
+            "-o",
+            "json",
+        ]
+    )
+    document = json.loads(capsys.readouterr().out)
+    assert status == 0 and document["runtimeClassAdmissionPlugin"] is True and document["labels"] == {}
+    assert {c["name"]: c["selector"] for c in document["runtimeClasses"] if c["runs"]} == {
+        "gvisor": {"sandbox.gke.io/runtime": "gvisor"},
+        "runc": {"kubernetes.io/os": "linux"},
+    }
+
+
+def test_a_class_with_rules_the_plugin_cannot_merge_needs_its_label_either_way(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A class selected by the node-selector-term annotation (which the plugin never
+    reads) needs its derived label in the template whether the plugin runs or not."""
+    classes = tmp_path / "classes.yaml"
+    classes.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {
+                    "name": "kata",
+                    "annotations": {
+                        "runtimeclass-extender.dev/node-selector-term": (
+                            '{"matchExpressions": [{"key": "katacontainers.io/kata-runtime", '
+                            '"operator": "In", "values": ["true"]}]}'
+                        )
+                    },
+                },
+                "handler": "kata",
+            }
+        )
+    )
+    for plugin in ("on", "off"):
+        status = main(
+            [
+                "node-template",
+                "--cluster-file",
+                str(classes),
+                "--label",
+                "katacontainers.io/kata-runtime=true",
+                f"--runtimeclass-admission-plugin={plugin}",
+                "--provider",
+                "karpenter",
+            ]
+        )
+        out = capsys.readouterr().out
+        assert status == 0
+        assert f"The template must carry, and does not yet: {PREFIX}/kata=true" in out, plugin

@@ -26,14 +26,15 @@ def _run(words: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_node_template_transcript_is_what_the_command_prints() -> None:
+    """Each ``$`` command of the page's transcript, and the lines it shows after it."""
     (block,) = fenced_blocks(PAGE.read_text(encoding="utf-8"), "console")
-    command, *expected = block.splitlines()
-    assert command.startswith(
-        "$ .venv/bin/runtimeclass-extender node-template --cluster-file deploy/examples/"
-    )
-    done = _run(shlex.split(command[2:]))
-    assert done.returncode == 0
-    assert done.stdout.splitlines() == expected
+    commands = [chunk.splitlines() for chunk in ("\n" + block).split("\n$ ")[1:]]
+    assert len(commands) == 2
+    for command, *expected in commands:
+        assert command.startswith(".venv/bin/runtimeclass-extender node-template --cluster-file deploy/examples/")
+        done = _run(shlex.split(command))
+        assert done.returncode == 0
+        assert done.stdout.splitlines() == expected
 
 
 def test_the_claim_sentence_is_what_the_command_prints(tmp_path: Path) -> None:
