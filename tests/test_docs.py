@@ -3,7 +3,8 @@ resolves (file and heading), every shell example runs the command in one form, a
 licence and changelog match what pyproject.toml declares.
 
 Pages' own examples (commands and the output they show) are checked by the tests of the
-features they document, which read them through ``tests/support/docs.py``.
+features they document, which read them through ``tests/support/docs.py``; every shell
+command that needs no cluster runs as written in tests/test_docs_run.py.
 """
 
 from __future__ import annotations
@@ -207,35 +208,19 @@ def test_changelog_has_the_current_version_and_unreleased() -> None:
 DOC_COMMANDS = [(path, words) for path in [README, *PAGES] for words in _program_commands(path)]
 
 
-def _runnable_offline(args: list[str]) -> bool:
-    """Whether a documented command can run here as written: not ``serve`` (it keeps
-    running), against a cluster file, and every file it names is in the repository."""
-    files = [
-        a for a in args if not a.startswith(("-", "http")) and ("/" in a or a.endswith((".yaml", ".json")))
-    ]
-    return args[0] != "serve" and "--cluster-file" in args and all((REPO / f).exists() for f in files)
-
-
 @pytest.mark.parametrize(
     ("path", "words"), DOC_COMMANDS, ids=[f"{_name(p)}: {' '.join(w[1:])}" for p, w in DOC_COMMANDS]
 )
-def test_every_documented_command_is_accepted(
-    path: Path, words: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Every documented command parses (its command and flags exist); those that can run
-    offline run, from the repository, and succeed (exit 0, or 1 where 1 is an answer:
-    changed decisions, misplaced pods)."""
-    args = words[1:]
-    build_parser().parse_args(args)
-    if _runnable_offline(args):
-        monkeypatch.chdir(REPO)
-        status = main(args)
-        assert status in (0, 1), capsys.readouterr().err
+def test_every_documented_command_is_accepted(path: Path, words: list[str]) -> None:
+    """Every documented command parses: its command and flags exist. Those that can run
+    here (no cluster, no network) run as written in tests/test_docs_run.py."""
+    build_parser().parse_args(words[1:])
 
 
-def test_documented_commands_do_run() -> None:
+def test_the_docs_show_commands() -> None:
+    """The test above is parametrized over the examples: with none found it would run
+    zero times and pass."""
     assert len(DOC_COMMANDS) >= 10
-    assert sum(_runnable_offline(words[1:]) for _, words in DOC_COMMANDS) >= 8
 
 
 def test_cli_reports_the_version_pyproject_declares(capsys: pytest.CaptureFixture[str]) -> None:

@@ -46,8 +46,15 @@ def section(text: str, heading: str) -> str:
 
 
 def fenced_blocks(text: str, language: str) -> list[str]:
-    """The bodies of the fenced blocks of ``language`` (```` ```sh ````, ...), in order."""
-    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+    """The bodies of the fenced blocks of ``language`` (```` ```sh ````, ...), in order,
+    those indented inside a list item too, each without the fence's indentation (as
+    CommonMark strips it from the block's lines)."""
+    found = []
+    for match in re.finditer(rf"^( *)```{language}\n(.*?)^\1```", text, flags=re.MULTILINE | re.DOTALL):
+        indent = match.group(1)
+        lines = match.group(2).splitlines(keepends=True)
+        found.append("".join(line.removeprefix(indent) if line.strip() else "\n" for line in lines))
+    return found
 
 
 def block_after(text: str, command: str, language: str) -> str:
