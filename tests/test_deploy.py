@@ -46,11 +46,12 @@ from extender.http.tls import admission_tls_files
 from extender.policy_file import load_policy
 from extender.settings import ServeSettings, resolve_serve
 from tests.support.docs import fenced_blocks
-from tests.support.manifests import OVERLAYS, one, render, render_webhook_way
+from tests.support.manifests import OVERLAYS, PREDICATE_LABELS, one, render, render_webhook_way
 from tests.support.paths import DOCS, MONITORING, REPO
 
 DEPLOY = REPO / "deploy"
-KUSTOMIZATIONS = ["base", "overlays/predicate-mode", "overlays/alongside-admission", "overlays/tls"]
+# Predicate mode without the node labels, which add node writes (tested on their own).
+KUSTOMIZATIONS = ["base", "overlays/predicate-mode", "overlays/tls"]
 PROFILE = "runtimeclass-scheduler"
 EXTENDER_SA = "runtimeclass-extender"
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -68,7 +69,7 @@ EXPECTED_KINDS = {
     ("apps/v1", "Deployment"),
     ("policy/v1", "PodDisruptionBudget"),
     # Every overlay carries the RuntimeClass webhook and its Service
-    # (components/admission-webhook), and large-cluster the pod webhook
+    # (components/admission-webhook), and the webhook way the pod webhook
     # (components/pod-webhook); all built-in kinds: a bare API server accepts them.
     ("v1", "Service"),
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
@@ -405,7 +406,12 @@ def test_extender_rbac_is_read_only_nodes_and_runtimeclasses(kustomization: str)
     namespace = _deployment(docs)["metadata"]["namespace"]
     # The requeue role is checked on its own (test_requeue_rbac_only_where_the_flag_is_on).
     rules = _rules_for(
-        docs, namespace, EXTENDER_SA, skip_roles=frozenset({REQUEUE_ROLE, LEASE_ROLE, AUTOSCALER_STATUS_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE, PROBE_ROLE}
+        docs,
+        namespace,
+        EXTENDER_SA,
+        skip_roles=frozenset({REQUEUE_ROLE, LEASE_ROLE, AUTOSCALER_STATUS_ROLE})
+        | WEBHOOK_CERT_ROLES
+        | {TABLE_ROLE, PROBE_ROLE},
     )
     _assert_read_only_nodes_and_runtimeclasses(list(rules))
     # The sidecar runs as that ServiceAccount: its token is mounted at the in-cluster
@@ -428,7 +434,6 @@ def test_extender_rbac_is_read_only_nodes_and_runtimeclasses(kustomization: str)
     ("kustomization", "requeue"),
     [
         ("base", False),
-        ("overlays/alongside-admission", False),
         ("overlays/predicate-mode", True),
         ("overlays/tls", True),
     ],
@@ -454,7 +459,9 @@ def test_requeue_rbac_only_where_the_flag_is_on(kustomization: str, requeue: boo
             docs,
             namespace,
             EXTENDER_SA,
-            skip_roles=frozenset({LEASE_ROLE, AUTOSCALER_STATUS_ROLE}) | WEBHOOK_CERT_ROLES | {TABLE_ROLE, PROBE_ROLE},
+            skip_roles=frozenset({LEASE_ROLE, AUTOSCALER_STATUS_ROLE})
+            | WEBHOOK_CERT_ROLES
+            | {TABLE_ROLE, PROBE_ROLE},
         )
     )
     requeue_rules = [r for r in everything if r not in _one(docs, "ClusterRole", EXTENDER_SA)["rules"]]
@@ -544,8 +551,8 @@ def test_pod_security(kustomization: str) -> None:
 @pytest.mark.parametrize(
     ("kustomization", "taint_filter_disabled"),
     [
-        ("base", False),
-        ("overlays/alongside-admission", False),
+        ("base", True),
+        (PREDICATE_LABELS, False),
         ("overlays/predicate-mode", True),
         ("overlays/tls", True),
     ],
@@ -637,7 +644,9 @@ def test_example_runtimeclasses_parse() -> None:
         assert view.selector_error is None
 
 
-def test_sample_workload_targets_the_profile_and_an_example_class() -> None:
+def test_sample_workload_names_an_example_class_and_no_scheduler() -> None:
+    """The same workload in both modes: pod admission routes it to the profile in
+    predicate mode (tests/real/test_sample_workload.py places it in each mode)."""
     classes = {d["metadata"]["name"] for d in _load_file(DEPLOY / "examples" / "runtimeclasses.yaml")}
     workloads = _load_file(DEPLOY / "examples" / "workload.yaml")
     assert workloads
@@ -646,7 +655,7 @@ def test_sample_workload_targets_the_profile_and_an_example_class() -> None:
     for workload in workloads:
         assert (workload["apiVersion"], workload["kind"]) == ("apps/v1", "Deployment")
         pod = workload["spec"]["template"]["spec"]
-        assert pod["schedulerName"] == PROFILE
+        assert "schedulerName" not in pod
         assert pod["runtimeClassName"] in classes
 
 
@@ -763,7 +772,7 @@ def test_dockerfile_entrypoint_runs() -> None:
 WEBHOOK_COMPONENT = "components/admission-webhook"
 WEBHOOK_CERT_MANAGER = "components/admission-webhook/cert-manager"
 # Every overlay includes the component: one `kubectl apply -k`.
-WEBHOOK_OVERLAYS = ["overlays/predicate-mode", "overlays/alongside-admission", "overlays/tls"]
+WEBHOOK_OVERLAYS = ["overlays/predicate-mode", "overlays/tls"]
 # How an overlay admits pods: as shipped, by policies in the API server
 # (components/pod-admission-policy); or its copy for an API server without
 # MutatingAdmissionPolicy, by the pod webhook (docs/pod-webhook.md).
@@ -932,7 +941,7 @@ def _grants(role: Manifest) -> set[tuple[str, str, str, tuple[str, ...]]]:
 
 
 @pytest.mark.parametrize("way", WAYS)
-@pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, "overlays/large-cluster"])
+@pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, PREDICATE_LABELS])
 def test_pod_admission_table_rbac_is_least_privilege(overlay: str, way: str) -> None:
     """Where the policies admit pods, the extender keeps their table: the one
     PodAdmissionTable by name, create (which RBAC cannot narrow by name), and a policy
@@ -962,7 +971,11 @@ def test_pod_admission_table_rbac_is_least_privilege(overlay: str, way: str) -> 
     # by the policies below).
     (probe,) = probes
     assert probe["metadata"]["namespace"] == namespace
-    assert _grants(probe) == {("", "namespaces", "get", ()), ("", "namespaces", "patch", ()), ("", "pods", "create", ())}
+    assert _grants(probe) == {
+        ("", "namespaces", "get", ()),
+        ("", "namespaces", "patch", ()),
+        ("", "pods", "create", ()),
+    }
     binding = _one(docs, "RoleBinding", PROBE_ROLE)
     assert binding["metadata"]["namespace"] == namespace
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": namespace}]
@@ -982,7 +995,7 @@ def test_pod_admission_table_rbac_is_least_privilege(overlay: str, way: str) -> 
 
 
 @pytest.mark.parametrize("way", WAYS)
-@pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, "overlays/large-cluster"])
+@pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, PREDICATE_LABELS])
 def test_webhook_certificate_rbac_is_least_privilege(overlay: str, way: str) -> None:
     """The Secret and the webhook configurations by name (the pod webhook's only where
     there is one: none where the API server's policies admit pods); create on Secrets and
@@ -1173,14 +1186,16 @@ def test_audit_component_adds_the_flag_and_only_list_watch_pods(overlay: str) ->
 # --- deploy/components/autoscaler-status ----------------------------------------------
 
 
-@pytest.mark.parametrize("kustomization", [*KUSTOMIZATIONS, "overlays/large-cluster"])
+@pytest.mark.parametrize("kustomization", [*KUSTOMIZATIONS, PREDICATE_LABELS])
 def test_the_autoscaler_status_is_read_by_name_only_where_rules_are_not_in_pods(kustomization: str) -> None:
     """get on ConfigMaps named cluster-autoscaler-status, nothing else; where label-nodes
     is off (with it, every class's label is in its pods: nothing to warn about)."""
     docs = _render(kustomization)
     namespace = _deployment(docs)["metadata"]["namespace"]
     settings = _serve_settings(_container(docs, "extender"))
-    roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == AUTOSCALER_STATUS_ROLE]
+    roles = [
+        d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == AUTOSCALER_STATUS_ROLE
+    ]
     if kustomization == "base" or settings.label_nodes:
         assert roles == [], kustomization
         return
@@ -1216,6 +1231,35 @@ def test_the_docs_show_overlays_of_your_own() -> None:
     assert {page for page, _ in _docs_overlays()} >= {"install.md", "admission-webhook.md"}
 
 
+KUSTOMIZATION_KEYS = {"resources", "components", "patches", "images", "configMapGenerator", "replacements"}
+
+
+def test_every_kustomize_snippet_is_an_overlay_of_your_own_on_a_shipped_overlay() -> None:
+    """A snippet the reader adds "to an overlay" cannot be rendered and can break one (a
+    component an overlay lists already registers its objects twice), so every YAML block
+    of the docs that holds kustomization keys is a whole ``# my-overlay/kustomization.yaml``
+    on the overlay its page names (deploy/overlays/<name>, or deploy/base with the
+    components it lists), which test_docs_overlay_renders_with_kubectl renders."""
+    # The shipped overlays, or the base they share (predicate mode the pod webhook's way).
+    overlays = {f"../deploy/overlays/{path.name}" for path in (DEPLOY / "overlays").iterdir()} | {
+        "../deploy/base"
+    }
+    found = []
+    for path in [REPO / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for block in fenced_blocks(path.read_text(encoding="utf-8"), "yaml"):
+            for doc in yaml.safe_load_all(block):
+                if not isinstance(doc, dict) or doc.get("kind") not in (None, "Kustomization"):
+                    continue
+                if not KUSTOMIZATION_KEYS & set(doc):
+                    continue
+                found.append(path.name)
+                assert block.startswith("# my-overlay/kustomization.yaml\n"), f"{path.name}: {block[:200]}"
+                assert [r for r in doc.get("resources", []) if r in overlays], (
+                    f"{path.name}: {doc.get('resources')}"
+                )
+    assert len(found) >= 6, found
+
+
 @pytest.mark.parametrize(
     ("page", "kustomization"), _docs_overlays(), ids=lambda v: v if v.endswith(".md") else ""
 )
@@ -1239,7 +1283,11 @@ def test_docs_overlay_renders_with_kubectl(page: str, kustomization: str) -> Non
     wanted = yaml.safe_load(kustomization).get("images")
     if wanted:
         assert images["extender"] == f"{wanted[0]['newName']}:{wanted[0]['newTag']}"
-    assert images["kube-scheduler"].startswith("registry.k8s.io/kube-scheduler:")
+    # kube-scheduler runs in predicate mode; the default-scheduler mode runs the extender alone.
+    if "overlays/default-scheduler" in kustomization:
+        assert set(images) == {"extender"}
+    else:
+        assert images["kube-scheduler"].startswith("registry.k8s.io/kube-scheduler:")
 
 
 # --- deploy/components/pod-webhook (after admission-webhook, whose listener it shares) ----
@@ -1276,7 +1324,7 @@ def _extender_env(container: Manifest, docs: tuple[Manifest, ...]) -> dict[str, 
     return env
 
 
-@pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, "overlays/large-cluster"])
+@pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, PREDICATE_LABELS])
 def test_pod_webhook_reaches_the_pod_path_on_the_shared_listener(overlay: str) -> None:
     docs = render_webhook_way(overlay)
     kinds = {(d["apiVersion"], d["kind"]) for d in docs}
@@ -1333,7 +1381,7 @@ def test_pod_webhook_policy_rules_and_selectors() -> None:
     assert "objectSelector" not in hook  # the pod label opts out of routing only: the webhook reads it
 
 
-@pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, "overlays/large-cluster"])
+@pytest.mark.parametrize("overlay", [*WEBHOOK_OVERLAYS, PREDICATE_LABELS])
 def test_pod_webhook_routes_to_the_profile_and_knows_its_namespace(overlay: str) -> None:
     docs = render_webhook_way(overlay)
     extender = _container(docs, "extender")
@@ -1371,11 +1419,16 @@ def test_pod_webhook_with_cert_manager_gets_the_shared_certificates_ca() -> None
         assert _one(docs, kind)["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == expected
     service = _pod_webhook(docs)["clientConfig"]["service"]
     assert f"{service['name']}.{service['namespace']}.svc" in certificate["spec"]["dnsNames"]
-    docs = _render_with("overlays/large-cluster", WEBHOOK_CERT_MANAGER)
+    docs = _render_with(PREDICATE_LABELS, WEBHOOK_CERT_MANAGER)
     assert not [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
     certificate = _one(docs, "Certificate")
     expected = f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
-    assert _one(docs, "ValidatingWebhookConfiguration")["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == expected
+    assert (
+        _one(docs, "ValidatingWebhookConfiguration")["metadata"]["annotations"][
+            "cert-manager.io/inject-ca-from"
+        ]
+        == expected
+    )
 
 
 # --- high availability (docs/high-availability.md) ----------------------------------
@@ -1416,7 +1469,7 @@ def test_two_replicas_spread_with_a_disruption_budget(kustomization: str) -> Non
     ("kustomization", "components"),
     [
         ("base", ()),
-        ("overlays/alongside-admission", ()),
+        (PREDICATE_LABELS, ()),
         ("overlays/predicate-mode", ()),
         ("overlays/tls", ()),
         ("overlays/predicate-mode", ("components/audit-running-pods",)),
@@ -1470,13 +1523,13 @@ def test_leader_election_wherever_an_acting_part_is_on(
     assert _one(plain, "Role", LEASE_ROLE)["rules"] == role["rules"]
 
 
-def test_large_cluster_overlay_labels_nodes_and_keeps_the_adaptive_sample() -> None:
-    """overlays/large-cluster (docs/large-clusters.md): the profile samples as
+def test_predicate_mode_with_node_labels_labels_nodes_and_keeps_the_adaptive_sample() -> None:
+    """Predicate mode with components/label-nodes (docs/large-clusters.md): the profile samples as
     kube-scheduler does by default, since pods require their class's derived label and
     the in-tree NodeAffinity filter narrows before the sample is counted; the extender
     labels nodes, routes pods and requires the label of them; its writes to nodes are
     kept to the label prefix by a ValidatingAdmissionPolicy."""
-    docs = _render("overlays/large-cluster")
+    docs = _render(PREDICATE_LABELS)
     profile = _profile(docs)
     assert "percentageOfNodesToScore" not in profile
     # The in-tree plugins untouched: pods carry their class's NoSchedule tolerations
@@ -1489,9 +1542,12 @@ def test_large_cluster_overlay_labels_nodes_and_keeps_the_adaptive_sample() -> N
     # Pods are routed and required the label by the API server's policies, from the
     # table the extender keeps (with --label-nodes it names each class's label).
     assert "--pod-admission-table=runtimeclass-extender" in args
-    assert "runtimeclass-scheduler" in _one(
-        docs, "MutatingAdmissionPolicy", "runtimeclass-extender-pod-admission"
-    )["spec"]["mutations"][0]["jsonPatch"]["expression"]
+    assert (
+        "runtimeclass-scheduler"
+        in _one(docs, "MutatingAdmissionPolicy", "runtimeclass-extender-pod-admission")["spec"]["mutations"][
+            0
+        ]["jsonPatch"]["expression"]
+    )
     assert not [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
     settings = _serve_settings(extender)
     assert (
@@ -1628,7 +1684,7 @@ def test_an_overlay_installs_into_another_namespace(overlay: str) -> None:
 # --- deploy/components/monitoring (opt-in: no overlay includes it) ----------------------
 
 MONITORING_COMPONENT = "components/monitoring"
-SHIPPED_OVERLAYS = [*WEBHOOK_OVERLAYS, "overlays/large-cluster"]
+SHIPPED_OVERLAYS = [*WEBHOOK_OVERLAYS, PREDICATE_LABELS]
 DASHBOARD_CONFIGMAP = "runtimeclass-extender-dashboard"
 
 
@@ -1669,7 +1725,7 @@ def test_no_shipped_overlay_includes_the_monitoring_component(overlay: str) -> N
     assert _monitoring_resources(_render(overlay)) == []
 
 
-@pytest.mark.parametrize("overlay", ["overlays/predicate-mode", "overlays/large-cluster"])
+@pytest.mark.parametrize("overlay", ["overlays/predicate-mode", PREDICATE_LABELS])
 def test_monitoring_component_adds_its_resources_and_changes_nothing_else(overlay: str) -> None:
     plain = _render(overlay)
     docs = _render_with(overlay, MONITORING_COMPONENT)
@@ -1736,3 +1792,42 @@ def test_the_documented_monitoring_overlay_labels_what_prometheus_selects() -> N
     labelled = {d["kind"] for d in docs if "release" in d["metadata"].get("labels", {})}
     assert labelled == {"PodMonitor", "PrometheusRule"}
     assert len(_monitoring_resources(docs)) == 3
+
+
+# --- the kubeadm configuration the docs show ----------------------------------------------
+
+# kubeadm.k8s.io/v1beta4 (cmd/kubeadm/app/apis/kubeadm/v1beta4/types.go): a control plane
+# component's extraArgs is a list of Arg {name, value} (v1beta3's map is refused), and
+# extraVolumes a list of HostPathMount.
+HOST_PATH_MOUNT = {"name", "hostPath", "mountPath", "readOnly", "pathType"}
+PATH_TYPES = {"", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice", "BlockDevice"}
+
+
+def _kubeadm_configurations() -> list[tuple[str, Manifest]]:
+    return [
+        (path.name, doc)
+        for path in [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+        for block in fenced_blocks(path.read_text(encoding="utf-8"), "yaml")
+        for doc in yaml.safe_load_all(block)
+        if isinstance(doc, dict) and doc.get("kind") == "ClusterConfiguration"
+    ]
+
+
+def test_the_docs_kubeadm_configuration_is_v1beta4() -> None:
+    configurations = _kubeadm_configurations()
+    assert len(configurations) >= 2, configurations
+    for page, doc in configurations:
+        assert doc["apiVersion"] == "kubeadm.k8s.io/v1beta4", page
+        for component in ("apiServer", "controllerManager", "scheduler"):
+            spec = doc.get(component) or {}
+            assert set(spec) <= {"extraArgs", "extraVolumes", "extraEnvs"}, (page, component)
+            for arg in spec.get("extraArgs", []):
+                assert set(arg) == {"name", "value"} and all(isinstance(v, str) for v in arg.values()), (page, arg)
+            for volume in spec.get("extraVolumes", []):
+                assert {"name", "hostPath", "mountPath"} <= set(volume) <= HOST_PATH_MOUNT, (page, volume)
+                assert volume.get("pathType", "") in PATH_TYPES, (page, volume)
+        # kube-scheduler's --config names a file it mounts.
+        scheduler = doc.get("scheduler") or {}
+        configs = [a["value"] for a in scheduler.get("extraArgs", []) if a["name"] == "config"]
+        mounted = {v["mountPath"] for v in scheduler.get("extraVolumes", [])}
+        assert set(configs) <= mounted, page

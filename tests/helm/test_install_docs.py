@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.support.docs import fenced_blocks, page, section
-from tests.support.helm import CHART, differences, template
+from tests.support.helm import CHART, SERVER_1_36, differences, template
 from tests.support.manifests import render, render_webhook_way
 from tests.support.monitoring import with_the_whole_dashboard
 from tests.support.paths import REPO
@@ -49,11 +49,10 @@ def test_each_documented_setup_renders_what_its_overlay_renders(row: list[str]) 
     kustomization, *components = re.findall(r"`([a-z/-]+)`", renders)
     if " in place of " in renders:
         # An overlay's copy for an API server without MutatingAdmissionPolicy, which the
-        # chart renders there by itself too (podAdmission auto).
-        overlay = render_webhook_way(kustomization)
-        assert differences(template(api_versions=()), overlay) == []
-    else:
-        overlay = render(kustomization, *components)
+        # chart renders there by itself (podAdmission auto).
+        assert differences(template(values, api_versions=()), render_webhook_way(kustomization)) == []
+        return
+    overlay = render(kustomization, *components)
     chart = template(values)
     if "components/monitoring" in components:
         # The chart's dashboard is that of what the release turns on (test_overlays.py).
@@ -86,18 +85,22 @@ def _helm_commands() -> list[list[str]]:
 
 
 def test_the_documented_helm_commands_render() -> None:
-    """``helm install`` as ``helm template`` with the same flags (no cluster here): the
-    chart path, release name and every --set exist and are accepted."""
+    """``helm install`` as ``helm template`` with the same flags (no cluster here; as for a
+    1.36 API server, which helm install would ask): the chart path, release name and
+    every --set exist and are accepted."""
     commands = _helm_commands()
     assert [words[1] for words in commands] == ["template", "install"]
     for words in commands:
         release, chart, *flags = words[2:]
         assert (release, chart) == ("runtimeclass-extender", CHART_PATH)
-        flags = [flag for flag in flags if flag != "--create-namespace"]
+        flags = [flag for flag in flags if flag not in ("--create-namespace", "--wait")]
         namespace = flags[flags.index("--namespace") + 1]
         values = dict(flags[i + 1].split("=", 1) for i, flag in enumerate(flags) if flag == "--set")
         versions = [flags[i + 1] for i, flag in enumerate(flags) if flag == "--api-versions"]
         assert len(flags) == 2 + 2 * (len(values) + len(versions)), f"a flag the test does not know: {flags}"
+        if words[1] == "install":
+            # helm install asks the cluster what it serves: the 1.36 the page installs on.
+            versions = list(SERVER_1_36)
         assert template(values, namespace=namespace, api_versions=versions)
 
 
@@ -130,13 +133,14 @@ def _documented(kind: str) -> list[dict[str, Any]]:
 
 
 def _render_with(values: dict[str, Any], namespace: str, tmp_path: Path) -> tuple[dict[str, Any], ...]:
-    """The documented values rendered as for a 1.36 API server (no pod webhook) and for one
-    without MutatingAdmissionPolicy (the pod webhook): what the tool may meet, both."""
+    """The documented values rendered as for a 1.36 API server (the default-scheduler
+    mode: no pod webhook), and in predicate mode for one without MutatingAdmissionPolicy
+    (the pod webhook): what the tool may meet, both."""
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))
     return (
         *template(files=[path], namespace=namespace),
-        *template(files=[path], namespace=namespace, api_versions=()),
+        *template({"mode": "predicate"}, files=[path], namespace=namespace, api_versions=()),
     )
 
 
@@ -185,3 +189,52 @@ def test_the_flux_helm_release_renders_the_chart_and_ignores_each_ca_bundle(tmp_
     # A JSON pointer names one webhook: each configuration has exactly one.
     assert ignored == {kind: ["/webhooks/0/clientConfig/caBundle"] for kind in configurations}
     assert all(len(c["webhooks"]) == 1 for c in configurations.values())
+
+
+# --- Which mode do I install? -------------------------------------------------------------
+
+CHOOSING = section(page("install.md"), "## Which mode do I install?")
+OPERATORS = _table(CHOOSING, "| your cluster | mode | the one command |")
+
+
+def _command(cell: str) -> list[str]:
+    """A row's command: the first row's whole ``helm install``, or "the same, with"
+    further ``--set`` flags."""
+    (first,) = re.findall(r"`(helm install [^`]+)`", OPERATORS[0][2])
+    words = shlex.split(first)
+    return words + [word for flags in re.findall(r"`(--set [^`]+)`", cell) for word in shlex.split(flags)]
+
+
+def test_one_mode_and_one_command_for_each_of_five_operators() -> None:
+    """The issue's five operators each find their row, with one mode and one command."""
+    clusters = [row[0] for row in OPERATORS]
+    assert len(OPERATORS) == 5, clusters
+    for needle in ("GKE", "EKS, with Karpenter and Kata", "1.35", "kubeadm", "on-premises"):
+        assert sum(needle in cluster for cluster in clusters) == 1, needle
+    assert {row[1] for row in OPERATORS} == {"default-scheduler", "predicate"}
+    assert OPERATORS[1][2] == "the same"
+
+
+@pytest.mark.parametrize("row", OPERATORS, ids=lambda row: row[0])
+def test_each_operators_command_installs_their_mode(row: list[str]) -> None:
+    """Each command, rendered as helm install renders it on the operator's cluster (1.36,
+    or 1.35 for the row that says so: no MutatingAdmissionPolicy), installs the row's
+    mode: no kube-scheduler in the default-scheduler mode, runtimeclass-scheduler's in
+    predicate mode, with the node labels where the row asks for them."""
+    cluster, mode, cell = row
+    words = _command(cell)
+    assert words[:4] == ["helm", "install", "runtimeclass-extender", CHART_PATH]
+    values = dict(words[i + 1].split("=", 1) for i, word in enumerate(words) if word == "--set")
+    docs = template(
+        values, namespace="runtimeclass-extender", api_versions=() if "1.35" in cluster else SERVER_1_36
+    )
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    args = containers["extender"]["args"]
+    if mode == "default-scheduler":
+        assert set(containers) == {"extender"} and "--placement=default-scheduler" in args
+    else:
+        assert (
+            set(containers) == {"extender", "kube-scheduler"} and "--placement=default-scheduler" not in args
+        )
+    assert ("--label-nodes" in args) == (mode == "default-scheduler" or "thousands" in cluster)
