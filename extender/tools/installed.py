@@ -46,14 +46,13 @@ class Installed:
 
 
 def from_spec(spec: Any) -> Installed:
-    """The facts of a table's ``spec``."""
+    """The facts of a table's ``spec``: the leader writes each field only when it is
+    true (extender.admission.pod_table.table_spec), so a table without one says no."""
     if not isinstance(spec, dict):
         return Installed()
-    labels = spec.get("labelNodes")
-    plugin = spec.get("runtimeClassAdmissionPlugin")
     return Installed(
-        label_nodes=labels if isinstance(labels, bool) else None,
-        admission_plugin=plugin if isinstance(plugin, bool) else None,
+        label_nodes=spec.get("labelNodes") is True,
+        admission_plugin=spec.get("runtimeClassAdmissionPlugin") is True,
     )
 
 

@@ -80,6 +80,7 @@ pytestmark = pytest.mark.usefixtures("cluster_autoscaler")
 Json = dict[str, Any]
 SELECTOR = {"runtime/gvisor": "true"}
 LABEL = "runtimeclass.node-restriction.kubernetes.io/gvisor"
+TABLE = "/apis/runtimeclass-extender.dev/v1alpha1/podadmissiontables/runtimeclass-extender"
 # The label kata-deploy sets on a node once kata is installed there.
 KATA_RUNTIME = "katacontainers.io/kata-runtime"
 TOBEDELETED = "ToBeDeletedByClusterAutoscaler"
@@ -399,11 +400,12 @@ def _wait_for_the_table(plane: ControlPlane, namespace: str, *, default_schedule
     wait_for(admitted, timeout=60, what="the pod admission table")
 
 
-def template_labels(tmp_path: Path, *labels: str) -> dict[str, str]:
-    """What ``node-template`` says the group's template needs: the operator's step."""
-    classes = tmp_path / "runtimeclasses.yaml"
-    classes.write_text(yaml.safe_dump(GVISOR))
-    argv = ["node-template", "--cluster-file", str(classes), "-o", "json"]
+def template_labels(plane: ControlPlane, *labels: str) -> dict[str, str]:
+    """What ``node-template`` says the group's template needs: the operator's step, on the
+    live cluster (its classes, and what the extender found out of the RuntimeClass
+    admission plugin: off here, so the class's selector is in no pod)."""
+    wait_for(lambda: plane.client.request("GET", TABLE).ok, what="the pod admission table")
+    argv = ["node-template", f"--kubeconfig={plane.kubeconfig}", "-o", "json"]
     for label in labels:
         argv += ["--label", label]
     result = subprocess.run(
@@ -443,7 +445,7 @@ def test_large_cluster_mode_scales_the_gvisor_group_from_zero_with_the_label_in_
         message = s.unschedulable("sandboxed-0")
         assert "didn't match Pod's node affinity/selector" in message
         # The template as the docs tell: the group's own labels, and what node-template adds.
-        needed = template_labels(tmp_path, "runtime/gvisor=true", "kubernetes.io/os=linux")
+        needed = template_labels(cloud, "runtime/gvisor=true", "kubernetes.io/os=linux")
         assert needed == {LABEL: "true"}
         gvisor = template("gvisor", labels={**SELECTOR, **needed}, taints=[STARTUP, SANDBOX])
         with autoscaling(cloud, [gvisor, template("plain")]) as scaler:
@@ -518,7 +520,7 @@ def test_the_default_scheduler_placement_scales_the_gvisor_group_from_zero(
         admitted = cloud.client.get(f"/api/v1/namespaces/{s.namespace}/pods/sandboxed-0")
         assert admitted["spec"]["schedulerName"] == "default-scheduler"
         assert admitted["spec"]["nodeSelector"] == {LABEL: "true"}
-        needed = template_labels(tmp_path, "runtime/gvisor=true", "kubernetes.io/os=linux")
+        needed = template_labels(cloud, "runtime/gvisor=true", "kubernetes.io/os=linux")
         gvisor = template("gvisor", labels={**SELECTOR, **needed}, taints=[STARTUP, SANDBOX])
         with autoscaling(cloud, [gvisor, template("plain")]) as scaler:
             node, seconds = s.bound("sandboxed-0", scaler)

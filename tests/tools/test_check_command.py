@@ -653,8 +653,8 @@ async def test_live_cluster_with_cluster_autoscaler_warns_of_the_classes_it_cann
         ({"labelNodes": False, "runtimeClassAdmissionPlugin": True}, False),
         # The node labels: every class's label is in its pods.
         ({"labelNodes": True, "runtimeClassAdmissionPlugin": False}, False),
-        # Not found out yet: as kube-apiserver ships it.
-        ({"labelNodes": False}, False),
+        # A table without the fields: the leader writes each only when it is true.
+        ({}, True),
     ],
 )
 async def test_live_cluster_reads_how_the_extender_runs_from_its_table(
