@@ -31,6 +31,8 @@ from tests.support.autoscaler import start_default_scheduler
 from tests.support.control_plane import ControlPlane, Process
 from tests.support.helm import template as helm_template
 from tests.support.install import Installed, install
+from tests.support.pods import class_pod, dry_run
+from tests.support.pods import node_of as bound_to
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("kube_scheduler")
@@ -87,25 +89,11 @@ def installed(plane: ControlPlane, scheduler: Process) -> Iterator[Installed]:
         done.uninstall()
 
 
-def admit(plane: ControlPlane, manifest: Json) -> Any:
-    """The pod as the API server would admit it (a dry run: nothing is stored)."""
-    return plane.client.request(
-        "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", manifest, query={"dryRun": "All"}
-    )
+admit = dry_run
 
 
 def pod(name: str, *, runtime_class: str = "gvisor", cpu: str = "100m") -> Json:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "runtimeClassName": runtime_class,
-            "containers": [
-                {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}
-            ],
-        },
-    }
+    return class_pod(name, NAMESPACE, runtime_class, cpu=cpu)
 
 
 def get_pod(plane: ControlPlane, name: str) -> Json:
@@ -113,7 +101,7 @@ def get_pod(plane: ControlPlane, name: str) -> Json:
 
 
 def node_of(plane: ControlPlane, name: str) -> str:
-    return str(get_pod(plane, name)["spec"].get("nodeName") or "")
+    return bound_to(plane, NAMESPACE, name)
 
 
 def events_of(plane: ControlPlane, name: str) -> list[Json]:

@@ -36,6 +36,8 @@ from tests.support.autoscaler import start_default_scheduler
 from tests.support.control_plane import Assets, ControlPlane, Process
 from tests.support.helm import template as helm_template
 from tests.support.install import Installed, install
+from tests.support.pods import class_pod, dry_run
+from tests.support.pods import node_of as bound_to
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("kube_scheduler")
@@ -133,24 +135,10 @@ def admitted_by_plugin(plane: ControlPlane) -> list[str]:
 
 
 def pod(name: str, runtime_class: str, *, cpu: str = "100m") -> Json:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "runtimeClassName": runtime_class,
-            "containers": [
-                {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}
-            ],
-        },
-    }
+    return class_pod(name, NAMESPACE, runtime_class, cpu=cpu)
 
 
-def admit(plane: ControlPlane, manifest: Json) -> Any:
-    """The pod as the API server would admit it (a dry run: nothing is stored)."""
-    return plane.client.request(
-        "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", manifest, query={"dryRun": "All"}
-    )
+admit = dry_run
 
 
 @contextlib.contextmanager
@@ -175,7 +163,7 @@ def pools(plane: ControlPlane) -> Iterator[None]:
 
 
 def node_of(plane: ControlPlane, name: str) -> str:
-    return str(plane.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")["spec"].get("nodeName") or "")
+    return bound_to(plane, NAMESPACE, name)
 
 
 def delete_pods(plane: ControlPlane, *names: str) -> None:

@@ -37,6 +37,7 @@ from tests.support.control_plane import Assets, ControlPlane, Process
 from tests.support.install import Installed, install
 from tests.support.manifests import render
 from tests.support.paths import DOCS, REPO
+from tests.support.pods import node_of as bound_to
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("kube_scheduler")
@@ -102,7 +103,7 @@ def replica_pods(plane: ControlPlane, prefix: str) -> list[str]:
 
 
 def node_of(plane: ControlPlane, name: str) -> str:
-    return str(plane.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")["spec"].get("nodeName") or "")
+    return bound_to(plane, NAMESPACE, name)
 
 
 def messages(plane: ControlPlane, name: str, reason: str) -> list[str]:
