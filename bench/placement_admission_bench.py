@@ -2,10 +2,13 @@
 
     .venv/bin/python bench/placement_admission_bench.py                  # ~5 minutes
     .venv/bin/python bench/placement_admission_bench.py --pods 2000 --blocks 10 --json results.json
+    .venv/bin/python bench/placement_admission_bench.py --plugin         # as managed clusters run it
 
 Needs the control plane binaries (``KUBEBUILDER_ASSETS``: docs/development.md, "The real
 control plane"). One kube-apiserver 1.36 and etcd as predicate mode runs them (the
-RuntimeClass admission plugin off, so the policies write the whole requirement), with
+RuntimeClass admission plugin off, so the policies write the whole requirement; with
+``--plugin``, as Kubernetes ships it and managed clusters run it: the plugin merges the
+class's selector, toleration and overhead, and the placement's policies add nothing), with
 ``deploy/overlays/default-scheduler`` installed and its extender running as its own
 ServiceAccount (keeping the pod admission table); one RuntimeClass with a node selector,
 a toleration and an overhead.
@@ -14,8 +17,7 @@ a toleration and an overhead.
 binding gets one more namespaceSelector requirement naming the arm it serves, so the
 arms take turns pod by pod on one server and its noise falls on every arm alike.
 
-- ``none``: a namespace labelled ``runtimeclass-extender.dev/webhook: ignore``, which no
-  binding of ours selects: pod creation without our admission;
+- ``none``: a namespace no binding of ours selects: pod creation without our admission;
 - ``shipped``: the placement's policies as shipped: the mutating policy, which labels
   each pod it admits ``runtimeclass-extender.dev/admitted``, the refusal guard, and the
   placement's guard, whose binding selects only pods without that label;
@@ -28,7 +30,11 @@ arms take turns pod by pod on one server and its noise falls on every arm alike.
   whose patch is empty, and no guard: what kube-apiserver's work on invoking any
   mutating policy costs;
 - ``one-op``: the same with one constant operation (the admitted label): what a patch
-  that writes adds to that.
+  that writes adds to that (these two are invoked for every pod of a class: their only
+  match condition is the shipped policy's first);
+- ``do-nothing``: one ValidatingAdmissionPolicy whose match condition is false for every
+  pod: the floor of any admission policy bound to a pod on 1.36 (the pod converted for
+  the match conditions).
 
 Pods are POSTed as a ReplicaSet controller sends them (a generated name, only
 ``runtimeClassName`` of the pod's scheduling); every created pod of a class is checked
@@ -63,7 +69,7 @@ from tests.support.install import install
 from tests.support.manifests import render
 
 Manifest = dict[str, Any]
-ARMS = ("none", "shipped", "annotation", "no-guard", "empty-patch", "one-op")
+ARMS = ("none", "shipped", "annotation", "no-guard", "empty-patch", "one-op", "do-nothing")
 KINDS = ("class", "no-class")
 OVERLAY = "overlays/default-scheduler"
 ARM_LABEL = "bench.runtimeclass-extender.dev/arm"
@@ -173,6 +179,7 @@ def arm_documents(docs: Sequence[Manifest]) -> list[Manifest]:
         floor = copy.deepcopy(_one(docs, "MutatingAdmissionPolicy", MUTATING))
         floor["metadata"] = {"name": f"{MUTATING}-{arm}"}
         floor["spec"]["variables"] = []
+        floor["spec"]["matchConditions"] = floor["spec"]["matchConditions"][:1]
         floor["spec"]["mutations"][0]["jsonPatch"]["expression"] = expression
         out += [floor, _bound_to(_one(docs, "MutatingAdmissionPolicyBinding", MUTATING), arm, f"{MUTATING}-{arm}")]
     out += [
@@ -182,14 +189,47 @@ def arm_documents(docs: Sequence[Manifest]) -> list[Manifest]:
         guard_binding,
         {**copy.deepcopy(_one(docs, "ValidatingAdmissionPolicy", REFUSAL_GUARD)), "metadata": {"name": f"{REFUSAL_GUARD}-annotation"}},
         _bound_to(refusal, "annotation", f"{REFUSAL_GUARD}-annotation"),
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "bench-do-nothing"},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+                    ]
+                },
+                "matchConditions": [{"name": "never", "expression": "has(object.spec.runtimeClassName) && false"}],
+                "validations": [{"expression": "true"}],
+            },
+        },
+        _bound_to(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {},
+                "spec": {"validationActions": ["Deny"], "matchResources": {}},
+            },
+            "do-nothing",
+            "bench-do-nothing",
+        ),
     ]
     return out
 
 
-def fault(arm: str, kind: str, pod: Manifest) -> str:
-    """What a created pod lacks of what its arm gives ("" when nothing)."""
+def fault(arm: str, kind: str, pod: Manifest, *, plugin: bool) -> str:
+    """What a created pod lacks of what its arm gives ("" when nothing); with ``plugin``
+    a pod of the class of an arm of the placement's own policies is as the RuntimeClass
+    admission plugin made it (the class's selector, no requirement, no mark)."""
     metadata, spec = pod["metadata"], pod["spec"]
-    if kind == "no-class" or arm in ("none", "empty-patch", "one-op"):
+    if plugin and kind == "class" and arm in ("shipped", "annotation", "no-guard"):
+        if spec.get("nodeSelector") != RUNTIME_CLASS["scheduling"]["nodeSelector"]:
+            return f"nodeSelector {spec.get('nodeSelector')}: not the plugin's"
+        if MARK in (metadata.get("labels") or {}) or MARK in (metadata.get("annotations") or {}):
+            return "marked: the mutating policy was invoked"
+        return ""
+    if kind == "no-class" or arm in ("none", "empty-patch", "one-op", "do-nothing"):
         if LABEL in (spec.get("nodeSelector") or {}):
             return f"nodeSelector {spec.get('nodeSelector')}"
         marked = (metadata.get("labels") or {}).get(MARK) == "true"
@@ -205,14 +245,12 @@ def fault(arm: str, kind: str, pod: Manifest) -> str:
 
 
 class Bench:
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: ControlPlane, *, plugin: bool) -> None:
         self.plane = plane
+        self.plugin = plugin
         plane.apply(RUNTIME_CLASS)
         for arm in ARMS:
-            labels = {ARM_LABEL: arm}
-            if arm == "none":
-                labels["runtimeclass-extender.dev/webhook"] = "ignore"
-            plane.ensure_namespace(namespace_of(arm), labels=labels)
+            plane.ensure_namespace(namespace_of(arm), labels={ARM_LABEL: arm})
         self.installed = install(plane, arm_documents(render(OVERLAY)))
         self.apiserver_pid = next(p for p in plane.processes if p.name == "kube-apiserver").popen.pid
         deadline = time.monotonic() + 120
@@ -226,7 +264,7 @@ class Bench:
         answer = self.plane.client.request(
             "POST", f"/api/v1/namespaces/{namespace_of(arm)}/pods", pod_body("class"), query={"dryRun": "All"}
         )
-        return answer.ok and not fault(arm, "class", answer.body)
+        return answer.ok and not fault(arm, "class", answer.body, plugin=self.plugin)
 
     def cpu(self) -> float:
         return cpu_seconds(self.apiserver_pid)
@@ -235,7 +273,7 @@ class Bench:
         answer = self.plane.client.request("POST", f"/api/v1/namespaces/{namespace_of(arm)}/pods", pod_body(kind))
         if answer.status != 201:
             raise SystemExit(f"{arm}: a pod {kind} refused: {answer.status} {answer.message}")
-        wrong = fault(arm, kind, answer.body)
+        wrong = fault(arm, kind, answer.body, plugin=self.plugin)
         if wrong:
             raise SystemExit(f"{arm}: a pod {kind} admitted wrongly: {wrong}")
 
@@ -273,8 +311,9 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, dict[str, float]]]:
     assets = find_assets()
     if assets is None:
         raise SystemExit("no control plane binaries: set KUBEBUILDER_ASSETS (docs/development.md)")
-    with ControlPlane(assets, apiserver_flags={"--disable-admission-plugins": "RuntimeClass"}) as plane:
-        bench = Bench(plane)
+    flags = {} if args.plugin else {"--disable-admission-plugins": "RuntimeClass"}
+    with ControlPlane(assets, apiserver_flags=flags) as plane:
+        bench = Bench(plane, plugin=args.plugin)
         for _ in range(args.warmup):
             for arm in ARMS:
                 bench.create(arm, "class")
@@ -311,7 +350,11 @@ def _measures(m: dict[str, float]) -> str:
 
 
 def report(results: dict[str, dict[str, dict[str, float]]], args: argparse.Namespace) -> None:
-    print(f"# the default-scheduler placement's pod admission, kube-apiserver 1.36.2 ({cpu_model()}, {os.cpu_count()} CPUs)")
+    plugin = "on" if args.plugin else "off"
+    print(
+        f"# the default-scheduler placement's pod admission, kube-apiserver 1.36.2 ({cpu_model()}, "
+        f"{os.cpu_count()} CPUs), the RuntimeClass admission plugin {plugin}"
+    )
     print(
         f"# {args.pods} pods per arm and kind by one client, the arms taking turns pod by pod; "
         f"{args.blocks} blocks of {args.block} by {args.threads} threads, medians of the blocks"
@@ -338,6 +381,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=20, help="pods per arm before measuring")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--plugin", action="store_true", help="the API server runs the RuntimeClass admission plugin"
+    )
     args = parser.parse_args(argv)
     if args.pods < 10 or args.block < 10 or args.blocks < 1 or args.threads < 1 or args.warmup < 0:
         parser.error("--pods and --block at least 10, --blocks and --threads at least 1, --warmup at least 0")

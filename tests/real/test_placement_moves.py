@@ -35,7 +35,7 @@ from tests.support.control_plane import PREDICATE_MODE, Assets, ControlPlane
 from tests.support.helm import CHART, NAMESPACE, RELEASE, helm
 from tests.support.helm import template as helm_template
 from tests.support.install import LOCAL_FLAGS, Extender, extender_container
-from tests.support.manifests import render
+from tests.support.manifests import PREDICATE_LABELS, render
 from tests.support.waiting import wait_for
 
 Json = dict[str, Any]
@@ -189,12 +189,17 @@ def guard_installed(plane: ControlPlane) -> bool:
     ).ok
 
 
-def test_with_kubectl_apply_no_pod_is_refused_or_left_unconstrained_either_way(plane: ControlPlane) -> None:
-    large, placed = render("overlays/predicate-mode"), render("overlays/default-scheduler")
+@pytest.mark.parametrize("predicate", ["overlays/predicate-mode", PREDICATE_LABELS])
+def test_with_kubectl_apply_no_pod_is_refused_or_left_unconstrained_either_way(
+    plane: ControlPlane, predicate: str
+) -> None:
+    """From predicate mode, without the node labels and with them (whose leader's table
+    says labelNodes until the new leader writes), to the default-scheduler mode and back."""
+    large, placed = render(predicate), render("overlays/default-scheduler")
     kubectl_apply(plane, large)
     old = replica(plane, large, "old")
     try:
-        wait_for(lambda: table_says(plane, label_nodes=False), what="predicate mode's table")
+        wait_for(lambda: table_says(plane, label_nodes=predicate == PREDICATE_LABELS), what="predicate mode's table")
         with PodStream(plane) as to_default:
             kubectl_apply(plane, placed)
             new = replica(plane, placed, "new")
