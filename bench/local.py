@@ -1,5 +1,6 @@
 """Small helpers the benchmark scripts share: this machine's CPU, a free loopback port,
-how to start the extender, a process's CPU time, and a steady pace."""
+how to start the extender, a process's CPU time, a steady pace, and the floor of any
+admission policy."""
 
 from __future__ import annotations
 
@@ -83,3 +84,34 @@ class Pacer:
             elif self.last:
                 self.late += 1
         self.last = time.monotonic()
+
+
+def do_nothing_policy(name: str = "bench-do-nothing") -> list[dict[str, Any]]:
+    """One ValidatingAdmissionPolicy bound to every pod CREATE whose match condition is
+    false for all: what any admission policy costs a pod on kube-apiserver 1.36 (the pod
+    converted for its match conditions: staging/src/k8s.io/apiserver/pkg/admission/plugin/cel/filter.go,
+    ForInput). Its binding selects every namespace; narrow its ``matchResources`` to bind
+    it to fewer."""
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+                    ]
+                },
+                "matchConditions": [{"name": "never", "expression": "has(object.spec.runtimeClassName) && false"}],
+                "validations": [{"expression": "true"}],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        },
+    ]

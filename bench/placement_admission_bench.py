@@ -62,7 +62,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from local import cpu_model, cpu_seconds
+from local import cpu_model, cpu_seconds, do_nothing_policy
 
 from tests.support.control_plane import ControlPlane, find_assets
 from tests.support.install import install
@@ -132,7 +132,7 @@ def _bound_to(binding: Manifest, arm: str, name: str | None = None) -> Manifest:
     if name is not None:
         copied["metadata"] = {"name": name}
         copied["spec"]["policyName"] = name
-    selector = copied["spec"]["matchResources"].setdefault("namespaceSelector", {})
+    selector = copied["spec"].setdefault("matchResources", {}).setdefault("namespaceSelector", {})
     selector.setdefault("matchExpressions", []).append({"key": ARM_LABEL, "operator": "In", "values": [arm]})
     return copied
 
@@ -182,6 +182,7 @@ def arm_documents(docs: Sequence[Manifest]) -> list[Manifest]:
         floor["spec"]["matchConditions"] = floor["spec"]["matchConditions"][:1]
         floor["spec"]["mutations"][0]["jsonPatch"]["expression"] = expression
         out += [floor, _bound_to(_one(docs, "MutatingAdmissionPolicyBinding", MUTATING), arm, f"{MUTATING}-{arm}")]
+    do_nothing = do_nothing_policy()
     out += [
         mutating,
         _bound_to(_one(docs, "MutatingAdmissionPolicyBinding", MUTATING), "annotation", f"{MUTATING}-annotation"),
@@ -189,31 +190,8 @@ def arm_documents(docs: Sequence[Manifest]) -> list[Manifest]:
         guard_binding,
         {**copy.deepcopy(_one(docs, "ValidatingAdmissionPolicy", REFUSAL_GUARD)), "metadata": {"name": f"{REFUSAL_GUARD}-annotation"}},
         _bound_to(refusal, "annotation", f"{REFUSAL_GUARD}-annotation"),
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": "bench-do-nothing"},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
-                    ]
-                },
-                "matchConditions": [{"name": "never", "expression": "has(object.spec.runtimeClassName) && false"}],
-                "validations": [{"expression": "true"}],
-            },
-        },
-        _bound_to(
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "ValidatingAdmissionPolicyBinding",
-                "metadata": {},
-                "spec": {"validationActions": ["Deny"], "matchResources": {}},
-            },
-            "do-nothing",
-            "bench-do-nothing",
-        ),
+        do_nothing[0],
+        _bound_to(do_nothing[1], "do-nothing"),
     ]
     return out
 

@@ -112,7 +112,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from local import cpu_model
+from local import cpu_model, do_nothing_policy
 
 from extender.cluster.class_labels import label_key
 from extender.settings import DEFAULT_NODE_LABEL_PREFIX
@@ -160,32 +160,6 @@ TERM_CLASS: Json = {
     "handler": "runsc",
     "scheduling": {"tolerations": [dict(TOLERATION)]},
 }
-# One do-nothing policy bound to every pod (its match condition false for all): what any
-# admission policy costs a pod on kube-apiserver 1.36 (the pod converted for its match
-# conditions: staging/src/k8s.io/apiserver/pkg/admission/plugin/cel/filter.go, ForInput).
-DO_NOTHING_POLICY: list[Json] = [
-    {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "bench-do-nothing"},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
-                ]
-            },
-            "matchConditions": [{"name": "never", "expression": "has(object.spec.runtimeClassName) && false"}],
-            "validations": [{"expression": "true"}],
-        },
-    },
-    {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": "bench-do-nothing"},
-        "spec": {"policyName": "bench-do-nothing", "validationActions": ["Deny"]},
-    },
-]
 
 
 class ArmFailed(Exception):
@@ -677,7 +651,7 @@ def arm_of(name: str) -> Arm | str:
             apiserver_flags=PREDICATE_MODE,
         )
     if name == "policy-floor":
-        return Arm(name, "in-tree", DEFAULT_SCHEDULER, extra=DO_NOTHING_POLICY)
+        return Arm(name, "in-tree", DEFAULT_SCHEDULER, extra=do_nothing_policy())
     if not (DEPLOY / DEFAULT_SCHEDULER_OVERLAY).is_dir():
         return f"skipped: deploy/{DEFAULT_SCHEDULER_OVERLAY} does not exist (another change adds it)"
     if name == "default-scheduler":
