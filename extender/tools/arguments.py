@@ -105,6 +105,20 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.short_usage()}\n{self.prog}: error: {message}\n")
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """argparse's check of a value against its choices, and a misspelt command or
+        choice followed by the one it most likely means: ``invalid choice: 'chek' (did
+        you mean 'check'?) (choose from ...)``."""
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            names = [choice for choice in action.choices or () if isinstance(choice, str)]
+            close = difflib.get_close_matches(str(value), names, n=1, cutoff=0.75)
+            if not close:
+                raise
+            message = exc.message.replace(repr(value), f"{value!r} (did you mean {close[0]!r}?)", 1)
+            raise argparse.ArgumentError(action, message) from None
+
     def short_usage(self) -> str:
         """``usage: PROG [options] POSITIONALS (--help lists the options)``, on one line."""
         positionals = [a for a in self._actions if not a.option_strings and a.help != argparse.SUPPRESS]

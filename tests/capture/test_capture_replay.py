@@ -246,14 +246,22 @@ async def test_write_errors_are_counted_not_raised(tmp_path: Path) -> None:
     assert writer.stats.failed == 1
 
 
-def test_serve_rejects_unusable_capture_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("below", "why"),
+    [("", "is a file: give a directory"), ("x", "a part of its path is a file, not a directory")],
+)
+def test_serve_rejects_unusable_capture_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], below: str, why: str
+) -> None:
+    """Said in words, as the commands say of a path they cannot read: no errno code."""
     blocker = tmp_path / "file"
     blocker.write_text("")
-    status = main(
-        ["serve", "--cluster-file", str(EXAMPLE_CLUSTER), "--port", "0", "--capture-dir", str(blocker / "x")]
-    )
+    path = blocker / below if below else blocker
+    status = main(["serve", "--cluster-file", str(EXAMPLE_CLUSTER), "--port", "0", "--capture-dir", str(path)])
     assert status == 2
-    assert "capture-dir: cannot use" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"capture-dir: {path}: {why}\n" in err
+    assert "Errno" not in err
 
 
 # ----- replay ---------------------------------------------------------------------------

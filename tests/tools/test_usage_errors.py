@@ -129,6 +129,23 @@ def test_every_usage_error_is_two_lines(capsys: pytest.CaptureFixture[str]) -> N
     ]
 
 
+def test_a_misspelt_command_or_choice_is_followed_by_what_it_likely_means(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    *_, error = usage_error(capsys, main, ["chek", "x.yaml"])
+    assert error.startswith(
+        f"{PROG}: error: argument COMMAND: invalid choice: 'chek' (did you mean 'check'?) (choose from 'serve',"
+    )
+    *_, error = usage_error(capsys, main, ["explain", "gvisor", "-o", "jsn"])
+    assert error == (
+        f"{PROG} explain: error: argument -o/--output: invalid choice: 'jsn' (did you mean 'json'?) "
+        "(choose from 'table', 'wide', 'json', 'yaml', 'name')"
+    )
+    *_, error = usage_error(capsys, main, ["zzz"])
+    assert "did you mean" not in error
+    assert error.startswith(f"{PROG}: error: argument COMMAND: invalid choice: 'zzz' (choose from 'serve',")
+
+
 def test_help_still_lists_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["check", "--help"])
