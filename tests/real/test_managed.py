@@ -36,7 +36,7 @@ from tests.support.autoscaler import start_default_scheduler
 from tests.support.control_plane import Assets, ControlPlane, Process
 from tests.support.helm import template as helm_template
 from tests.support.install import Installed, install
-from tests.support.pods import class_pod, dry_run
+from tests.support.pods import GVISOR, GVISOR_SELECTOR, GVISOR_TAINT, KATA, class_pod, dry_run
 from tests.support.pods import node_of as bound_to
 from tests.support.waiting import wait_for
 
@@ -46,32 +46,6 @@ Json = dict[str, Any]
 NAMESPACE = "sandboxes"
 EXTENDER_NAMESPACE = "runtimeclass-extender"
 PREFIX = "runtimeclass.node-restriction.kubernetes.io"
-GVISOR_SELECTOR = {"sandbox.gke.io/runtime": "gvisor"}
-GVISOR_TAINT = {"key": "sandbox.gke.io/runtime", "value": "gvisor", "effect": "NoSchedule"}
-GVISOR: Json = {
-    "apiVersion": "node.k8s.io/v1",
-    "kind": "RuntimeClass",
-    "metadata": {"name": "gvisor"},
-    "handler": "runsc",
-    "overhead": {"podFixed": {"cpu": "250m", "memory": "64Mi"}},
-    "scheduling": {
-        "nodeSelector": GVISOR_SELECTOR,
-        "tolerations": [{"key": "sandbox.gke.io/runtime", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"}],
-    },
-}
-KATA: Json = {
-    "apiVersion": "node.k8s.io/v1",
-    "kind": "RuntimeClass",
-    "metadata": {
-        "name": "kata",
-        "annotations": {
-            "runtimeclass-extender.dev/node-selector-term": (
-                '{"matchExpressions": [{"key": "katacontainers.io/kata-runtime", "operator": "In", "values": ["true"]}]}'
-            )
-        },
-    },
-    "handler": "kata",
-}
 # install.md's command for the default-scheduler mode, as values.
 CHART_VALUES = {"mode": "default-scheduler"}
 ADMITTED = "runtimeclass-extender.dev/admitted"

@@ -36,36 +36,13 @@ from tests.support.helm import CHART, NAMESPACE, RELEASE, helm
 from tests.support.helm import template as helm_template
 from tests.support.install import LOCAL_FLAGS, Extender, extender_container
 from tests.support.manifests import PREDICATE_LABELS, render
+from tests.support.pods import GVISOR, GVISOR_SELECTOR, GVISOR_TOLERATION, KATA
 from tests.support.waiting import wait_for
 
 Json = dict[str, Any]
 WORKLOADS = "workloads"
 PREFIX = "runtimeclass.node-restriction.kubernetes.io"
-GVISOR_SELECTOR = {"sandbox.gke.io/runtime": "gvisor"}
-GVISOR_TOLERATION = {"key": "sandbox.gke.io/runtime", "operator": "Equal", "value": "gvisor", "effect": "NoSchedule"}
-CLASSES: list[Json] = [
-    {
-        "apiVersion": "node.k8s.io/v1",
-        "kind": "RuntimeClass",
-        "metadata": {"name": "gvisor"},
-        "handler": "runsc",
-        "overhead": {"podFixed": {"cpu": "250m", "memory": "64Mi"}},
-        "scheduling": {"nodeSelector": GVISOR_SELECTOR, "tolerations": [GVISOR_TOLERATION]},
-    },
-    {
-        "apiVersion": "node.k8s.io/v1",
-        "kind": "RuntimeClass",
-        "metadata": {
-            "name": "kata",
-            "annotations": {
-                "runtimeclass-extender.dev/node-selector-term": (
-                    '{"matchExpressions": [{"key": "katacontainers.io/kata-runtime", "operator": "In", "values": ["true"]}]}'
-                )
-            },
-        },
-        "handler": "kata",
-    },
-]
+CLASSES: list[Json] = [GVISOR, KATA]
 TABLE = "/apis/runtimeclass-extender.dev/v1alpha1/podadmissiontables/runtimeclass-extender"
 GUARD = "runtimeclass-extender-pod-admission-required"
 

@@ -37,6 +37,7 @@ from tests.support.control_plane import Assets, ControlPlane, Process
 from tests.support.install import Installed, install
 from tests.support.manifests import render
 from tests.support.paths import DOCS, REPO
+from tests.support.pods import GVISOR_TAINT
 from tests.support.pods import node_of as bound_to
 from tests.support.waiting import wait_for
 
@@ -47,7 +48,6 @@ EXAMPLES = REPO / "deploy" / "examples"
 # Where the operator applies the workload (kubectl apply -f, its current namespace).
 NAMESPACE = "apps"
 GVISOR_LABELS = {"sandbox.gke.io/runtime": "gvisor"}
-GVISOR_TAINT = {"key": "sandbox.gke.io/runtime", "value": "gvisor", "effect": "NoSchedule"}
 TABLE = "/apis/runtimeclass-extender.dev/v1alpha1/podadmissiontables/runtimeclass-extender"
 
 
