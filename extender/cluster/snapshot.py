@@ -10,7 +10,7 @@ views are the ones ``serve`` would hold.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -25,6 +25,9 @@ from extender.cluster.pod_views import (
 from extender.cluster.state import ClusterState
 from extender.kube.api import ApiError, ListOptions, list_pages
 from extender.kube.defaults import DEFAULT_REQUEST_TIMEOUT
+
+if TYPE_CHECKING:
+    from extender.kube.connect import Connection
 
 
 class ClusterUnavailable(Exception):
@@ -41,6 +44,22 @@ def client_timeout(request_timeout: float) -> aiohttp.ClientTimeout:
     if request_timeout > 0:
         return aiohttp.ClientTimeout(total=request_timeout)
     return aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_SECONDS)
+
+
+async def connect_for_tool(
+    kubeconfig: str | None, context: str | None, *, cluster_file_help: bool = True
+) -> Connection:
+    """The connection a command reads the live cluster by; a kubeconfig it cannot use is
+    ``ClusterUnavailable``. ``cluster_file_help``: whether the error for no configuration
+    at all suggests --cluster-file (the command takes one)."""
+    # Imported here: kubernetes-asyncio takes about a second to import, and only the
+    # live mode of the tools needs it (not --cluster-file, not serve).
+    from extender.kube.connect import KubeConfigError, connect
+
+    try:
+        return await connect(kubeconfig=kubeconfig, context=context, cluster_file_help=cluster_file_help)
+    except KubeConfigError as exc:
+        raise ClusterUnavailable(str(exc)) from None
 
 
 def describe_failure(exc: BaseException, request_timeout: float) -> str:
@@ -125,14 +144,7 @@ async def _snapshot(
     selector_errors: SelectorErrorLog | None,
     request_timeout: float,
 ) -> tuple[ClusterState, list[ScheduledPod]]:
-    # Imported here: kubernetes-asyncio takes about a second to import, and only the
-    # live mode of the tools needs it (not --cluster-file, not serve).
-    from extender.kube.connect import KubeConfigError, connect
-
-    try:
-        connection = await connect(kubeconfig=kubeconfig, context=context)
-    except KubeConfigError as exc:
-        raise ClusterUnavailable(str(exc)) from None
+    connection = await connect_for_tool(kubeconfig, context)
     timeout = client_timeout(request_timeout)
     try:
         async with connection.api as api:

@@ -53,7 +53,7 @@ from extender.autoscaling.finder import Forbidden, find_cluster_autoscaler
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.file_source import ClusterFileError, document_objects
 from extender.cluster.objects import ObjectError, runtime_class_from_api
-from extender.cluster.snapshot import ClusterUnavailable, client_timeout, describe_failure
+from extender.cluster.snapshot import ClusterUnavailable, client_timeout, connect_for_tool, describe_failure
 from extender.cluster.state import ClusterState
 from extender.cluster.validation import every_problem, object_reference
 from extender.documents import DocumentError, load_document, load_documents
@@ -470,13 +470,7 @@ def _autoscalers(args: argparse.Namespace, state: ClusterState) -> Callable[[Run
 
 
 async def _find_cluster_autoscaler(args: argparse.Namespace, namespace: str, name: str) -> Found | None:
-    # Imported here: kubernetes-asyncio takes about a second to import.
-    from extender.kube.connect import KubeConfigError, connect
-
-    try:
-        connection = await connect(kubeconfig=args.kubeconfig, context=args.context)
-    except KubeConfigError as exc:
-        raise ClusterUnavailable(str(exc)) from None
+    connection = await connect_for_tool(args.kubeconfig, args.context)
     try:
         async with connection.api as api:
             return await find_cluster_autoscaler(

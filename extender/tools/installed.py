@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from extender.admission.pod_table import TABLE_PATH
-from extender.cluster.snapshot import ClusterUnavailable, client_timeout, describe_failure
+from extender.cluster.snapshot import ClusterUnavailable, client_timeout, connect_for_tool, describe_failure
 from extender.kube.api import ApiError, request_json
 
 AUTO: Final = "auto"
@@ -74,13 +74,7 @@ def installed_in(args: argparse.Namespace) -> Installed:
 
 
 async def _read(args: argparse.Namespace) -> Installed:
-    # Imported here: kubernetes-asyncio takes about a second to import.
-    from extender.kube.connect import KubeConfigError, connect
-
-    try:
-        connection = await connect(kubeconfig=args.kubeconfig, context=args.context)
-    except KubeConfigError as exc:
-        raise ClusterUnavailable(str(exc)) from None
+    connection = await connect_for_tool(args.kubeconfig, args.context)
     try:
         async with connection.api as api:
             return await read_installed(api, args.pod_admission_table, client_timeout(args.request_timeout))

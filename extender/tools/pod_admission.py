@@ -45,7 +45,7 @@ from extender.admission.runtimeclass_plugin import plugin_runs
 from extender.admission.runtimeclass_plugin import probe_pod as plugin_probe_pod
 from extender.cluster.class_labels import ClassLabels
 from extender.cluster.objects import ObjectError, runtime_class_from_api
-from extender.cluster.snapshot import ClusterUnavailable, client_timeout, describe_failure
+from extender.cluster.snapshot import ClusterUnavailable, client_timeout, connect_for_tool, describe_failure
 from extender.cluster.state import ClusterState
 from extender.kube.api import ApiError, ListOptions, list_pages, request_json
 from extender.policy_file import load_policy
@@ -96,14 +96,8 @@ class Report:
 
 
 async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix: str) -> Report:
-    # Imported here: kubernetes-asyncio takes about a second to import.
-    from extender.kube.connect import KubeConfigError, connect
-
-    try:
-        # No --cluster-file here: the check creates pods through the API server.
-        connection = await connect(kubeconfig=args.kubeconfig, context=args.context, cluster_file_help=False)
-    except KubeConfigError as exc:
-        raise ClusterUnavailable(str(exc)) from None
+    # No --cluster-file here: the check creates pods through the API server.
+    connection = await connect_for_tool(args.kubeconfig, args.context, cluster_file_help=False)
     timeout = client_timeout(args.request_timeout)
     try:
         async with connection.api as api:
