@@ -238,3 +238,8 @@ def test_each_operators_command_installs_their_mode(row: list[str]) -> None:
             set(containers) == {"extender", "kube-scheduler"} and "--placement=default-scheduler" not in args
         )
     assert ("--label-nodes" in args) == (mode == "default-scheduler" or "thousands" in cluster)
+    # Before 1.36 the API server serves no MutatingAdmissionPolicy v1: pod admission is the
+    # extender's webhook there, and the policies everywhere else.
+    kinds = {d["kind"] for d in docs}
+    assert ("MutatingAdmissionPolicy" in kinds) == ("1.35" not in cluster), kinds
+    assert ("MutatingWebhookConfiguration" in kinds) == ("1.35" in cluster), kinds
