@@ -143,12 +143,14 @@ def apply_patch(obj: Mapping[str, Any], operations: Sequence[Mapping[str, Any]])
     return result
 
 
-def differences(expected: Admission, got: Admission, *, label_prefix: str) -> list[str]:
+def differences(expected: Admission, got: Admission, *, label_prefix: str, marks: bool = True) -> list[str]:
     """Where the pod ``got`` from the API server is not the ``expected`` one, in the
     fields pod admission sets: schedulerName, overhead (by value), the nodeSelector
-    entries under ``label_prefix``, the autoscalers' annotations and the NoSchedule
-    tolerations (other mutations of the cluster's own are not ours to judge). Empty: the
-    same."""
+    entries under ``label_prefix``, the autoscalers' annotations, the NoSchedule
+    tolerations (other mutations of the cluster's own are not ours to judge) and, with
+    ``marks``, the admitted mark: the default-scheduler placement's guard reads it; in
+    predicate mode nothing does, and the policies set it where the pod webhook does not.
+    Empty: the same."""
     if expected.pod is None or got.pod is None:
         if expected.pod is None and got.pod is None:
             return []
@@ -169,7 +171,7 @@ def differences(expected: Admission, got: Admission, *, label_prefix: str) -> li
         found.append(f"node label {_labels(have['labels'])}, want {_labels(want['labels'])}")
     if have["annotations"] != want["annotations"]:
         found.append(f"annotations {_labels(have['annotations'])}, want {_labels(want['annotations'])}")
-    if have["marks"] != want["marks"]:
+    if marks and have["marks"] != want["marks"]:
         found.append(f"pod labels {_labels(have['marks'])}, want {_labels(want['marks'])}")
     if have["tolerations"] != want["tolerations"]:
         found.append(

@@ -134,7 +134,9 @@ async def _check(args: argparse.Namespace, routing: RoutingConfig, label_prefix:
                 expected = _expected(
                     pod, state, routing, plugin=plugin, placement=placement, constrained=constrained
                 )
-                found = differences(expected, got, label_prefix=label_prefix)
+                found = differences(
+                    expected, got, label_prefix=label_prefix, marks=placement == PLACEMENT_DEFAULT_SCHEDULER
+                )
                 checked.append(Checked(name, expected, got, found, placement))
             entries = _entries(stored)
             for item in checked:

@@ -36,7 +36,7 @@ from tests.support.helm import CHART, NAMESPACE, RELEASE, helm
 from tests.support.helm import template as helm_template
 from tests.support.install import LOCAL_FLAGS, Extender, extender_container
 from tests.support.manifests import PREDICATE_LABELS, render
-from tests.support.pods import GVISOR, GVISOR_SELECTOR, GVISOR_TOLERATION, KATA
+from tests.support.pods import GVISOR, GVISOR_SELECTOR, GVISOR_TOLERATION, KATA, class_pod, dry_run
 from tests.support.waiting import wait_for
 
 Json = dict[str, Any]
@@ -214,6 +214,38 @@ def test_with_kubectl_apply_no_pod_is_refused_or_left_unconstrained_either_way(
         assert not guard_installed(plane)
     finally:
         old.stop()
+
+
+def test_a_pod_predicate_modes_policy_admits_passes_the_default_scheduler_modes_guard(plane: ControlPlane) -> None:
+    """The moment of a move, either way, when the API server holds predicate mode's
+    mutating policy and the default-scheduler mode's guard at once (separate objects,
+    each taken up when the API server's informer for its kind sees it), made to last:
+    predicate mode installed, then the guard and the Namespace's placement label alone.
+    A pod of a class in the table passes (the policy marks it admitted in every mode); a
+    pod of a class the table lacks is refused, as the guard is there to."""
+    predicate, placed = render("overlays/predicate-mode"), render("overlays/default-scheduler")
+    kubectl_apply(plane, predicate)
+    leader = replica(plane, predicate, "predicate")
+    try:
+        wait_for(lambda: table_says(plane, label_nodes=False), what="predicate mode's table")
+    finally:
+        leader.stop()
+    # Created with no replica running: not in the table.
+    plane.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "late"}, "handler": "late"})
+    guard = tuple(d for d in placed if d["metadata"]["name"] == GUARD or d["kind"] == "Namespace")
+    assert sorted(d["kind"] for d in guard) == ["Namespace", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    kubectl_apply(plane, guard)
+
+    def late_refused() -> bool:
+        answer = dry_run(plane, class_pod("late", WORKLOADS, "late"))
+        return answer.status == 403 and GUARD in answer.message and "is not in the pod admission table" in answer.message
+
+    wait_for(late_refused, what="the guard in force")
+    for runtime_class in ("gvisor", "kata"):
+        answer = dry_run(plane, class_pod(runtime_class, WORKLOADS, runtime_class))
+        assert answer.status == 201, answer.message
+        assert answer.body["metadata"]["labels"] == {"runtimeclass-extender.dev/admitted": "true"}, runtime_class
+        assert answer.body["spec"]["schedulerName"] == "runtimeclass-scheduler", runtime_class
 
 
 def test_with_helm_upgrade_no_pod_is_refused_or_left_unconstrained_either_way(plane: ControlPlane) -> None:

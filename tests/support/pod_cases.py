@@ -20,7 +20,15 @@ from typing import Any
 
 import aiohttp
 
-from extender.admission.pod_table import API_VERSION, AUTOSCALER_ANNOTATIONS, KIND, PLURAL, table, table_spec
+from extender.admission.pod_table import (
+    ADMITTED_LABEL,
+    API_VERSION,
+    AUTOSCALER_ANNOTATIONS,
+    KIND,
+    PLURAL,
+    table,
+    table_spec,
+)
 from extender.cluster.class_labels import ClassLabels, label_key
 from extender.cluster.objects import runtime_class_from_api
 from extender.policy_file import load_policy
@@ -321,6 +329,33 @@ class Admitted:
     status: int
     pod: Manifest | None
     message: str
+
+
+TABLED = {rc["metadata"]["name"] for rc in CLASSES}
+# The namespaces no pod admission binding selects: those labelled to opt out, and
+# kube-system and the extender's own, which every binding leaves out by name.
+OPTED_OUT = {"kube-system", "runtimeclass-extender"} | {
+    namespace["metadata"]["name"]
+    for namespace in NAMESPACE_OBJECTS
+    if namespace["metadata"]["labels"].get("runtimeclass-extender.dev/webhook") == "ignore"
+}
+
+
+def marked_admitted(admitted: Admitted) -> Admitted:
+    """``admitted`` as the policies give it: the webhook's pod, and on a pod of a class in
+    the table that is not opted out (by its label or its namespace's) the admitted mark,
+    which the mutating policy sets in every mode (the default-scheduler placement's
+    guard reads it; in predicate mode it is there for a move between the modes) and the
+    pod webhook, never in that placement, does not."""
+    pod = admitted.pod
+    if pod is None or pod["spec"].get("runtimeClassName") not in TABLED:
+        return admitted
+    labels = pod["metadata"].get("labels") or {}
+    if labels.get("runtimeclass-extender.dev/webhook") == "ignore" or pod["metadata"]["namespace"] in OPTED_OUT:
+        return admitted
+    marked = copy.deepcopy(pod)
+    marked["metadata"]["labels"] = {**labels, ADMITTED_LABEL: "true"}
+    return Admitted(admitted.status, marked, admitted.message)
 
 
 STAMPED = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation")
