@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from extender.admission.pod_table import ADMITTED_BY_PLUGIN_ANNOTATION, admitted_by_plugin, table, table_spec
+from extender.admission.pod_table import (
+    ADMITTED_BY_PLUGIN_ANNOTATION,
+    ADMITTED_LABEL,
+    admitted_by_plugin,
+    table,
+    table_spec,
+)
 from extender.admission.probe import Admission, apply_patch, differences
 from extender.cli import main
 from extender.cluster.class_labels import ClassLabels
@@ -208,6 +214,17 @@ def test_differences_compare_by_value_and_only_the_prefixs_labels() -> None:
     assert differences(Admission(None, "conflict"), got, label_prefix=PREFIX) == [
         "admitted, but the pod webhook refuses it: conflict"
     ]
+
+
+def test_differences_compare_the_admitted_mark_only_where_it_is_read() -> None:
+    """The default-scheduler mode's guard reads the mark; in predicate mode the policies
+    set it and the pod webhook does not, and nothing reads it."""
+    want = Admission({"metadata": {}, "spec": {"schedulerName": "s"}})
+    marked = Admission({"metadata": {"labels": {ADMITTED_LABEL: "true"}}, "spec": {"schedulerName": "s"}})
+    assert differences(want, marked, label_prefix=PREFIX) == [f"pod labels {ADMITTED_LABEL}=true, want (none)"]
+    assert differences(marked, want, label_prefix=PREFIX) == [f"pod labels (none), want {ADMITTED_LABEL}=true"]
+    assert differences(want, marked, label_prefix=PREFIX, marks=False) == []
+    assert differences(marked, want, label_prefix=PREFIX, marks=False) == []
 
 
 def test_differences_compare_the_autoscalers_annotations_and_the_noschedule_tolerations() -> None:
