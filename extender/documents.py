@@ -106,8 +106,26 @@ def read_failure(exc: OSError | UnicodeDecodeError, *, want: Literal["file", "di
         return "no such file: a part of its path is a file, not a directory"
     if isinstance(exc, PermissionError):
         return "cannot read: permission denied"
+    return f"cannot read: {_os_reason(exc)}"
+
+
+def write_failure(exc: OSError) -> str:
+    """Why a directory the operator named to write into could not be made or used, in
+    the words of ``read_failure``: ``is a file: give a directory``, ``cannot write:
+    permission denied``."""
+    if isinstance(exc, FileExistsError):
+        return "is a file: give a directory"
+    if isinstance(exc, NotADirectoryError):
+        return "a part of its path is a file, not a directory"
+    if isinstance(exc, PermissionError):
+        return "cannot write: permission denied"
+    return f"cannot write: {_os_reason(exc)}"
+
+
+def _os_reason(exc: OSError) -> str:
+    """The OS's words for ``exc`` without its errno code, lower-cased to follow a colon."""
     reason = exc.strerror or str(exc) or type(exc).__name__
-    return f"cannot read: {reason[:1].lower()}{reason[1:]}"
+    return f"{reason[:1].lower()}{reason[1:]}"
 
 
 def _one_line(text: str) -> str:

@@ -19,6 +19,7 @@ from extender.admission import RoutingConfig
 from extender.audit.auditor import AuditOptions
 from extender.capture.writer import CaptureWriter
 from extender.cluster.class_labels import ClassLabels
+from extender.documents import write_failure
 from extender.http.actors import ActorOptions
 from extender.kube.incluster import own_namespace
 from extender.labeller.events import EventOptions
@@ -109,23 +110,10 @@ def capture_writer(settings: ServeSettings) -> CaptureWriter:
         if not os.access(directory, os.W_OK | os.X_OK):
             raise PermissionError("not writable")
     except OSError as exc:
-        raise SettingsError(f"capture-dir: {directory}: {_unusable_directory(exc)}") from None
+        raise SettingsError(f"capture-dir: {directory}: {write_failure(exc)}") from None
     return CaptureWriter(
         directory, max_files=settings.capture_max_files, max_bytes=settings.capture_max_bytes
     )
-
-
-def _unusable_directory(exc: OSError) -> str:
-    """Why a directory to write into cannot be used, in words (no errno code), as the
-    commands say of a path they cannot read."""
-    if isinstance(exc, FileExistsError):
-        return "is a file: give a directory"
-    if isinstance(exc, NotADirectoryError):
-        return "a part of its path is a file, not a directory"
-    if isinstance(exc, PermissionError):
-        return "cannot write: permission denied"
-    reason = exc.strerror or str(exc) or type(exc).__name__
-    return f"cannot write: {reason[:1].lower()}{reason[1:]}"
 
 
 def routing_config(settings: ServeSettings, policy: Policy) -> RoutingConfig:

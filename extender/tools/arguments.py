@@ -113,10 +113,10 @@ class CommandParser(argparse.ArgumentParser):
             super()._check_value(action, value)
         except argparse.ArgumentError as exc:
             names = [choice for choice in action.choices or () if isinstance(choice, str)]
-            close = difflib.get_close_matches(str(value), names, n=1, cutoff=0.75)
-            if not close:
+            close = _closest(str(value), names)
+            if close is None:
                 raise
-            message = exc.message.replace(repr(value), f"{value!r} (did you mean {close[0]!r}?)", 1)
+            message = exc.message.replace(repr(value), f"{value!r} (did you mean {close!r}?)", 1)
             raise argparse.ArgumentError(action, message) from None
 
     def short_usage(self) -> str:
@@ -135,8 +135,12 @@ def suggestion(word: str, parser: argparse.ArgumentParser) -> str | None:
     if not word.startswith("-"):
         return None
     name = word.split("=", 1)[0]
-    options = [option for action in parser._actions for option in action.option_strings]
-    close = difflib.get_close_matches(name, options, n=1, cutoff=0.75)
+    return _closest(name, [option for action in parser._actions for option in action.option_strings])
+
+
+def _closest(word: str, candidates: list[str]) -> str | None:
+    """The candidate ``word`` is most likely a misspelling of, if one is close (difflib)."""
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.75)
     return close[0] if close else None
 
 
