@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -172,20 +172,8 @@ def test_the_default_scheduler_mode_places_the_sample_workload(managed: ControlP
         failed = shown("FailedScheduling")[0]
         (fits_no_node,) = shown("RuntimeClassFitsNoNode")
         for name in pending:
-            wait_for(
-                lambda name=name: any(
-                    m.startswith(failed) for m in messages(managed, name, "FailedScheduling")
-                ),
-                timeout=60,
-                what=f"{name}: {failed}",
-                last=lambda name=name: messages(managed, name, "FailedScheduling"),
-            )
-            wait_for(
-                lambda name=name: fits_no_node in messages(managed, name, "RuntimeClassFitsNoNode"),
-                timeout=60,
-                what=f"{name}: {fits_no_node}",
-                last=lambda name=name: messages(managed, name, "RuntimeClassFitsNoNode"),
-            )
+            hears(managed, name, "FailedScheduling", lambda m: m.startswith(failed), what=failed)
+            hears(managed, name, "RuntimeClassFitsNoNode", lambda m: m == fits_no_node, what=fits_no_node)
             assert node_of(managed, name) == ""
     finally:
         done.uninstall()
@@ -218,20 +206,23 @@ def test_predicate_mode_places_the_sample_workload(api_server: tuple[str, Contro
             pod = plane.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
             assert pod["spec"]["schedulerName"] == "runtimeclass-scheduler"  # routed by pod admission
         for name in pending:
-            wait_for(
-                lambda name=name: any(
-                    m.startswith(failed) for m in messages(plane, name, "FailedScheduling")
-                ),
-                timeout=60,
-                what=f"{name}: {failed}",
-                last=lambda name=name: messages(plane, name, "FailedScheduling"),
-            )
+            hears(plane, name, "FailedScheduling", lambda m: m.startswith(failed), what=failed)
             assert node_of(plane, name) == ""
     finally:
         scheduler.stop()
         plane.processes.remove(scheduler)
         done.uninstall()
         _delete_pods(plane)
+
+
+def hears(plane: ControlPlane, pod: str, reason: str, matches: Callable[[str], bool], *, what: str) -> None:
+    """Wait until the pod has an event of ``reason`` whose message ``matches``."""
+    wait_for(
+        lambda: any(matches(m) for m in messages(plane, pod, reason)),
+        timeout=60,
+        what=f"{pod}: {what}",
+        last=lambda: messages(plane, pod, reason),
+    )
 
 
 def _delete_pods(plane: ControlPlane) -> None:
